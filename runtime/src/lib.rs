@@ -1,0 +1,1 @@
+//! The kernbench runtime.
