@@ -99,10 +99,14 @@ codes! {
     E0321 = "E0321", "invalid communication peer";
     E0322 = "E0322", "wrong block rank";
     E0323 = "E0323", "block too large";
+    E0324 = "E0324", "`for` over something other than a range";
+    E0325 = "E0325", "unsupported subscript";
+    E0326 = "E0326", "invalid argument value";
     // Control flow.
     E0400 = "E0400", "`break` outside a loop";
     E0401 = "E0401", "`continue` outside a loop";
     E0402 = "E0402", "assignment to a constexpr";
+    E0404 = "E0404", "`break`/`continue` in an unrolled loop";
     // Warnings.
     W0001 = "W0001", "unused variable";
     W0002 = "W0002", "unused import";

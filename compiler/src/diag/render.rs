@@ -34,9 +34,22 @@ fn to_codespan(d: &Diagnostic) -> cs::Diagnostic<crate::span::FileId> {
         .with_notes(notes)
 }
 
-/// Renders diagnostics the way rustc does, followed by a summary line
-/// (`error: could not check `f.tl` due to 2 errors; 1 warning emitted`)
-/// when there is anything to summarize.
+/// The closing line rustc prints: `error: aborting due to 2 previous
+/// errors; 1 warning emitted`, or `warning: 1 warning emitted`; empty when
+/// there is nothing to say.
+pub fn render_summary(diags: &[Diagnostic]) -> String {
+    let errors = diags.iter().filter(|d| d.is_error()).count();
+    let warnings = diags.len() - errors;
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    match (errors, warnings) {
+        (0, 0) => String::new(),
+        (0, w) => format!("warning: {} emitted\n", plural(w, "warning")),
+        (e, 0) => format!("error: aborting due to {}\n", plural(e, "previous error")),
+        (e, w) => format!("error: aborting due to {}; {} emitted\n", plural(e, "previous error"), plural(w, "warning")),
+    }
+}
+
+/// Renders diagnostics the way rustc does.
 pub fn render_human(diags: &[Diagnostic], sources: &SourceMap, color: ColorMode) -> String {
     let mut buffer = match color {
         ColorMode::Always => termcolor::Buffer::ansi(),

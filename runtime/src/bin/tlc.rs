@@ -1,13 +1,169 @@
-fn main() {
-    use kernbench_compiler::{diag::*, syntax};
-    let mut sm = SourceMap::new();
-    let mut all = vec![];
-    for p in std::env::args().skip(1) {
-        let src = std::fs::read_to_string(&p).unwrap();
-        let id = sm.add(p.clone(), src.clone());
-        let (m, d) = syntax::parse(&src, id);
-        if std::env::var("DUMP").is_ok() { println!("{:#?}", m); }
-        all.extend(d);
+//! `tlc`: the kernbench command line.
+//!
+//! This is the only place that knows every layer; each subcommand parses
+//! its arguments (clap), calls the library, and turns results into output
+//! and an exit code: 0 ok, 1 user error (diagnostics printed), 2 bad usage.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use kernbench_compiler::diag::{render_human, render_json, render_summary, ColorMode};
+use kernbench_compiler::sema::{self, Konst};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "tlc", version, about = "Compile, check and simulate tl kernels for the AHBM machine")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Color {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+enum Format {
+    Human,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check .tl files (or every .tl file under a folder) and print diagnostics.
+    Check {
+        /// Files or folders to check.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Bind a constexpr for every kernel that has it: -D BLOCK=128.
+        #[arg(short = 'D', value_name = "NAME=VALUE")]
+        define: Vec<String>,
+        /// Colour diagnostics.
+        #[arg(long, value_enum, default_value = "auto")]
+        color: Color,
+        /// `json` prints one JSON object per diagnostic on stdout.
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+        /// The stdlib folder imports fall back to (default: the one shipped
+        /// with tlc, or $KERNBENCH_STDLIB).
+        #[arg(long, value_name = "DIR")]
+        stdlib: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Check { paths, define, color, format, stdlib } => check(&paths, &define, color, format, stdlib),
     }
-    eprint!("{}", render_human(&all, &sm, ColorMode::Never));
+}
+
+/// Prints a usage error the way clap does and returns exit code 2.
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}
+
+fn default_stdlib() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("KERNBENCH_STDLIB") {
+        return Some(PathBuf::from(dir));
+    }
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stdlib");
+    shipped.is_dir().then_some(shipped)
+}
+
+/// Parses `-D NAME=VALUE` flags.
+fn parse_defines(defines: &[String]) -> Result<std::collections::BTreeMap<String, Konst>, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for d in defines {
+        let Some((name, value)) = d.split_once('=') else {
+            return Err(format!("invalid -D `{d}`: expected NAME=VALUE"));
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') || name.starts_with(|c: char| c.is_ascii_digit()) {
+            return Err(format!("invalid -D `{d}`: `{name}` is not a parameter name"));
+        }
+        out.insert(name.to_string(), Konst::parse_define(value));
+    }
+    Ok(out)
+}
+
+/// Every `.tl` file named or under a named folder, in a stable order.
+fn collect_tl_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out)?;
+            } else if p.extension().is_some_and(|e| e == "tl") {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, &mut out).map_err(|e| format!("cannot read folder `{}`: {e}", p.display()))?;
+        } else if p.is_file() {
+            out.push(p.clone());
+        } else {
+            return Err(format!("no such file or folder: `{}`", p.display()));
+        }
+    }
+    Ok(out)
+}
+
+fn color_mode(color: Color) -> ColorMode {
+    match color {
+        Color::Always => ColorMode::Always,
+        Color::Never => ColorMode::Never,
+        Color::Auto => {
+            if std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+                ColorMode::Always
+            } else {
+                ColorMode::Never
+            }
+        }
+    }
+}
+
+fn check(paths: &[PathBuf], define: &[String], color: Color, format: Format, stdlib: Option<PathBuf>) -> ExitCode {
+    let defines = match parse_defines(define) {
+        Ok(d) => d,
+        Err(e) => return usage_error(&e),
+    };
+    let files = match collect_tl_files(paths) {
+        Ok(f) => f,
+        Err(e) => return usage_error(&e),
+    };
+    let options = sema::Options { defines, stdlib_root: stdlib.or_else(default_stdlib) };
+    let mut session = sema::Session::new(options);
+    for file in &files {
+        let source = match std::fs::read(file) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(s) => s,
+                Err(_) => return usage_error(&format!("`{}` is not UTF-8 text", file.display())),
+            },
+            Err(e) => return usage_error(&format!("cannot read `{}`: {e}", file.display())),
+        };
+        session.add_file(&file.display().to_string(), Some(file.clone()), source);
+    }
+    let out = session.finish();
+    if format == Format::Json {
+        print!("{}", render_json(&out.diagnostics, &out.sources));
+        let _ = std::io::stdout().flush();
+    } else {
+        let text = render_human(&out.diagnostics, &out.sources, color_mode(color));
+        eprint!("{text}{}", render_summary(&out.diagnostics));
+    }
+    if out.has_errors() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -1,0 +1,931 @@
+//! The checker's state and statements: kernels and helpers, assignments,
+//! control flow (with compile-time `if` and unrolled `tl.static_range`),
+//! and the merging of variable types where control flow joins.
+
+use super::program::{FuncKind, ModuleData};
+use super::types::{DType, Elem, FuncId, Konst, ModId, Ty};
+use super::{CheckOutput, KernelSummary, Options};
+use crate::diag::{Code, Diagnostic, Diagnostics, SourceMap};
+use crate::span::{Loc, Span};
+use crate::syntax::ast::{self, Expr, ExprKind, Stmt, StmtKind, Target};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// The checker's knowledge of one value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Val {
+    pub ty: Ty,
+    /// The value, when known at compile time.
+    pub konst: Option<Konst>,
+    /// A compile-time value (literal, constexpr, or folded from them), even
+    /// if its value is not bound yet. Such scalars are *weak* in promotion.
+    pub is_const: bool,
+}
+
+impl Val {
+    pub fn unknown() -> Val {
+        Val { ty: Ty::Unknown, konst: None, is_const: false }
+    }
+
+    /// A constexpr whose value is not bound (no default, no `-D`).
+    pub fn unbound_const() -> Val {
+        Val { ty: Ty::Unknown, konst: None, is_const: true }
+    }
+
+    pub fn runtime(ty: Ty) -> Val {
+        Val { ty, konst: None, is_const: false }
+    }
+
+    pub fn konst(k: Konst) -> Val {
+        Val { ty: k.ty(), konst: Some(k), is_const: true }
+    }
+
+    pub fn none() -> Val {
+        Val::konst(Konst::None)
+    }
+
+    /// A compile-time scalar: weak in promotion.
+    pub fn is_weak(&self) -> bool {
+        self.is_const && matches!(self.ty, Ty::Scalar(_))
+    }
+
+    /// The same value as a run-time one (a loop-carried variable that starts
+    /// from a constant).
+    pub fn materialized(&self) -> Val {
+        Val::runtime(self.ty.clone())
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum VarState {
+    Defined,
+    /// Assigned only on some paths (one branch of an `if`, inside a loop);
+    /// the span is where.
+    MaybeUndefined(Span),
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Var {
+    pub val: Val,
+    /// The latest assignment.
+    pub def: Span,
+    /// A constexpr parameter or `NAME: constexpr = …`: not assignable.
+    pub constexpr: bool,
+    pub state: VarState,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum LoopKind {
+    Runtime,
+    Static,
+}
+
+/// One activation of a kernel or helper body (or a module's constants).
+pub(super) struct Frame {
+    pub module: ModId,
+    pub func: Option<FuncId>,
+    pub is_kernel: bool,
+    pub vars: HashMap<String, Var>,
+    pub loops: Vec<LoopKind>,
+    /// Where this helper activation was called from, for diagnostics.
+    pub call_site: Option<Loc>,
+    pub ret: Option<Val>,
+    /// The current block ended in `break`, `continue` or `return`.
+    pub terminated: bool,
+}
+
+impl Frame {
+    pub fn new(module: ModId, func: Option<FuncId>, is_kernel: bool) -> Frame {
+        Frame {
+            module,
+            func,
+            is_kernel,
+            vars: HashMap::new(),
+            loops: Vec::new(),
+            call_site: None,
+            ret: None,
+            terminated: false,
+        }
+    }
+}
+
+pub(super) struct Checker {
+    pub sources: SourceMap,
+    pub diags: Diagnostics,
+    pub options: Options,
+    pub modules: Vec<ModuleData>,
+    pub funcs: Vec<super::program::FuncData>,
+    pub by_path: HashMap<PathBuf, ModId>,
+    pub roots: Vec<ModId>,
+    /// Helpers being checked, innermost last (recursion detection).
+    pub active: Vec<FuncId>,
+    pub kernels: Vec<KernelSummary>,
+    /// `-D` names some kernel used.
+    pub used_defines: HashSet<String>,
+}
+
+/// How many helper calls may nest; deeper is reported as recursion.
+const MAX_CALL_DEPTH: usize = 64;
+/// `tl.static_range` loops longer than this are checked once, not unrolled.
+const MAX_UNROLL_CHECK: i64 = 1024;
+
+impl Checker {
+    pub fn new(options: Options) -> Checker {
+        Checker {
+            sources: SourceMap::new(),
+            diags: Diagnostics::default(),
+            options,
+            modules: Vec::new(),
+            funcs: Vec::new(),
+            by_path: HashMap::new(),
+            roots: Vec::new(),
+            active: Vec::new(),
+            kernels: Vec::new(),
+            used_defines: HashSet::new(),
+        }
+    }
+
+    pub fn loc(&self, f: &Frame, span: Span) -> Loc {
+        Loc::new(self.modules[f.module.0 as usize].file, span)
+    }
+
+    /// Reports a diagnostic made in frame `f`; inside a helper call it
+    /// points back at the call being checked.
+    pub fn emit(&mut self, f: &Frame, mut d: Diagnostic) {
+        if let Some(site) = f.call_site {
+            if site != d.primary.loc {
+                d = d.with_secondary(site, "in this call");
+            }
+        }
+        self.diags.push(d);
+    }
+
+    pub fn error(&mut self, f: &Frame, code: Code, message: impl Into<String>, span: Span, label: impl Into<String>) {
+        let d = Diagnostic::new(code, message, self.loc(f, span), label);
+        self.emit(f, d);
+    }
+
+    pub fn finish(mut self) -> CheckOutput {
+        for r in self.roots.clone() {
+            self.check_module_functions(r);
+        }
+        for (name, _) in self.options.defines.clone() {
+            if !self.used_defines.contains(&name) && !self.kernels.is_empty() {
+                let names: Vec<String> = self.kernels.iter().flat_map(|k| k.constexprs.iter().map(|(n, _)| n.clone())).collect();
+                let help = super::suggest::nearest(&name, names.iter().map(|s| s.as_str()));
+                let first = self.roots.first().map(|m| self.modules[m.0 as usize].file);
+                if let Some(file) = first {
+                    let mut d = Diagnostic::new(
+                        Code::E0211,
+                        format!("`-D {name}=…` matches no constexpr parameter of any kernel"),
+                        Loc::new(file, Span::new(0, 0)),
+                        "checked kernels are in this file",
+                    );
+                    if let Some(h) = help {
+                        d = d.with_help(format!("did you mean `{h}`?"));
+                    }
+                    self.diags.push(d);
+                }
+            }
+        }
+        CheckOutput { sources: self.sources, diagnostics: super::sorted(self.diags), kernels: self.kernels }
+    }
+
+    /// Checks every kernel and helper defined in module `m`.
+    fn check_module_functions(&mut self, m: ModId) {
+        let funcs: Vec<FuncId> = self.modules[m.0 as usize].funcs.clone();
+        for fid in funcs {
+            match self.funcs[fid.0 as usize].kind {
+                FuncKind::Kernel => self.check_kernel(fid),
+                FuncKind::Helper => self.check_helper_alone(fid),
+            }
+        }
+    }
+
+    /// Checks a kernel with its constexprs bound from defaults and `-D`.
+    fn check_kernel(&mut self, fid: FuncId) {
+        let func = self.funcs[fid.0 as usize].clone();
+        let def = func.def.clone();
+        let mut f = Frame::new(func.module, Some(fid), true);
+        let mut constexprs = Vec::new();
+        // Constexpr parameters first: other annotations (`ptr[T]`) may
+        // refer to them.
+        let mut annots = Vec::new();
+        for p in &def.params {
+            let annot = match &p.annotation {
+                Some(a) => self.annotation(&mut f, a),
+                None => {
+                    self.error(
+                        &f,
+                        Code::E0207,
+                        format!("kernel parameter `{}` has no type annotation", p.name.name),
+                        p.name.span,
+                        "annotation needed",
+                    );
+                    Annot::Unknown
+                }
+            };
+            annots.push(annot);
+        }
+        for (p, annot) in def.params.iter().zip(&annots) {
+            if !matches!(annot, Annot::Constexpr) {
+                continue;
+            }
+            let bound = if let Some(k) = self.options.defines.get(&p.name.name) {
+                self.used_defines.insert(p.name.name.clone());
+                Some(Val::konst(k.clone()))
+            } else if let Some(default) = &p.default {
+                let v = self.expr(&mut f, default);
+                if !v.is_const && !v.ty.is_unknown() {
+                    self.error(&f, Code::E0209, "a constexpr default must be a compile-time constant", default.span, "not a constant");
+                }
+                Some(v).filter(|v| v.konst.is_some())
+            } else {
+                None
+            };
+            constexprs.push((p.name.name.clone(), bound.as_ref().and_then(|v| v.konst.clone())));
+            let val = bound.unwrap_or_else(Val::unbound_const);
+            self.bind_param(&mut f, p, val, true);
+        }
+        for (p, annot) in def.params.iter().zip(annots) {
+            let val = match annot {
+                Annot::Constexpr => continue,
+                Annot::Type(ty) => Val::runtime(ty),
+                Annot::PtrOf(expr) => {
+                    let d = self.dtype_expr(&mut f, &expr);
+                    d.map_or_else(Val::unknown, |d| Val::runtime(Ty::Scalar(Elem::Ptr(d))))
+                }
+                Annot::Unknown => Val::unknown(),
+            };
+            if p.default.is_some() {
+                self.error(
+                    &f,
+                    Code::E0208,
+                    format!("only constexpr parameters can have defaults; `{}` is a run-time argument", p.name.name),
+                    p.span,
+                    "default on a run-time parameter",
+                );
+            }
+            self.bind_param(&mut f, p, val, false);
+        }
+        if let Some(r) = &def.returns {
+            self.error(&f, Code::E0206, "a kernel cannot return a value", r.span, "return annotation on a kernel")
+        }
+        self.block(&mut f, &def.body);
+        let file = self.sources.name(self.modules[func.module.0 as usize].file).to_string();
+        if self.roots.contains(&func.module) {
+            self.kernels.push(KernelSummary { name: def.name.name.clone(), file, constexprs });
+        }
+    }
+
+    fn bind_param(&mut self, f: &mut Frame, p: &ast::Param, val: Val, constexpr: bool) {
+        if f.vars.contains_key(&p.name.name) {
+            // Reported once by the item collector (E0105).
+            return;
+        }
+        f.vars.insert(p.name.name.clone(), Var { val, def: p.name.span, constexpr, state: VarState::Defined });
+    }
+
+    /// Checks a helper on its own, with parameter types from annotations
+    /// (or unknown), so its name errors are found even when it is unused.
+    fn check_helper_alone(&mut self, fid: FuncId) {
+        let func = self.funcs[fid.0 as usize].clone();
+        let def = func.def.clone();
+        let mut f = Frame::new(func.module, Some(fid), false);
+        for p in &def.params {
+            let (val, constexpr) = match &p.annotation {
+                Some(a) => match self.annotation(&mut f, a) {
+                    Annot::Constexpr => (Val::unbound_const(), true),
+                    Annot::Type(ty) => (Val::runtime(ty), false),
+                    Annot::PtrOf(e) => {
+                        let d = self.dtype_expr(&mut f, &e);
+                        (d.map_or_else(Val::unknown, |d| Val::runtime(Ty::Scalar(Elem::Ptr(d)))), false)
+                    }
+                    Annot::Unknown => (Val::unknown(), false),
+                },
+                None => (Val::unknown(), false),
+            };
+            self.bind_param(&mut f, p, val, constexpr);
+        }
+        self.active.push(fid);
+        self.block(&mut f, &def.body);
+        self.active.pop();
+    }
+
+    /// Checks a call of helper `fid` with the given argument values.
+    pub fn call_helper(&mut self, caller: &mut Frame, fid: FuncId, args: Vec<super::expr::ArgVal>, call: Span, callee_span: Span) -> Val {
+        let func = self.funcs[fid.0 as usize].clone();
+        let def = func.def.clone();
+        if func.kind == FuncKind::Kernel {
+            let d = Diagnostic::new(
+                Code::E0205,
+                format!("kernel `{}` cannot be called from a kernel", def.name.name),
+                self.loc(caller, callee_span),
+                "called here",
+            )
+            .with_secondary(Loc::new(self.modules[func.module.0 as usize].file, def.name.span), "declared `@kernel` here")
+            .with_help("remove `@kernel` to make it a helper (helpers are inlined)");
+            self.emit(caller, d);
+            return Val::unknown();
+        }
+        if self.active.contains(&fid) || self.active.len() >= MAX_CALL_DEPTH {
+            let d = Diagnostic::new(
+                Code::E0109,
+                format!("helper `{}` calls itself", def.name.name),
+                self.loc(caller, callee_span),
+                "recursive call",
+            )
+            .with_note("helpers are inlined at each call site, so they cannot recurse");
+            self.emit(caller, d);
+            return Val::unknown();
+        }
+        let params: Vec<(&str, bool)> = def.params.iter().map(|p| (p.name.name.as_str(), p.default.is_none())).collect();
+        let Some(bound) = self.bind_args(caller, &format!("`{}`", def.name.name), &params, None, args, call) else {
+            return Val::unknown();
+        };
+        let mut f = Frame::new(func.module, Some(fid), false);
+        f.call_site = Some(caller.call_site.unwrap_or(self.loc(caller, call)));
+        for (p, arg) in def.params.iter().zip(bound.fixed) {
+            let annot = p.annotation.as_ref().map(|a| self.annotation(&mut f, a));
+            let val = match arg {
+                Some(a) => {
+                    if matches!(annot, Some(Annot::Constexpr)) && !a.val.is_const && !a.val.ty.is_unknown() {
+                        let d = Diagnostic::new(
+                            Code::E0209,
+                            format!("parameter `{}` is a constexpr, but this argument is a run-time value", p.name.name),
+                            self.loc(caller, a.span),
+                            format!("{} known only at run time", a.val.ty),
+                        )
+                        .with_secondary(Loc::new(self.modules[func.module.0 as usize].file, p.name.span), "declared constexpr here");
+                        self.emit(caller, d);
+                    }
+                    a.val
+                }
+                None => match &p.default {
+                    Some(d) => {
+                        let mut df = Frame::new(func.module, None, false);
+                        self.expr(&mut df, d)
+                    }
+                    None => Val::unknown(),
+                },
+            };
+            let constexpr = matches!(annot, Some(Annot::Constexpr));
+            self.bind_param(&mut f, p, val, constexpr);
+        }
+        self.active.push(fid);
+        self.block(&mut f, &def.body);
+        self.active.pop();
+        f.ret.unwrap_or_else(Val::none)
+    }
+
+    // ----- statements -----
+
+    pub fn block(&mut self, f: &mut Frame, stmts: &[Stmt]) {
+        for s in stmts {
+            if f.terminated {
+                break;
+            }
+            self.stmt(f, s);
+        }
+    }
+
+    fn stmt(&mut self, f: &mut Frame, s: &Stmt) {
+        match &s.kind {
+            StmtKind::Expr(e) => {
+                self.expr(f, e);
+            }
+            StmtKind::Assign { target, value } => {
+                let v = self.expr(f, value);
+                self.assign(f, target, v, value.span);
+            }
+            StmtKind::AugAssign { target, op, op_span, value } => {
+                let cur = self.name(f, &target.name, target.span);
+                let rhs = self.expr(f, value);
+                let lhs_expr = Expr::new(ExprKind::Name(target.name.clone()), target.span);
+                // `x += y` is `x = x + y`, as in Python and Triton.
+                let v = self.binary(f, *op, *op_span, (&lhs_expr, cur), (value, rhs), s.span);
+                self.assign(f, &Target::Name(target.clone()), v, s.span);
+            }
+            StmtKind::AnnAssign { target, annotation, value } => {
+                let annot = self.annotation(f, annotation);
+                let Some(value) = value else {
+                    self.error(f, Code::E0107, "a declaration needs a value", s.span, "no `= value`");
+                    return;
+                };
+                let v = self.expr(f, value);
+                match annot {
+                    Annot::Constexpr => {
+                        if !v.is_const && !v.ty.is_unknown() {
+                            self.error(f, Code::E0209, format!("`{}` is declared constexpr but its value is known only at run time", target.name), value.span, "not a constant");
+                        }
+                        if self.check_not_constexpr(f, target) {
+                            f.vars.insert(target.name.clone(), Var { val: v, def: target.span, constexpr: true, state: VarState::Defined });
+                        }
+                    }
+                    Annot::Type(ty) => {
+                        let v = self.convert_to_declared(f, v, &ty, value.span);
+                        self.assign(f, &Target::Name(target.clone()), v, s.span);
+                    }
+                    _ => self.assign(f, &Target::Name(target.clone()), v, s.span),
+                }
+            }
+            StmtKind::If { branches, orelse } => self.if_chain(f, branches, orelse.as_deref()),
+            StmtKind::For { var, iter, body } => self.for_loop(f, var, iter, body),
+            StmtKind::While { cond, body } => self.while_loop(f, cond, body),
+            StmtKind::Break | StmtKind::Continue => {
+                let is_break = matches!(s.kind, StmtKind::Break);
+                let word = if is_break { "break" } else { "continue" };
+                match f.loops.last() {
+                    None => {
+                        let code = if is_break { Code::E0400 } else { Code::E0401 };
+                        self.error(f, code, format!("`{word}` outside of a loop"), s.span, format!("cannot `{word}` here"));
+                    }
+                    Some(LoopKind::Static) => {
+                        let d = Diagnostic::new(Code::E0404, format!("`{word}` inside `tl.static_range`"), self.loc(f, s.span), "in an unrolled loop")
+                            .with_help("use `range(…)` for a loop that can exit early");
+                        self.emit(f, d);
+                    }
+                    Some(LoopKind::Runtime) => {}
+                }
+                f.terminated = true;
+            }
+            StmtKind::Pass => {}
+            StmtKind::Return(value) => {
+                let v = value.as_ref().map(|e| (self.expr(f, e), e.span));
+                if f.is_kernel {
+                    if let Some((_, span)) = v {
+                        let d = Diagnostic::new(Code::E0206, "a kernel cannot return a value", self.loc(f, span), "returned here")
+                            .with_help("write results to memory with `tl.store`");
+                        self.emit(f, d);
+                    }
+                } else if f.func.is_some() {
+                    f.ret = Some(v.map_or_else(Val::none, |(v, _)| v));
+                }
+                f.terminated = true;
+            }
+            StmtKind::Def(def) => {
+                self.error(f, Code::E0107, "functions cannot be defined inside functions", def.name.span, "nested `def`");
+            }
+            StmtKind::FromImport { .. } | StmtKind::Import { .. } => {
+                self.error(f, Code::E0107, "imports belong at module level", s.span, "import inside a function");
+            }
+            StmtKind::UnexpectedIndent(body) => self.block(f, body),
+            StmtKind::Error => {}
+        }
+    }
+
+    /// `true` when `target` may be assigned (it is not a constexpr).
+    fn check_not_constexpr(&mut self, f: &Frame, target: &ast::Ident) -> bool {
+        if let Some(var) = f.vars.get(&target.name) {
+            if var.constexpr {
+                let d = Diagnostic::new(
+                    Code::E0402,
+                    format!("cannot assign to constexpr `{}`", target.name),
+                    self.loc(f, target.span),
+                    "assignment to a constexpr",
+                )
+                .with_secondary(self.loc(f, var.def), "declared constexpr here")
+                .with_help(format!("use a new name, e.g. `{}_val = …`", target.name.to_lowercase()));
+                self.emit(f, d);
+                return false;
+            }
+        } else if self.module_const_span(f.module, &target.name).is_some() {
+            let def = self.module_const_span(f.module, &target.name).unwrap_or_default();
+            let d = Diagnostic::new(
+                Code::E0402,
+                format!("cannot assign to module constant `{}`", target.name),
+                self.loc(f, target.span),
+                "assignment to a constexpr",
+            )
+            .with_secondary(self.loc(f, def), "defined here")
+            .with_help("use a new local name");
+            self.emit(f, d);
+            return false;
+        }
+        true
+    }
+
+    pub fn assign(&mut self, f: &mut Frame, target: &Target, v: Val, value_span: Span) {
+        match target {
+            Target::Name(id) => {
+                if id.name == "_" {
+                    return;
+                }
+                if !self.check_not_constexpr(f, id) {
+                    return;
+                }
+                // A block result keeps being a value of its own; constants
+                // stay constants (Python semantics for constexpr folding).
+                f.vars.insert(id.name.clone(), Var { val: v, def: id.span, constexpr: false, state: VarState::Defined });
+            }
+            Target::Tuple(items, span) => {
+                let parts: Option<Vec<Val>> = match (&v.ty, &v.konst) {
+                    (_, Some(Konst::Tuple(ks))) => Some(ks.iter().cloned().map(Val::konst).collect()),
+                    (Ty::Tuple(ts), _) => Some(ts.iter().cloned().map(Val::runtime).collect()),
+                    (Ty::Unknown, _) => None,
+                    _ => {
+                        self.error(f, Code::E0313, format!("cannot unpack a value of type {} into {} names", v.ty, items.len()), value_span, "not a tuple");
+                        None
+                    }
+                };
+                match parts {
+                    Some(parts) if parts.len() != items.len() => {
+                        let d = Diagnostic::new(
+                            Code::E0313,
+                            format!("expected {} values to unpack, found {}", items.len(), parts.len()),
+                            self.loc(f, value_span),
+                            format!("gives {} values", parts.len()),
+                        )
+                        .with_secondary(self.loc(f, *span), format!("{} names", items.len()));
+                        self.emit(f, d);
+                        for t in items {
+                            self.assign(f, t, Val::unknown(), value_span);
+                        }
+                    }
+                    Some(parts) => {
+                        for (t, p) in items.iter().zip(parts) {
+                            self.assign(f, t, p, value_span);
+                        }
+                    }
+                    None => {
+                        for t in items {
+                            self.assign(f, t, Val::unknown(), value_span);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn convert_to_declared(&mut self, f: &Frame, v: Val, ty: &Ty, span: Span) -> Val {
+        if v.ty.is_unknown() || ty.is_unknown() || v.ty.compatible(ty) {
+            return Val { ty: ty.clone(), ..v };
+        }
+        if v.is_weak() && matches!(ty, Ty::Scalar(Elem::Num(_))) {
+            return Val::runtime(ty.clone());
+        }
+        self.error(f, Code::E0300, format!("expected {ty}, found {}", v.ty), span, format!("this is {}", v.ty));
+        Val::runtime(ty.clone())
+    }
+
+    /// Evaluates a scalar condition; `Some(b)` when known at compile time.
+    pub fn condition(&mut self, f: &mut Frame, cond: &Expr, what: &str) -> Option<bool> {
+        let v = self.expr(f, cond);
+        if let Some(k) = &v.konst {
+            return super::consteval::truthy(k);
+        }
+        match &v.ty {
+            Ty::Block(_, shape) => {
+                let d = Diagnostic::new(
+                    Code::E0304,
+                    format!("the condition of `{what}` must be a scalar, found {}", v.ty),
+                    self.loc(f, cond.span),
+                    format!("a block of shape {}", super::types::shape_string(shape)),
+                )
+                .with_help("reduce it first (`tl.sum(…) > 0`, `tl.max(…)`), or select per element with `tl.where`");
+                self.emit(f, d);
+            }
+            Ty::Scalar(Elem::Ptr(_)) | Ty::Future(..) | Ty::Tuple(_) => {
+                self.error(f, Code::E0304, format!("the condition of `{what}` must be a number or bool, found {}", v.ty), cond.span, "not a condition");
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn if_chain(&mut self, f: &mut Frame, branches: &[(Expr, Vec<Stmt>)], orelse: Option<&[Stmt]>) {
+        let Some(((cond, body), rest)) = branches.split_first() else {
+            if let Some(b) = orelse {
+                self.block(f, b);
+            }
+            return;
+        };
+        match self.condition(f, cond, "if") {
+            Some(true) => self.block(f, body),
+            Some(false) => self.if_chain(f, rest, orelse),
+            None => {
+                let before = f.vars.clone();
+                let was_terminated = f.terminated;
+                self.block(f, body);
+                let then_vars = std::mem::replace(&mut f.vars, before.clone());
+                let then_term = f.terminated;
+                f.terminated = was_terminated;
+                self.if_chain(f, rest, orelse);
+                let else_vars = std::mem::take(&mut f.vars);
+                let else_term = f.terminated;
+                f.terminated = was_terminated || (then_term && else_term);
+                f.vars = match (then_term, else_term) {
+                    (true, false) => else_vars,
+                    (false, true) => then_vars,
+                    _ => self.merge(f, &before, then_vars, else_vars),
+                };
+            }
+        }
+    }
+
+    /// Joins the variables of two paths (the branches of an `if`).
+    fn merge(&mut self, f: &Frame, before: &HashMap<String, Var>, a: HashMap<String, Var>, mut b: HashMap<String, Var>) -> HashMap<String, Var> {
+        let mut out = HashMap::new();
+        let mut names: Vec<String> = a.keys().chain(b.keys()).cloned().collect();
+        names.sort();
+        names.dedup();
+        let mut a = a;
+        for name in names {
+            let merged = match (a.remove(&name), b.remove(&name)) {
+                (Some(x), Some(y)) => self.join_var(f, &name, x, y),
+                (Some(x), None) | (None, Some(x)) => {
+                    if before.contains_key(&name) {
+                        x
+                    } else {
+                        let def = x.def;
+                        Var { state: VarState::MaybeUndefined(def), ..x }
+                    }
+                }
+                (None, None) => continue,
+            };
+            out.insert(name, merged);
+        }
+        out
+    }
+
+    fn join_var(&mut self, f: &Frame, name: &str, x: Var, y: Var) -> Var {
+        let state = match (&x.state, &y.state) {
+            (VarState::MaybeUndefined(s), _) | (_, VarState::MaybeUndefined(s)) => VarState::MaybeUndefined(*s),
+            _ => VarState::Defined,
+        };
+        if x.val == y.val {
+            return Var { state, ..x };
+        }
+        if !x.val.ty.compatible(&y.val.ty) {
+            let d = Diagnostic::new(
+                Code::E0311,
+                format!("`{name}` has type {} on one path and {} on the other", x.val.ty, y.val.ty),
+                self.loc(f, y.def),
+                format!("{} here", y.val.ty),
+            )
+            .with_secondary(self.loc(f, x.def), format!("{} here", x.val.ty))
+            .with_help("give it the same type on every path, e.g. with `.to(…)`");
+            self.emit(f, d);
+            return Var { val: Val::unknown(), state, ..x };
+        }
+        let ty = if x.val.ty.is_unknown() { y.val.ty.clone() } else { x.val.ty.clone() };
+        Var { val: Val::runtime(ty), state, def: y.def, constexpr: false }
+    }
+
+    /// Before a loop body: variables the body assigns become run-time values.
+    fn enter_loop(&mut self, f: &mut Frame, body: &[Stmt]) -> HashMap<String, Var> {
+        let mut assigned = HashSet::new();
+        super::lints::assigned_names(body, &mut assigned);
+        for name in &assigned {
+            if let Some(var) = f.vars.get_mut(name) {
+                if !var.constexpr && var.val.is_const {
+                    var.val = var.val.materialized();
+                }
+            }
+        }
+        f.vars.clone()
+    }
+
+    /// After a loop body: carried variables must keep their types; names
+    /// first assigned inside are possibly undefined after it.
+    fn exit_loop(&mut self, f: &mut Frame, before: HashMap<String, Var>) {
+        let after = std::mem::take(&mut f.vars);
+        let mut out = before.clone();
+        let mut names: Vec<&String> = after.keys().collect();
+        names.sort();
+        for name in names {
+            let var = &after[name];
+            match before.get(name) {
+                Some(old) => {
+                    if !old.val.ty.compatible(&var.val.ty) {
+                        let d = Diagnostic::new(
+                            Code::E0311,
+                            format!("`{name}` changes type inside the loop: {} before, {} after an iteration", old.val.ty, var.val.ty),
+                            self.loc(f, var.def),
+                            format!("this makes it {}", var.val.ty),
+                        )
+                        .with_secondary(self.loc(f, old.def), format!("{} here", old.val.ty))
+                        .with_help(loop_type_help(&old.val.ty, &var.val.ty));
+                        self.emit(f, d);
+                    } else if let VarState::MaybeUndefined(s) = var.state {
+                        if let Some(o) = out.get_mut(name) {
+                            o.state = VarState::MaybeUndefined(s);
+                        }
+                    }
+                }
+                None => {
+                    out.insert(name.clone(), Var { state: VarState::MaybeUndefined(var.def), ..var.clone() });
+                }
+            }
+        }
+        f.vars = out;
+    }
+
+    fn for_loop(&mut self, f: &mut Frame, var: &ast::Ident, iter: &Expr, body: &[Stmt]) {
+        let ExprKind::Call { func, args } = &iter.kind else {
+            self.not_a_range(f, iter);
+            return;
+        };
+        let is_static = func.as_dotted_pair() == Some(("tl", "static_range"))
+            || func.as_dotted_pair() == Some(("triton", "static_range"));
+        let is_range = matches!(&func.kind, ExprKind::Name(n) if n == "range") && !f.vars.contains_key("range");
+        if !is_static && !is_range {
+            self.not_a_range(f, iter);
+            return;
+        }
+        let argvals = self.arg_vals(f, args);
+        let builtin = if is_static { super::builtins::Builtin::StaticRange } else { super::builtins::Builtin::PyRange };
+        let sig = builtin.signature();
+        let names: Vec<(&str, bool)> = sig.params.iter().map(|p| (p.name, p.default == super::builtins::ArgDefault::Required)).collect();
+        let Some(bound) = self.bind_args(f, &format!("`{}`", builtin.qualified()), &names, None, argvals, iter.span) else {
+            return;
+        };
+        let present: Vec<super::expr::ArgVal> = bound.fixed.into_iter().flatten().collect();
+        if is_static {
+            let mut consts = Vec::new();
+            for a in &present {
+                match a.val.konst.as_ref().and_then(Konst::as_int) {
+                    Some(v) if !matches!(a.val.konst, Some(Konst::Bool(_))) => consts.push(Some(v)),
+                    _ if a.val.ty.is_unknown() => consts.push(None),
+                    _ => {
+                        let d = Diagnostic::new(Code::E0209, "`tl.static_range` bounds must be compile-time integers", self.loc(f, a.span), format!("{} known only at run time", a.val.ty))
+                            .with_help("use `range(…)` for a run-time loop");
+                        self.emit(f, d);
+                        consts.push(None);
+                    }
+                }
+            }
+            let (start, stop, step) = match consts.as_slice() {
+                [stop] => (Some(0), *stop, Some(1)),
+                [start, stop] => (*start, *stop, Some(1)),
+                [start, stop, step] => (*start, *stop, *step),
+                _ => (None, None, None),
+            };
+            if step == Some(0) {
+                self.error(f, Code::E0317, "`tl.static_range` step cannot be zero", iter.span, "zero step");
+                return;
+            }
+            let iters: Option<Vec<i64>> = match (start, stop, step) {
+                (Some(a), Some(b), Some(s)) => {
+                    let n = if s > 0 { (b - a + s - 1).max(0) / s } else { (a - b - s - 1).max(0) / (-s) };
+                    (n <= MAX_UNROLL_CHECK).then(|| (0..n).map(|i| a + i * s).collect())
+                }
+                _ => None,
+            };
+            f.loops.push(LoopKind::Static);
+            match iters {
+                Some(values) => {
+                    for v in values {
+                        f.vars.insert(var.name.clone(), Var { val: Val::konst(Konst::Int(v)), def: var.span, constexpr: false, state: VarState::Defined });
+                        self.block(f, body);
+                        f.terminated = false;
+                    }
+                }
+                None => {
+                    let before = self.enter_loop(f, body);
+                    f.vars.insert(var.name.clone(), Var { val: Val { ty: Ty::num(DType::I32), konst: None, is_const: true }, def: var.span, constexpr: false, state: VarState::Defined });
+                    self.block(f, body);
+                    f.terminated = false;
+                    self.exit_loop(f, before);
+                }
+            }
+            f.loops.pop();
+            return;
+        }
+        // A run-time `range`: integer scalars; the loop variable takes their
+        // promoted type (i32 for constants).
+        let mut dtype = DType::I32;
+        let mut any_strong = false;
+        for a in &present {
+            match a.val.ty.dtype() {
+                Some(d) if d.is_int() && !a.val.ty.is_block() => {
+                    if !a.val.is_weak() {
+                        dtype = if any_strong { super::types::promote(dtype, false, d, false, false) } else { d };
+                        any_strong = true;
+                    }
+                }
+                _ if a.val.ty.is_unknown() => {}
+                _ => {
+                    self.error(f, Code::E0320, format!("`range` arguments must be integer scalars, found {}", a.val.ty), a.span, "not an integer scalar");
+                }
+            }
+            if a.val.konst == Some(Konst::Int(0)) && present.len() == 3 && std::ptr::eq(a, &present[2]) {
+                self.error(f, Code::E0317, "`range` step cannot be zero", a.span, "zero step");
+            }
+        }
+        let before = self.enter_loop(f, body);
+        f.loops.push(LoopKind::Runtime);
+        f.vars.insert(var.name.clone(), Var { val: Val::runtime(Ty::num(dtype)), def: var.span, constexpr: false, state: VarState::Defined });
+        self.block(f, body);
+        f.terminated = false;
+        f.loops.pop();
+        self.exit_loop(f, before);
+    }
+
+    fn not_a_range(&mut self, f: &mut Frame, iter: &Expr) {
+        self.expr(f, iter);
+        let d = Diagnostic::new(Code::E0324, "a `for` loop must iterate over `range(…)` or `tl.static_range(…)`", self.loc(f, iter.span), "not a range")
+            .with_help("write `for i in range(start, stop, step):`");
+        self.emit(f, d);
+    }
+
+    fn while_loop(&mut self, f: &mut Frame, cond: &Expr, body: &[Stmt]) {
+        let before = self.enter_loop(f, body);
+        if self.condition(f, cond, "while") == Some(false) {
+            f.vars = before;
+            return;
+        }
+        f.loops.push(LoopKind::Runtime);
+        self.block(f, body);
+        f.terminated = false;
+        f.loops.pop();
+        self.exit_loop(f, before);
+    }
+}
+
+fn loop_type_help(before: &Ty, after: &Ty) -> String {
+    match (before, after) {
+        (Ty::Scalar(_), Ty::Block(_, shape)) => format!(
+            "initialize it as a block before the loop, e.g. `tl.zeros({}, dtype=…)`",
+            super::types::shape_string(shape).replace('[', "(").replace(']', ")")
+        ),
+        (_, t) if t.dtype().is_some() => format!("initialize it with the loop's type before the loop (`….to({})`)", t.dtype().map_or("…".into(), |d| d.to_string())),
+        _ => "keep the same type and shape on every iteration".into(),
+    }
+}
+
+/// A parameter or declaration annotation.
+#[derive(Clone, Debug)]
+pub(super) enum Annot {
+    Constexpr,
+    Type(Ty),
+    /// `ptr[T]` where `T` is evaluated later (it may name a constexpr).
+    PtrOf(Expr),
+    Unknown,
+}
+
+impl Checker {
+    /// Interprets an annotation expression.
+    pub fn annotation(&mut self, f: &mut Frame, a: &Expr) -> Annot {
+        match &a.kind {
+            ExprKind::Name(n) if n == "constexpr" => return Annot::Constexpr,
+            ExprKind::Name(n) if n == "int" => return Annot::Type(Ty::num(DType::I32)),
+            ExprKind::Name(n) if n == "float" => return Annot::Type(Ty::num(DType::F32)),
+            ExprKind::Subscript { value, indices } if matches!(&value.kind, ExprKind::Name(n) if n == "ptr") => {
+                if let [ast::Index::Expr(inner)] = indices.as_slice() {
+                    return Annot::PtrOf(inner.clone());
+                }
+                self.error(f, Code::E0208, "`ptr` takes one element type: `ptr[f16]`", a.span, "invalid pointer type");
+                return Annot::Unknown;
+            }
+            _ => {}
+        }
+        if let Some(("tl" | "triton", "constexpr")) = a.as_dotted_pair() {
+            return Annot::Constexpr;
+        }
+        if let Some(d) = self.dtype_expr_quiet(f, a) {
+            return Annot::Type(Ty::num(d));
+        }
+        let d = Diagnostic::new(Code::E0208, format!("`{}` is not a type", self.sources.snippet(self.modules[f.module.0 as usize].file, a.span)), self.loc(f, a.span), "expected a type")
+            .with_help("annotate with a dtype (`i32`, `f32`, …), `ptr[f16]`, or `constexpr`");
+        self.emit(f, d);
+        Annot::Unknown
+    }
+
+    fn dtype_expr_quiet(&mut self, f: &mut Frame, e: &Expr) -> Option<DType> {
+        match &e.kind {
+            ExprKind::Name(n) if n == "bool" => Some(DType::Bool),
+            ExprKind::Name(n) if !f.vars.contains_key(n) => DType::from_name(n).filter(|d| d.name() == n.as_str()),
+            ExprKind::Attribute { .. } => match e.as_dotted_pair() {
+                Some(("tl", n)) => DType::from_name(n),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Evaluates an expression that must be a dtype (`T`, `f16`, `tl.float32`).
+    pub fn dtype_expr(&mut self, f: &mut Frame, e: &Expr) -> Option<DType> {
+        if let Some(d) = self.dtype_expr_quiet(f, e) {
+            return Some(d);
+        }
+        let v = self.expr(f, e);
+        match v.konst {
+            Some(Konst::DType(d)) => Some(d),
+            _ if v.ty.is_unknown() => None,
+            _ => {
+                self.error(f, Code::E0319, format!("expected a dtype, found {}", v.ty), e.span, "not a dtype");
+                None
+            }
+        }
+    }
+}
+
+/// Diagnostics about definitions that are collected with the module.
+pub(super) fn duplicate(first: Loc, second: Loc, what: &str, name: &str) -> Diagnostic {
+    Diagnostic::new(Code::E0104, format!("the name `{name}` is defined more than once"), second, format!("{what} redefined here"))
+        .with_secondary(first, "first defined here")
+}
+
+pub(super) type FuncDef = Rc<ast::FunctionDef>;
