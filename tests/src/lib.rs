@@ -1,1 +1,102 @@
-//! Shared test helpers.
+//! Shared helpers for the golden tests: locating the repository, checking
+//! a file the way `tlc check` does, and comparing against (or, with
+//! `BLESS=1`, rewriting) expected output files.
+
+use kernbench_compiler::diag::{render_human, render_summary, ColorMode};
+use kernbench_compiler::sema::{self, Konst};
+use std::path::{Path, PathBuf};
+
+/// The repository root (the parent of this crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+pub fn blessing() -> bool {
+    std::env::var_os("BLESS").is_some_and(|v| v != "0")
+}
+
+/// `# tlc-flags: -D A=1 -D B=f16` on a file's first line.
+pub fn flags_of(source: &str) -> Vec<(String, Konst)> {
+    let Some(rest) = source.lines().next().and_then(|l| l.strip_prefix("# tlc-flags:")) else {
+        return Vec::new();
+    };
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        let def = if words[i] == "-D" {
+            i += 1;
+            words.get(i).copied()
+        } else {
+            words[i].strip_prefix("-D")
+        };
+        if let Some((name, value)) = def.and_then(|d| d.split_once('=')) {
+            out.push((name.to_string(), Konst::parse_define(value)));
+        }
+        i += 1;
+    }
+    out
+}
+
+/// What `tlc check --color never FILE` prints to stderr, for a file given
+/// by its path relative to the repository root. Must run with the
+/// repository root as the current folder (see [`enter_repo_root`]).
+pub fn check_output(rel: &Path) -> String {
+    let source = std::fs::read_to_string(rel).unwrap_or_else(|e| panic!("reading {}: {e}", rel.display()));
+    let options = sema::Options {
+        defines: flags_of(&source).into_iter().collect(),
+        stdlib_root: Some(PathBuf::from("stdlib")),
+    };
+    let mut session = sema::Session::new(options);
+    session.add_file(&rel.display().to_string(), Some(rel.to_path_buf()), source);
+    let out = session.finish();
+    format!(
+        "{}{}",
+        render_human(&out.diagnostics, &out.sources, ColorMode::Never),
+        render_summary(&out.diagnostics)
+    )
+}
+
+/// Makes relative paths in diagnostics start at the repository root.
+pub fn enter_repo_root() {
+    std::env::set_current_dir(repo_root()).expect("cannot enter the repository root");
+}
+
+/// Compares `actual` with the file at `expected_path`, or rewrites it when
+/// blessing. Returns a readable diff on mismatch.
+pub fn compare_or_bless(expected_path: &Path, actual: &str) -> Result<(), String> {
+    if blessing() {
+        if actual.is_empty() {
+            let _ = std::fs::remove_file(expected_path);
+        } else {
+            std::fs::write(expected_path, actual).map_err(|e| format!("writing {}: {e}", expected_path.display()))?;
+        }
+        return Ok(());
+    }
+    let expected = std::fs::read_to_string(expected_path).unwrap_or_default();
+    if expected == actual {
+        return Ok(());
+    }
+    let diff = similar::TextDiff::from_lines(expected.as_str(), actual);
+    let mut text = format!("--- {} (expected)\n+++ actual\n", expected_path.display());
+    for hunk in diff.unified_diff().context_radius(2).iter_hunks() {
+        text.push_str(&hunk.to_string());
+    }
+    Err(text)
+}
+
+/// Every file with extension `ext` directly in `dir`, sorted.
+pub fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == ext))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}

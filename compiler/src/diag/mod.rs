@@ -45,10 +45,17 @@ impl Diagnostic {
     /// An error (or, for `W…` codes, a warning) with its primary label.
     pub fn new(code: Code, message: impl Into<String>, loc: Loc, label: impl Into<String>) -> Self {
         Diagnostic {
-            severity: if code.is_warning() { Severity::Warning } else { Severity::Error },
+            severity: if code.is_warning() {
+                Severity::Warning
+            } else {
+                Severity::Error
+            },
             code,
             message: message.into(),
-            primary: Label { loc, message: label.into() },
+            primary: Label {
+                loc,
+                message: label.into(),
+            },
             secondary: Vec::new(),
             notes: Vec::new(),
             help: None,
@@ -56,7 +63,10 @@ impl Diagnostic {
     }
 
     pub fn with_secondary(mut self, loc: Loc, message: impl Into<String>) -> Self {
-        self.secondary.push(Label { loc, message: message.into() });
+        self.secondary.push(Label {
+            loc,
+            message: message.into(),
+        });
         self
     }
 
@@ -119,7 +129,8 @@ impl Diagnostics {
     /// The diagnostics in source order (file, then position), the order a
     /// reader fixes them in.
     pub fn into_sorted(mut self) -> Vec<Diagnostic> {
-        self.list.sort_by_key(|d| (d.primary.loc.file, d.primary.loc.span.lo, d.primary.loc.span.hi));
+        self.list
+            .sort_by_key(|d| (d.primary.loc.file, d.primary.loc.span.lo, d.primary.loc.span.hi));
         self.list
     }
 

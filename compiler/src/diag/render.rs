@@ -18,11 +18,13 @@ fn to_codespan(d: &Diagnostic) -> cs::Diagnostic<crate::span::FileId> {
         Severity::Error => cs::Severity::Error,
         Severity::Warning => cs::Severity::Warning,
     };
-    let mut labels = vec![cs::Label::primary(d.primary.loc.file, d.primary.loc.span.range())
-        .with_message(&d.primary.message)];
-    labels.extend(d.secondary.iter().map(|l| {
-        cs::Label::secondary(l.loc.file, l.loc.span.range()).with_message(&l.message)
-    }));
+    let mut labels =
+        vec![cs::Label::primary(d.primary.loc.file, d.primary.loc.span.range()).with_message(&d.primary.message)];
+    labels.extend(
+        d.secondary
+            .iter()
+            .map(|l| cs::Label::secondary(l.loc.file, l.loc.span.range()).with_message(&l.message)),
+    );
     let mut notes: Vec<String> = d.notes.iter().map(|n| format!("note: {n}")).collect();
     if let Some(help) = &d.help {
         notes.push(format!("help: {help}"));
@@ -45,7 +47,11 @@ pub fn render_summary(diags: &[Diagnostic]) -> String {
         (0, 0) => String::new(),
         (0, w) => format!("warning: {} emitted\n", plural(w, "warning")),
         (e, 0) => format!("error: aborting due to {}\n", plural(e, "previous error")),
-        (e, w) => format!("error: aborting due to {}; {} emitted\n", plural(e, "previous error"), plural(w, "warning")),
+        (e, w) => format!(
+            "error: aborting due to {}; {} emitted\n",
+            plural(e, "previous error"),
+            plural(w, "warning")
+        ),
     }
 }
 
@@ -61,7 +67,13 @@ pub fn render_human(diags: &[Diagnostic], sources: &SourceMap, color: ColorMode)
         // here would be a front-end bug, so fall back to a plain line.
         if term::emit(&mut buffer, &config, sources, &to_codespan(d)).is_err() {
             use std::io::Write;
-            let _ = writeln!(buffer, "{}[{}]: {}", severity_word(d.severity), d.code.as_str(), d.message);
+            let _ = writeln!(
+                buffer,
+                "{}[{}]: {}",
+                severity_word(d.severity),
+                d.code.as_str(),
+                d.message
+            );
         }
     }
     String::from_utf8_lossy(buffer.as_slice()).into_owned()

@@ -22,7 +22,10 @@ pub struct Param {
 }
 
 const fn req(name: &'static str) -> Param {
-    Param { name, default: ArgDefault::Required }
+    Param {
+        name,
+        default: ArgDefault::Required,
+    }
 }
 const fn opt(name: &'static str, default: ArgDefault) -> Param {
     Param { name, default }
@@ -207,7 +210,9 @@ pub fn tl_constant(name: &str) -> Option<super::types::Konst> {
 pub fn tl_names() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = Builtin::ALL.iter().filter(|b| b.in_tl()).map(|b| b.name()).collect();
     names.extend(["NEXT", "PREV", "NORTH", "SOUTH", "EAST", "WEST", "constexpr"]);
-    names.extend(["float16", "bfloat16", "float32", "int8", "int32", "int64", "uint8", "uint32", "int1"]);
+    names.extend([
+        "float16", "bfloat16", "float32", "int8", "int32", "int64", "uint8", "uint32", "int1",
+    ]);
     names.extend(DType::ALL.iter().map(|d| d.name()));
     names
 }

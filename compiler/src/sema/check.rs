@@ -25,20 +25,36 @@ pub struct Val {
 
 impl Val {
     pub fn unknown() -> Val {
-        Val { ty: Ty::Unknown, konst: None, is_const: false }
+        Val {
+            ty: Ty::Unknown,
+            konst: None,
+            is_const: false,
+        }
     }
 
     /// A constexpr whose value is not bound (no default, no `-D`).
     pub fn unbound_const() -> Val {
-        Val { ty: Ty::Unknown, konst: None, is_const: true }
+        Val {
+            ty: Ty::Unknown,
+            konst: None,
+            is_const: true,
+        }
     }
 
     pub fn runtime(ty: Ty) -> Val {
-        Val { ty, konst: None, is_const: false }
+        Val {
+            ty,
+            konst: None,
+            is_const: false,
+        }
     }
 
     pub fn konst(k: Konst) -> Val {
-        Val { ty: k.ty(), konst: Some(k), is_const: true }
+        Val {
+            ty: k.ty(),
+            konst: Some(k),
+            is_const: true,
+        }
     }
 
     pub fn none() -> Val {
@@ -172,7 +188,11 @@ impl Checker {
         }
         for (name, _) in self.options.defines.clone() {
             if !self.used_defines.contains(&name) && !self.kernels.is_empty() {
-                let names: Vec<String> = self.kernels.iter().flat_map(|k| k.constexprs.iter().map(|(n, _)| n.clone())).collect();
+                let names: Vec<String> = self
+                    .kernels
+                    .iter()
+                    .flat_map(|k| k.constexprs.iter().map(|(n, _)| n.clone()))
+                    .collect();
                 let help = super::suggest::nearest(&name, names.iter().map(|s| s.as_str()));
                 let first = self.roots.first().map(|m| self.modules[m.0 as usize].file);
                 if let Some(file) = first {
@@ -189,7 +209,11 @@ impl Checker {
                 }
             }
         }
-        CheckOutput { sources: self.sources, diagnostics: super::sorted(self.diags), kernels: self.kernels }
+        CheckOutput {
+            sources: self.sources,
+            diagnostics: super::sorted(self.diags),
+            kernels: self.kernels,
+        }
     }
 
     /// Checks every kernel and helper defined in module `m`.
@@ -238,7 +262,13 @@ impl Checker {
             } else if let Some(default) = &p.default {
                 let v = self.expr(&mut f, default);
                 if !v.is_const && !v.ty.is_unknown() {
-                    self.error(&f, Code::E0209, "a constexpr default must be a compile-time constant", default.span, "not a constant");
+                    self.error(
+                        &f,
+                        Code::E0209,
+                        "a constexpr default must be a compile-time constant",
+                        default.span,
+                        "not a constant",
+                    );
                 }
                 Some(v).filter(|v| v.konst.is_some())
             } else {
@@ -262,7 +292,10 @@ impl Checker {
                 self.error(
                     &f,
                     Code::E0208,
-                    format!("only constexpr parameters can have defaults; `{}` is a run-time argument", p.name.name),
+                    format!(
+                        "only constexpr parameters can have defaults; `{}` is a run-time argument",
+                        p.name.name
+                    ),
                     p.span,
                     "default on a run-time parameter",
                 );
@@ -270,12 +303,22 @@ impl Checker {
             self.bind_param(&mut f, p, val, false);
         }
         if let Some(r) = &def.returns {
-            self.error(&f, Code::E0206, "a kernel cannot return a value", r.span, "return annotation on a kernel")
+            self.error(
+                &f,
+                Code::E0206,
+                "a kernel cannot return a value",
+                r.span,
+                "return annotation on a kernel",
+            )
         }
         self.block(&mut f, &def.body);
         let file = self.sources.name(self.modules[func.module.0 as usize].file).to_string();
         if self.roots.contains(&func.module) {
-            self.kernels.push(KernelSummary { name: def.name.name.clone(), file, constexprs });
+            self.kernels.push(KernelSummary {
+                name: def.name.name.clone(),
+                file,
+                constexprs,
+            });
         }
     }
 
@@ -284,7 +327,15 @@ impl Checker {
             // Reported once by the item collector (E0105).
             return;
         }
-        f.vars.insert(p.name.name.clone(), Var { val, def: p.name.span, constexpr, state: VarState::Defined });
+        f.vars.insert(
+            p.name.name.clone(),
+            Var {
+                val,
+                def: p.name.span,
+                constexpr,
+                state: VarState::Defined,
+            },
+        );
     }
 
     /// Checks a helper on its own, with parameter types from annotations
@@ -300,7 +351,10 @@ impl Checker {
                     Annot::Type(ty) => (Val::runtime(ty), false),
                     Annot::PtrOf(e) => {
                         let d = self.dtype_expr(&mut f, &e);
-                        (d.map_or_else(Val::unknown, |d| Val::runtime(Ty::Scalar(Elem::Ptr(d)))), false)
+                        (
+                            d.map_or_else(Val::unknown, |d| Val::runtime(Ty::Scalar(Elem::Ptr(d)))),
+                            false,
+                        )
                     }
                     Annot::Unknown => (Val::unknown(), false),
                 },
@@ -314,7 +368,14 @@ impl Checker {
     }
 
     /// Checks a call of helper `fid` with the given argument values.
-    pub fn call_helper(&mut self, caller: &mut Frame, fid: FuncId, args: Vec<super::expr::ArgVal>, call: Span, callee_span: Span) -> Val {
+    pub fn call_helper(
+        &mut self,
+        caller: &mut Frame,
+        fid: FuncId,
+        args: Vec<super::expr::ArgVal>,
+        call: Span,
+        callee_span: Span,
+    ) -> Val {
         let func = self.funcs[fid.0 as usize].clone();
         let def = func.def.clone();
         if func.kind == FuncKind::Kernel {
@@ -324,7 +385,10 @@ impl Checker {
                 self.loc(caller, callee_span),
                 "called here",
             )
-            .with_secondary(Loc::new(self.modules[func.module.0 as usize].file, def.name.span), "declared `@kernel` here")
+            .with_secondary(
+                Loc::new(self.modules[func.module.0 as usize].file, def.name.span),
+                "declared `@kernel` here",
+            )
             .with_help("remove `@kernel` to make it a helper (helpers are inlined)");
             self.emit(caller, d);
             return Val::unknown();
@@ -340,7 +404,11 @@ impl Checker {
             self.emit(caller, d);
             return Val::unknown();
         }
-        let params: Vec<(&str, bool)> = def.params.iter().map(|p| (p.name.name.as_str(), p.default.is_none())).collect();
+        let params: Vec<(&str, bool)> = def
+            .params
+            .iter()
+            .map(|p| (p.name.name.as_str(), p.default.is_none()))
+            .collect();
         let Some(bound) = self.bind_args(caller, &format!("`{}`", def.name.name), &params, None, args, call) else {
             return Val::unknown();
         };
@@ -353,11 +421,17 @@ impl Checker {
                     if matches!(annot, Some(Annot::Constexpr)) && !a.val.is_const && !a.val.ty.is_unknown() {
                         let d = Diagnostic::new(
                             Code::E0209,
-                            format!("parameter `{}` is a constexpr, but this argument is a run-time value", p.name.name),
+                            format!(
+                                "parameter `{}` is a constexpr, but this argument is a run-time value",
+                                p.name.name
+                            ),
                             self.loc(caller, a.span),
                             format!("{} known only at run time", a.val.ty),
                         )
-                        .with_secondary(Loc::new(self.modules[func.module.0 as usize].file, p.name.span), "declared constexpr here");
+                        .with_secondary(
+                            Loc::new(self.modules[func.module.0 as usize].file, p.name.span),
+                            "declared constexpr here",
+                        );
                         self.emit(caller, d);
                     }
                     a.val
@@ -399,7 +473,12 @@ impl Checker {
                 let v = self.expr(f, value);
                 self.assign(f, target, v, value.span);
             }
-            StmtKind::AugAssign { target, op, op_span, value } => {
+            StmtKind::AugAssign {
+                target,
+                op,
+                op_span,
+                value,
+            } => {
                 let cur = self.name(f, &target.name, target.span);
                 let rhs = self.expr(f, value);
                 let lhs_expr = Expr::new(ExprKind::Name(target.name.clone()), target.span);
@@ -407,7 +486,11 @@ impl Checker {
                 let v = self.binary(f, *op, *op_span, (&lhs_expr, cur), (value, rhs), s.span);
                 self.assign(f, &Target::Name(target.clone()), v, s.span);
             }
-            StmtKind::AnnAssign { target, annotation, value } => {
+            StmtKind::AnnAssign {
+                target,
+                annotation,
+                value,
+            } => {
                 let annot = self.annotation(f, annotation);
                 let Some(value) = value else {
                     self.error(f, Code::E0107, "a declaration needs a value", s.span, "no `= value`");
@@ -417,10 +500,27 @@ impl Checker {
                 match annot {
                     Annot::Constexpr => {
                         if !v.is_const && !v.ty.is_unknown() {
-                            self.error(f, Code::E0209, format!("`{}` is declared constexpr but its value is known only at run time", target.name), value.span, "not a constant");
+                            self.error(
+                                f,
+                                Code::E0209,
+                                format!(
+                                    "`{}` is declared constexpr but its value is known only at run time",
+                                    target.name
+                                ),
+                                value.span,
+                                "not a constant",
+                            );
                         }
                         if self.check_not_constexpr(f, target) {
-                            f.vars.insert(target.name.clone(), Var { val: v, def: target.span, constexpr: true, state: VarState::Defined });
+                            f.vars.insert(
+                                target.name.clone(),
+                                Var {
+                                    val: v,
+                                    def: target.span,
+                                    constexpr: true,
+                                    state: VarState::Defined,
+                                },
+                            );
                         }
                     }
                     Annot::Type(ty) => {
@@ -439,11 +539,22 @@ impl Checker {
                 match f.loops.last() {
                     None => {
                         let code = if is_break { Code::E0400 } else { Code::E0401 };
-                        self.error(f, code, format!("`{word}` outside of a loop"), s.span, format!("cannot `{word}` here"));
+                        self.error(
+                            f,
+                            code,
+                            format!("`{word}` outside of a loop"),
+                            s.span,
+                            format!("cannot `{word}` here"),
+                        );
                     }
                     Some(LoopKind::Static) => {
-                        let d = Diagnostic::new(Code::E0404, format!("`{word}` inside `tl.static_range`"), self.loc(f, s.span), "in an unrolled loop")
-                            .with_help("use `range(…)` for a loop that can exit early");
+                        let d = Diagnostic::new(
+                            Code::E0404,
+                            format!("`{word}` inside `tl.static_range`"),
+                            self.loc(f, s.span),
+                            "in an unrolled loop",
+                        )
+                        .with_help("use `range(…)` for a loop that can exit early");
                         self.emit(f, d);
                     }
                     Some(LoopKind::Runtime) => {}
@@ -455,8 +566,13 @@ impl Checker {
                 let v = value.as_ref().map(|e| (self.expr(f, e), e.span));
                 if f.is_kernel {
                     if let Some((_, span)) = v {
-                        let d = Diagnostic::new(Code::E0206, "a kernel cannot return a value", self.loc(f, span), "returned here")
-                            .with_help("write results to memory with `tl.store`");
+                        let d = Diagnostic::new(
+                            Code::E0206,
+                            "a kernel cannot return a value",
+                            self.loc(f, span),
+                            "returned here",
+                        )
+                        .with_help("write results to memory with `tl.store`");
                         self.emit(f, d);
                     }
                 } else if f.func.is_some() {
@@ -465,10 +581,22 @@ impl Checker {
                 f.terminated = true;
             }
             StmtKind::Def(def) => {
-                self.error(f, Code::E0107, "functions cannot be defined inside functions", def.name.span, "nested `def`");
+                self.error(
+                    f,
+                    Code::E0107,
+                    "functions cannot be defined inside functions",
+                    def.name.span,
+                    "nested `def`",
+                );
             }
             StmtKind::FromImport { .. } | StmtKind::Import { .. } => {
-                self.error(f, Code::E0107, "imports belong at module level", s.span, "import inside a function");
+                self.error(
+                    f,
+                    Code::E0107,
+                    "imports belong at module level",
+                    s.span,
+                    "import inside a function",
+                );
             }
             StmtKind::UnexpectedIndent(body) => self.block(f, body),
             StmtKind::Error => {}
@@ -517,7 +645,15 @@ impl Checker {
                 }
                 // A block result keeps being a value of its own; constants
                 // stay constants (Python semantics for constexpr folding).
-                f.vars.insert(id.name.clone(), Var { val: v, def: id.span, constexpr: false, state: VarState::Defined });
+                f.vars.insert(
+                    id.name.clone(),
+                    Var {
+                        val: v,
+                        def: id.span,
+                        constexpr: false,
+                        state: VarState::Defined,
+                    },
+                );
             }
             Target::Tuple(items, span) => {
                 let parts: Option<Vec<Val>> = match (&v.ty, &v.konst) {
@@ -525,7 +661,13 @@ impl Checker {
                     (Ty::Tuple(ts), _) => Some(ts.iter().cloned().map(Val::runtime).collect()),
                     (Ty::Unknown, _) => None,
                     _ => {
-                        self.error(f, Code::E0313, format!("cannot unpack a value of type {} into {} names", v.ty, items.len()), value_span, "not a tuple");
+                        self.error(
+                            f,
+                            Code::E0313,
+                            format!("cannot unpack a value of type {} into {} names", v.ty, items.len()),
+                            value_span,
+                            "not a tuple",
+                        );
                         None
                     }
                 };
@@ -565,7 +707,13 @@ impl Checker {
         if v.is_weak() && matches!(ty, Ty::Scalar(Elem::Num(_))) {
             return Val::runtime(ty.clone());
         }
-        self.error(f, Code::E0300, format!("expected {ty}, found {}", v.ty), span, format!("this is {}", v.ty));
+        self.error(
+            f,
+            Code::E0300,
+            format!("expected {ty}, found {}", v.ty),
+            span,
+            format!("this is {}", v.ty),
+        );
         Val::runtime(ty.clone())
     }
 
@@ -587,7 +735,13 @@ impl Checker {
                 self.emit(f, d);
             }
             Ty::Scalar(Elem::Ptr(_)) | Ty::Future(..) | Ty::Tuple(_) => {
-                self.error(f, Code::E0304, format!("the condition of `{what}` must be a number or bool, found {}", v.ty), cond.span, "not a condition");
+                self.error(
+                    f,
+                    Code::E0304,
+                    format!("the condition of `{what}` must be a number or bool, found {}", v.ty),
+                    cond.span,
+                    "not a condition",
+                );
             }
             _ => {}
         }
@@ -625,7 +779,13 @@ impl Checker {
     }
 
     /// Joins the variables of two paths (the branches of an `if`).
-    fn merge(&mut self, f: &Frame, before: &HashMap<String, Var>, a: HashMap<String, Var>, mut b: HashMap<String, Var>) -> HashMap<String, Var> {
+    fn merge(
+        &mut self,
+        f: &Frame,
+        before: &HashMap<String, Var>,
+        a: HashMap<String, Var>,
+        mut b: HashMap<String, Var>,
+    ) -> HashMap<String, Var> {
         let mut out = HashMap::new();
         let mut names: Vec<String> = a.keys().chain(b.keys()).cloned().collect();
         names.sort();
@@ -639,7 +799,10 @@ impl Checker {
                         x
                     } else {
                         let def = x.def;
-                        Var { state: VarState::MaybeUndefined(def), ..x }
+                        Var {
+                            state: VarState::MaybeUndefined(def),
+                            ..x
+                        }
                     }
                 }
                 (None, None) => continue,
@@ -660,17 +823,33 @@ impl Checker {
         if !x.val.ty.compatible(&y.val.ty) {
             let d = Diagnostic::new(
                 Code::E0311,
-                format!("`{name}` has type {} on one path and {} on the other", x.val.ty, y.val.ty),
+                format!(
+                    "`{name}` has type {} on one path and {} on the other",
+                    x.val.ty, y.val.ty
+                ),
                 self.loc(f, y.def),
                 format!("{} here", y.val.ty),
             )
             .with_secondary(self.loc(f, x.def), format!("{} here", x.val.ty))
             .with_help("give it the same type on every path, e.g. with `.to(…)`");
             self.emit(f, d);
-            return Var { val: Val::unknown(), state, ..x };
+            return Var {
+                val: Val::unknown(),
+                state,
+                ..x
+            };
         }
-        let ty = if x.val.ty.is_unknown() { y.val.ty.clone() } else { x.val.ty.clone() };
-        Var { val: Val::runtime(ty), state, def: y.def, constexpr: false }
+        let ty = if x.val.ty.is_unknown() {
+            y.val.ty.clone()
+        } else {
+            x.val.ty.clone()
+        };
+        Var {
+            val: Val::runtime(ty),
+            state,
+            def: y.def,
+            constexpr: false,
+        }
     }
 
     /// Before a loop body: variables the body assigns become run-time values.
@@ -701,7 +880,10 @@ impl Checker {
                     if !old.val.ty.compatible(&var.val.ty) {
                         let d = Diagnostic::new(
                             Code::E0311,
-                            format!("`{name}` changes type inside the loop: {} before, {} after an iteration", old.val.ty, var.val.ty),
+                            format!(
+                                "`{name}` changes type inside the loop: {} before, {} after an iteration",
+                                old.val.ty, var.val.ty
+                            ),
                             self.loc(f, var.def),
                             format!("this makes it {}", var.val.ty),
                         )
@@ -715,7 +897,13 @@ impl Checker {
                     }
                 }
                 None => {
-                    out.insert(name.clone(), Var { state: VarState::MaybeUndefined(var.def), ..var.clone() });
+                    out.insert(
+                        name.clone(),
+                        Var {
+                            state: VarState::MaybeUndefined(var.def),
+                            ..var.clone()
+                        },
+                    );
                 }
             }
         }
@@ -735,10 +923,25 @@ impl Checker {
             return;
         }
         let argvals = self.arg_vals(f, args);
-        let builtin = if is_static { super::builtins::Builtin::StaticRange } else { super::builtins::Builtin::PyRange };
+        let builtin = if is_static {
+            super::builtins::Builtin::StaticRange
+        } else {
+            super::builtins::Builtin::PyRange
+        };
         let sig = builtin.signature();
-        let names: Vec<(&str, bool)> = sig.params.iter().map(|p| (p.name, p.default == super::builtins::ArgDefault::Required)).collect();
-        let Some(bound) = self.bind_args(f, &format!("`{}`", builtin.qualified()), &names, None, argvals, iter.span) else {
+        let names: Vec<(&str, bool)> = sig
+            .params
+            .iter()
+            .map(|p| (p.name, p.default == super::builtins::ArgDefault::Required))
+            .collect();
+        let Some(bound) = self.bind_args(
+            f,
+            &format!("`{}`", builtin.qualified()),
+            &names,
+            None,
+            argvals,
+            iter.span,
+        ) else {
             return;
         };
         let present: Vec<super::expr::ArgVal> = bound.fixed.into_iter().flatten().collect();
@@ -749,8 +952,13 @@ impl Checker {
                     Some(v) if !matches!(a.val.konst, Some(Konst::Bool(_))) => consts.push(Some(v)),
                     _ if a.val.ty.is_unknown() => consts.push(None),
                     _ => {
-                        let d = Diagnostic::new(Code::E0209, "`tl.static_range` bounds must be compile-time integers", self.loc(f, a.span), format!("{} known only at run time", a.val.ty))
-                            .with_help("use `range(…)` for a run-time loop");
+                        let d = Diagnostic::new(
+                            Code::E0209,
+                            "`tl.static_range` bounds must be compile-time integers",
+                            self.loc(f, a.span),
+                            format!("{} known only at run time", a.val.ty),
+                        )
+                        .with_help("use `range(…)` for a run-time loop");
                         self.emit(f, d);
                         consts.push(None);
                     }
@@ -763,12 +971,22 @@ impl Checker {
                 _ => (None, None, None),
             };
             if step == Some(0) {
-                self.error(f, Code::E0317, "`tl.static_range` step cannot be zero", iter.span, "zero step");
+                self.error(
+                    f,
+                    Code::E0317,
+                    "`tl.static_range` step cannot be zero",
+                    iter.span,
+                    "zero step",
+                );
                 return;
             }
             let iters: Option<Vec<i64>> = match (start, stop, step) {
                 (Some(a), Some(b), Some(s)) => {
-                    let n = if s > 0 { (b - a + s - 1).max(0) / s } else { (a - b - s - 1).max(0) / (-s) };
+                    let n = if s > 0 {
+                        (b - a + s - 1).max(0) / s
+                    } else {
+                        (a - b - s - 1).max(0) / (-s)
+                    };
                     (n <= MAX_UNROLL_CHECK).then(|| (0..n).map(|i| a + i * s).collect())
                 }
                 _ => None,
@@ -777,14 +995,34 @@ impl Checker {
             match iters {
                 Some(values) => {
                     for v in values {
-                        f.vars.insert(var.name.clone(), Var { val: Val::konst(Konst::Int(v)), def: var.span, constexpr: false, state: VarState::Defined });
+                        f.vars.insert(
+                            var.name.clone(),
+                            Var {
+                                val: Val::konst(Konst::Int(v)),
+                                def: var.span,
+                                constexpr: false,
+                                state: VarState::Defined,
+                            },
+                        );
                         self.block(f, body);
                         f.terminated = false;
                     }
                 }
                 None => {
                     let before = self.enter_loop(f, body);
-                    f.vars.insert(var.name.clone(), Var { val: Val { ty: Ty::num(DType::I32), konst: None, is_const: true }, def: var.span, constexpr: false, state: VarState::Defined });
+                    f.vars.insert(
+                        var.name.clone(),
+                        Var {
+                            val: Val {
+                                ty: Ty::num(DType::I32),
+                                konst: None,
+                                is_const: true,
+                            },
+                            def: var.span,
+                            constexpr: false,
+                            state: VarState::Defined,
+                        },
+                    );
                     self.block(f, body);
                     f.terminated = false;
                     self.exit_loop(f, before);
@@ -801,13 +1039,23 @@ impl Checker {
             match a.val.ty.dtype() {
                 Some(d) if d.is_int() && !a.val.ty.is_block() => {
                     if !a.val.is_weak() {
-                        dtype = if any_strong { super::types::promote(dtype, false, d, false, false) } else { d };
+                        dtype = if any_strong {
+                            super::types::promote(dtype, false, d, false, false)
+                        } else {
+                            d
+                        };
                         any_strong = true;
                     }
                 }
                 _ if a.val.ty.is_unknown() => {}
                 _ => {
-                    self.error(f, Code::E0320, format!("`range` arguments must be integer scalars, found {}", a.val.ty), a.span, "not an integer scalar");
+                    self.error(
+                        f,
+                        Code::E0320,
+                        format!("`range` arguments must be integer scalars, found {}", a.val.ty),
+                        a.span,
+                        "not an integer scalar",
+                    );
                 }
             }
             if a.val.konst == Some(Konst::Int(0)) && present.len() == 3 && std::ptr::eq(a, &present[2]) {
@@ -816,7 +1064,15 @@ impl Checker {
         }
         let before = self.enter_loop(f, body);
         f.loops.push(LoopKind::Runtime);
-        f.vars.insert(var.name.clone(), Var { val: Val::runtime(Ty::num(dtype)), def: var.span, constexpr: false, state: VarState::Defined });
+        f.vars.insert(
+            var.name.clone(),
+            Var {
+                val: Val::runtime(Ty::num(dtype)),
+                def: var.span,
+                constexpr: false,
+                state: VarState::Defined,
+            },
+        );
         self.block(f, body);
         f.terminated = false;
         f.loops.pop();
@@ -825,8 +1081,13 @@ impl Checker {
 
     fn not_a_range(&mut self, f: &mut Frame, iter: &Expr) {
         self.expr(f, iter);
-        let d = Diagnostic::new(Code::E0324, "a `for` loop must iterate over `range(…)` or `tl.static_range(…)`", self.loc(f, iter.span), "not a range")
-            .with_help("write `for i in range(start, stop, step):`");
+        let d = Diagnostic::new(
+            Code::E0324,
+            "a `for` loop must iterate over `range(…)` or `tl.static_range(…)`",
+            self.loc(f, iter.span),
+            "not a range",
+        )
+        .with_help("write `for i in range(start, stop, step):`");
         self.emit(f, d);
     }
 
@@ -850,7 +1111,10 @@ fn loop_type_help(before: &Ty, after: &Ty) -> String {
             "initialize it as a block before the loop, e.g. `tl.zeros({}, dtype=…)`",
             super::types::shape_string(shape).replace('[', "(").replace(']', ")")
         ),
-        (_, t) if t.dtype().is_some() => format!("initialize it with the loop's type before the loop (`….to({})`)", t.dtype().map_or("…".into(), |d| d.to_string())),
+        (_, t) if t.dtype().is_some() => format!(
+            "initialize it with the loop's type before the loop (`….to({})`)",
+            t.dtype().map_or("…".into(), |d| d.to_string())
+        ),
         _ => "keep the same type and shape on every iteration".into(),
     }
 }
@@ -876,7 +1140,13 @@ impl Checker {
                 if let [ast::Index::Expr(inner)] = indices.as_slice() {
                     return Annot::PtrOf(inner.clone());
                 }
-                self.error(f, Code::E0208, "`ptr` takes one element type: `ptr[f16]`", a.span, "invalid pointer type");
+                self.error(
+                    f,
+                    Code::E0208,
+                    "`ptr` takes one element type: `ptr[f16]`",
+                    a.span,
+                    "invalid pointer type",
+                );
                 return Annot::Unknown;
             }
             _ => {}
@@ -887,8 +1157,16 @@ impl Checker {
         if let Some(d) = self.dtype_expr_quiet(f, a) {
             return Annot::Type(Ty::num(d));
         }
-        let d = Diagnostic::new(Code::E0208, format!("`{}` is not a type", self.sources.snippet(self.modules[f.module.0 as usize].file, a.span)), self.loc(f, a.span), "expected a type")
-            .with_help("annotate with a dtype (`i32`, `f32`, …), `ptr[f16]`, or `constexpr`");
+        let d = Diagnostic::new(
+            Code::E0208,
+            format!(
+                "`{}` is not a type",
+                self.sources.snippet(self.modules[f.module.0 as usize].file, a.span)
+            ),
+            self.loc(f, a.span),
+            "expected a type",
+        )
+        .with_help("annotate with a dtype (`i32`, `f32`, …), `ptr[f16]`, or `constexpr`");
         self.emit(f, d);
         Annot::Unknown
     }
@@ -915,7 +1193,13 @@ impl Checker {
             Some(Konst::DType(d)) => Some(d),
             _ if v.ty.is_unknown() => None,
             _ => {
-                self.error(f, Code::E0319, format!("expected a dtype, found {}", v.ty), e.span, "not a dtype");
+                self.error(
+                    f,
+                    Code::E0319,
+                    format!("expected a dtype, found {}", v.ty),
+                    e.span,
+                    "not a dtype",
+                );
                 None
             }
         }
@@ -924,8 +1208,13 @@ impl Checker {
 
 /// Diagnostics about definitions that are collected with the module.
 pub(super) fn duplicate(first: Loc, second: Loc, what: &str, name: &str) -> Diagnostic {
-    Diagnostic::new(Code::E0104, format!("the name `{name}` is defined more than once"), second, format!("{what} redefined here"))
-        .with_secondary(first, "first defined here")
+    Diagnostic::new(
+        Code::E0104,
+        format!("the name `{name}` is defined more than once"),
+        second,
+        format!("{what} redefined here"),
+    )
+    .with_secondary(first, "first defined here")
 }
 
 pub(super) type FuncDef = Rc<ast::FunctionDef>;

@@ -53,7 +53,10 @@ pub fn binary(op: BinOp, a: &Konst, b: &Konst) -> Folded {
                 }
                 BinOp::FloorDiv | BinOp::Mod => {
                     if y == 0 {
-                        return Some(Err(format!("{} by zero", if op == BinOp::Mod { "modulo" } else { "division" })));
+                        return Some(Err(format!(
+                            "{} by zero",
+                            if op == BinOp::Mod { "modulo" } else { "division" }
+                        )));
                     }
                     let (q, r) = (x.checked_div(y), x.checked_rem(y));
                     match (q, r) {
@@ -90,7 +93,9 @@ pub fn binary(op: BinOp, a: &Konst, b: &Konst) -> Folded {
                 BinOp::BitXor => Some(x ^ y),
             };
             match r {
-                Some(v) if both_bool && matches!(op, BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor) => Ok(Konst::Bool(v != 0)),
+                Some(v) if both_bool && matches!(op, BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor) => {
+                    Ok(Konst::Bool(v != 0))
+                }
                 Some(v) => Ok(Konst::Int(v)),
                 None => overflow(op),
             }
@@ -120,7 +125,11 @@ pub fn binary(op: BinOp, a: &Konst, b: &Konst) -> Folded {
                         Err("modulo by zero".into())
                     } else {
                         let r = x % y;
-                        Ok(Konst::Float(if r != 0.0 && ((r < 0.0) != (y < 0.0)) { r + y } else { r }))
+                        Ok(Konst::Float(if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
+                            r + y
+                        } else {
+                            r
+                        }))
                     }
                 }
                 BinOp::Pow => Ok(Konst::Float(x.powf(y))),
@@ -160,7 +169,10 @@ pub fn unary(op: UnOp, a: &Konst) -> Folded {
         (UnOp::Not, k) => Ok(Konst::Bool(!truthy(k)?)),
         (UnOp::Pos, Konst::Int(_) | Konst::Float(_)) => Ok(a.clone()),
         (UnOp::Pos, Konst::Bool(b)) => Ok(Konst::Int(*b as i64)),
-        (UnOp::Neg, Konst::Int(v)) => v.checked_neg().map(Konst::Int).ok_or_else(|| "integer overflow in constant `-`".to_string()),
+        (UnOp::Neg, Konst::Int(v)) => v
+            .checked_neg()
+            .map(Konst::Int)
+            .ok_or_else(|| "integer overflow in constant `-`".to_string()),
         (UnOp::Neg, Konst::Bool(b)) => Ok(Konst::Int(-(*b as i64))),
         (UnOp::Neg, Konst::Float(v)) => Ok(Konst::Float(-v)),
         (UnOp::Invert, Konst::Int(v)) => Ok(Konst::Int(!v)),
@@ -201,8 +213,12 @@ mod tests {
 
     #[test]
     fn overflow_and_zero_division_are_errors() {
-        assert!(binary(BinOp::Mul, &Konst::Int(i64::MAX), &Konst::Int(2)).unwrap().is_err());
-        assert!(binary(BinOp::FloorDiv, &Konst::Int(1), &Konst::Int(0)).unwrap().is_err());
+        assert!(binary(BinOp::Mul, &Konst::Int(i64::MAX), &Konst::Int(2))
+            .unwrap()
+            .is_err());
+        assert!(binary(BinOp::FloorDiv, &Konst::Int(1), &Konst::Int(0))
+            .unwrap()
+            .is_err());
         assert!(binary(BinOp::Shl, &Konst::Int(1), &Konst::Int(64)).unwrap().is_err());
     }
 }

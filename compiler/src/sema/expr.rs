@@ -28,11 +28,20 @@ pub struct Bound {
 }
 
 /// Python built-in names visible everywhere, for suggestions.
-const GLOBAL_NAMES: &[&str] = &["tl", "triton", "range", "float", "int", "min", "max", "len", "bool", "i8", "i32", "i64", "u8", "u32", "f16", "bf16", "f32"];
+const GLOBAL_NAMES: &[&str] = &[
+    "tl", "triton", "range", "float", "int", "min", "max", "len", "bool", "i8", "i32", "i64", "u8", "u32", "f16",
+    "bf16", "f32",
+];
 
 impl Checker {
     pub fn arg_vals(&mut self, f: &mut Frame, args: &[crate::syntax::ast::Arg]) -> Vec<ArgVal> {
-        args.iter().map(|a| ArgVal { keyword: a.keyword.clone(), val: self.expr(f, &a.value), span: a.value.span }).collect()
+        args.iter()
+            .map(|a| ArgVal {
+                keyword: a.keyword.clone(),
+                val: self.expr(f, &a.value),
+                span: a.value.span,
+            })
+            .collect()
     }
 
     pub fn expr(&mut self, f: &mut Frame, e: &Expr) -> Val {
@@ -49,7 +58,11 @@ impl Checker {
                 let konsts: Option<Vec<Konst>> = vals.iter().map(|v| v.konst.clone()).collect();
                 match konsts {
                     Some(ks) => Val::konst(Konst::Tuple(ks)),
-                    None => Val { is_const: vals.iter().all(|v| v.is_const), ty: Ty::Tuple(vals.into_iter().map(|v| v.ty).collect()), konst: None },
+                    None => Val {
+                        is_const: vals.iter().all(|v| v.is_const),
+                        ty: Ty::Tuple(vals.into_iter().map(|v| v.ty).collect()),
+                        konst: None,
+                    },
                 }
             }
             ExprKind::Unary(op, a) => {
@@ -93,9 +106,17 @@ impl Checker {
         if let Some(var) = f.vars.get(name) {
             if let VarState::MaybeUndefined(def) = var.state {
                 let val = var.val.clone();
-                let d = Diagnostic::new(Code::E0312, format!("`{name}` is possibly undefined here"), self.loc(f, span), "used here")
-                    .with_secondary(self.loc(f, def), "assigned only on some paths (a branch, or inside a loop)")
-                    .with_help(format!("assign `{name}` before the `if`/loop so every path defines it"));
+                let d = Diagnostic::new(
+                    Code::E0312,
+                    format!("`{name}` is possibly undefined here"),
+                    self.loc(f, span),
+                    "used here",
+                )
+                .with_secondary(
+                    self.loc(f, def),
+                    "assigned only on some paths (a branch, or inside a loop)",
+                )
+                .with_help(format!("assign `{name}` before the `if`/loop so every path defines it"));
                 self.emit(f, d);
                 if let Some(v) = f.vars.get_mut(name) {
                     v.state = VarState::Defined; // report once
@@ -106,15 +127,35 @@ impl Checker {
         }
         if let Some(item) = self.modules[f.module.0 as usize].names.get(name) {
             return match &item.kind {
-                ItemKind::Func(id) => Val { ty: Ty::Func(*id), konst: None, is_const: true },
+                ItemKind::Func(id) => Val {
+                    ty: Ty::Func(*id),
+                    konst: None,
+                    is_const: true,
+                },
                 ItemKind::Const(Some(k)) => Val::konst(k.clone()),
                 ItemKind::Const(None) | ItemKind::Broken => Val::unknown(),
-                ItemKind::Namespace(ns) => Val { ty: Ty::Namespace(*ns), konst: None, is_const: true },
+                ItemKind::Namespace(ns) => Val {
+                    ty: Ty::Namespace(*ns),
+                    konst: None,
+                    is_const: true,
+                },
             };
         }
         match name {
-            "tl" => return Val { ty: Ty::Namespace(Namespace::Tl), konst: None, is_const: true },
-            "triton" => return Val { ty: Ty::Namespace(Namespace::Triton), konst: None, is_const: true },
+            "tl" => {
+                return Val {
+                    ty: Ty::Namespace(Namespace::Tl),
+                    konst: None,
+                    is_const: true,
+                }
+            }
+            "triton" => {
+                return Val {
+                    ty: Ty::Namespace(Namespace::Triton),
+                    konst: None,
+                    is_const: true,
+                }
+            }
             "bool" => return Val::konst(Konst::DType(DType::Bool)),
             _ => {}
         }
@@ -122,9 +163,18 @@ impl Checker {
             return Val::konst(Konst::DType(d));
         }
         if let Some(b) = Builtin::lookup_py(name) {
-            return Val { ty: Ty::Builtin(b), konst: None, is_const: true };
+            return Val {
+                ty: Ty::Builtin(b),
+                konst: None,
+                is_const: true,
+            };
         }
-        let mut d = Diagnostic::new(Code::E0100, format!("cannot find `{name}` in this scope"), self.loc(f, span), "not found in this scope");
+        let mut d = Diagnostic::new(
+            Code::E0100,
+            format!("cannot find `{name}` in this scope"),
+            self.loc(f, span),
+            "not found in this scope",
+        );
         if Builtin::lookup_tl(name).is_some() || builtins::tl_constant(name).is_some() {
             d = d.with_help(format!("did you mean `tl.{name}`?"));
         } else {
@@ -133,8 +183,13 @@ impl Checker {
             candidates.extend(GLOBAL_NAMES.iter().map(|s| s.to_string()));
             if let Some(h) = super::suggest::nearest(name, candidates.iter().map(String::as_str)) {
                 d = d.with_help(format!("did you mean `{h}`?"));
-            } else if name.chars().all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit()) {
-                d = d.with_help(format!("if `{name}` is a block size, add it to the kernel's parameters: `{name}: constexpr`"));
+            } else if name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c == '_' || c.is_ascii_digit())
+            {
+                d = d.with_help(format!(
+                    "if `{name}` is a block size, add it to the kernel's parameters: `{name}: constexpr`"
+                ));
             }
         }
         self.emit(f, d);
@@ -147,14 +202,28 @@ impl Checker {
             Ty::Unknown => Val::unknown(),
             Ty::Namespace(Namespace::Tl) => {
                 if let Some(b) = Builtin::lookup_tl(name) {
-                    return Val { ty: Ty::Builtin(b), konst: None, is_const: true };
+                    return Val {
+                        ty: Ty::Builtin(b),
+                        konst: None,
+                        is_const: true,
+                    };
                 }
                 if let Some(k) = builtins::tl_constant(name) {
                     return Val::konst(k);
                 }
-                let mut d = Diagnostic::new(Code::E0101, format!("`tl` has no built-in named `{name}`"), self.loc(f, attr.span), "unknown built-in");
+                let mut d = Diagnostic::new(
+                    Code::E0101,
+                    format!("`tl` has no built-in named `{name}`"),
+                    self.loc(f, attr.span),
+                    "unknown built-in",
+                );
                 if name == "constexpr" {
-                    d = Diagnostic::new(Code::E0208, "`tl.constexpr` is an annotation, not a value", self.loc(f, attr.span), "used as a value");
+                    d = Diagnostic::new(
+                        Code::E0208,
+                        "`tl.constexpr` is an annotation, not a value",
+                        self.loc(f, attr.span),
+                        "used as a value",
+                    );
                 } else if let Some(h) = super::suggest::nearest(name, builtins::tl_names()) {
                     d = d.with_help(format!("did you mean `tl.{h}`?"));
                 }
@@ -162,11 +231,24 @@ impl Checker {
                 Val::unknown()
             }
             Ty::Namespace(Namespace::Triton) => match name {
-                "language" => Val { ty: Ty::Namespace(Namespace::Tl), konst: None, is_const: true },
-                "cdiv" => Val { ty: Ty::Builtin(Builtin::Cdiv), konst: None, is_const: true },
+                "language" => Val {
+                    ty: Ty::Namespace(Namespace::Tl),
+                    konst: None,
+                    is_const: true,
+                },
+                "cdiv" => Val {
+                    ty: Ty::Builtin(Builtin::Cdiv),
+                    konst: None,
+                    is_const: true,
+                },
                 _ => {
-                    let d = Diagnostic::new(Code::E0318, format!("`triton.{name}` is not available in tl"), self.loc(f, attr.span), "unknown attribute")
-                        .with_help("the kernel language is under `tl.`; `triton.jit` is accepted as a decorator");
+                    let d = Diagnostic::new(
+                        Code::E0318,
+                        format!("`triton.{name}` is not available in tl"),
+                        self.loc(f, attr.span),
+                        "unknown attribute",
+                    )
+                    .with_help("the kernel language is under `tl.`; `triton.jit` is accepted as a decorator");
                     self.emit(f, d);
                     Val::unknown()
                 }
@@ -175,14 +257,27 @@ impl Checker {
                 let m = *m;
                 match self.modules[m.0 as usize].names.get(name) {
                     Some(item) => match &item.kind {
-                        ItemKind::Func(id) => Val { ty: Ty::Func(*id), konst: None, is_const: true },
+                        ItemKind::Func(id) => Val {
+                            ty: Ty::Func(*id),
+                            konst: None,
+                            is_const: true,
+                        },
                         ItemKind::Const(Some(k)) => Val::konst(k.clone()),
                         ItemKind::Const(None) | ItemKind::Broken => Val::unknown(),
-                        ItemKind::Namespace(ns) => Val { ty: Ty::Namespace(*ns), konst: None, is_const: true },
+                        ItemKind::Namespace(ns) => Val {
+                            ty: Ty::Namespace(*ns),
+                            konst: None,
+                            is_const: true,
+                        },
                     },
                     None => {
                         let candidates: Vec<String> = self.modules[m.0 as usize].names.keys().cloned().collect();
-                        let mut d = Diagnostic::new(Code::E0103, format!("the module has no item named `{name}`"), self.loc(f, attr.span), "not found in module");
+                        let mut d = Diagnostic::new(
+                            Code::E0103,
+                            format!("the module has no item named `{name}`"),
+                            self.loc(f, attr.span),
+                            "not found in module",
+                        );
                         if let Some(h) = super::suggest::nearest(name, candidates.iter().map(String::as_str)) {
                             d = d.with_help(format!("did you mean `{h}`?"));
                         }
@@ -198,10 +293,19 @@ impl Checker {
                     let dims: Option<Vec<Konst>> = shape.iter().map(|d| d.map(|d| Konst::Int(d as i64))).collect();
                     dims.map_or_else(Val::unbound_const, |ds| Val::konst(Konst::Tuple(ds)))
                 }
-                ("to", _) => Val { ty: Ty::ToMethod(Box::new(v.ty.clone())), konst: None, is_const: false },
+                ("to", _) => Val {
+                    ty: Ty::ToMethod(Box::new(v.ty.clone())),
+                    konst: None,
+                    is_const: false,
+                },
                 _ => {
-                    let mut d = Diagnostic::new(Code::E0318, format!("{} has no attribute `{name}`", v.ty), self.loc(f, attr.span), "unknown attribute")
-                        .with_secondary(self.loc(f, value_span), format!("this is {}", v.ty));
+                    let mut d = Diagnostic::new(
+                        Code::E0318,
+                        format!("{} has no attribute `{name}`", v.ty),
+                        self.loc(f, attr.span),
+                        "unknown attribute",
+                    )
+                    .with_secondary(self.loc(f, value_span), format!("this is {}", v.ty));
                     if let Some(h) = super::suggest::nearest(name, ["dtype", "shape", "to"]) {
                         d = d.with_help(format!("did you mean `{h}`?"));
                     }
@@ -210,8 +314,13 @@ impl Checker {
                 }
             },
             _ => {
-                let d = Diagnostic::new(Code::E0318, format!("{} has no attribute `{name}`", v.ty), self.loc(f, attr.span), "unknown attribute")
-                    .with_secondary(self.loc(f, value_span), format!("this is {}", v.ty));
+                let d = Diagnostic::new(
+                    Code::E0318,
+                    format!("{} has no attribute `{name}`", v.ty),
+                    self.loc(f, attr.span),
+                    "unknown attribute",
+                )
+                .with_secondary(self.loc(f, value_span), format!("this is {}", v.ty));
                 self.emit(f, d);
                 Val::unknown()
             }
@@ -223,17 +332,27 @@ impl Checker {
         let argvals = self.arg_vals(f, args);
         match callee.ty {
             Ty::Builtin(b @ (Builtin::PyRange | Builtin::StaticRange)) => {
-                let d = Diagnostic::new(Code::E0324, format!("`{}` can only be the iterable of a `for` loop", b.qualified()), self.loc(f, func.span), "used as a value")
-                    .with_help("write `for i in range(…):`");
+                let d = Diagnostic::new(
+                    Code::E0324,
+                    format!("`{}` can only be the iterable of a `for` loop", b.qualified()),
+                    self.loc(f, func.span),
+                    "used as a value",
+                )
+                .with_help("write `for i in range(…):`");
                 self.emit(f, d);
                 Val::unknown()
             }
             Ty::Builtin(b) => self.builtin_call(f, b, argvals, span, func.span),
             Ty::Func(id) => self.call_helper(f, id, argvals, span, func.span),
-            Ty::ToMethod(src) => self.to_call(f, &src, argvals, span),
+            Ty::ToMethod(src) => self.conversion_call(f, &src, argvals, span),
             Ty::Unknown => Val::unknown(),
             other => {
-                let d = Diagnostic::new(Code::E0204, format!("{other} is not callable"), self.loc(f, func.span), "not a function");
+                let d = Diagnostic::new(
+                    Code::E0204,
+                    format!("{other} is not callable"),
+                    self.loc(f, func.span),
+                    "not a function",
+                );
                 self.emit(f, d);
                 Val::unknown()
             }
@@ -264,11 +383,18 @@ impl Checker {
                     } else {
                         let d = Diagnostic::new(
                             Code::E0200,
-                            format!("{callee} takes {} positional argument{} but more were given", params.len(), if params.len() == 1 { "" } else { "s" }),
+                            format!(
+                                "{callee} takes {} positional argument{} but more were given",
+                                params.len(),
+                                if params.len() == 1 { "" } else { "s" }
+                            ),
                             self.loc(f, a.span),
                             "unexpected argument",
                         )
-                        .with_note(format!("parameters: ({})", params.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")));
+                        .with_note(format!(
+                            "parameters: ({})",
+                            params.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+                        ));
                         self.emit(f, d);
                         ok = false;
                     }
@@ -277,7 +403,12 @@ impl Checker {
                 Some(k) => match params.iter().position(|p| p.0 == k.name) {
                     Some(i) => {
                         if fixed[i].is_some() {
-                            let d = Diagnostic::new(Code::E0202, format!("{callee} got multiple values for argument `{}`", k.name), self.loc(f, k.span), "given again here");
+                            let d = Diagnostic::new(
+                                Code::E0202,
+                                format!("{callee} got multiple values for argument `{}`", k.name),
+                                self.loc(f, k.span),
+                                "given again here",
+                            );
                             let d = match &fixed[i] {
                                 Some(prev) => d.with_secondary(self.loc(f, prev.span), "first given here"),
                                 None => d,
@@ -289,11 +420,19 @@ impl Checker {
                         }
                     }
                     None => {
-                        let mut d = Diagnostic::new(Code::E0201, format!("{callee} has no parameter named `{}`", k.name), self.loc(f, k.span), "unknown keyword");
+                        let mut d = Diagnostic::new(
+                            Code::E0201,
+                            format!("{callee} has no parameter named `{}`", k.name),
+                            self.loc(f, k.span),
+                            "unknown keyword",
+                        );
                         if let Some(h) = super::suggest::nearest(&k.name, params.iter().map(|p| p.0)) {
                             d = d.with_help(format!("did you mean `{h}`?"));
                         } else {
-                            d = d.with_note(format!("parameters: ({})", params.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")));
+                            d = d.with_note(format!(
+                                "parameters: ({})",
+                                params.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+                            ));
                         }
                         self.emit(f, d);
                         ok = false;
@@ -301,12 +440,21 @@ impl Checker {
                 },
             }
         }
-        let missing: Vec<&str> = params.iter().zip(&fixed).filter(|((_, req), a)| *req && a.is_none()).map(|((n, _), _)| *n).collect();
+        let missing: Vec<&str> = params
+            .iter()
+            .zip(&fixed)
+            .filter(|((_, req), a)| *req && a.is_none())
+            .map(|((n, _), _)| *n)
+            .collect();
         if !missing.is_empty() && ok {
             let list = missing.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ");
             let d = Diagnostic::new(
                 Code::E0203,
-                format!("{callee} is missing {} required argument{}: {list}", missing.len(), if missing.len() == 1 { "" } else { "s" }),
+                format!(
+                    "{callee} is missing {} required argument{}: {list}",
+                    missing.len(),
+                    if missing.len() == 1 { "" } else { "s" }
+                ),
                 self.loc(f, call),
                 format!("missing {list}"),
             );
@@ -329,19 +477,37 @@ impl Checker {
         }
         let ty = v.ty.clone();
         match (op, ty.elem()) {
-            (_, None) if ty.is_unknown() => Val { is_const: v.is_const, ..Val::unknown() },
+            (_, None) if ty.is_unknown() => Val {
+                is_const: v.is_const,
+                ..Val::unknown()
+            },
             (UnOp::Not, Some(_)) if ty.is_block() => {
-                let d = Diagnostic::new(Code::E0303, "`not` cannot be applied to a block", self.loc(f, span), format!("operand is {ty}"))
-                    .with_help("use `~mask` for elementwise negation of a boolean block, or `x == 0`");
+                let d = Diagnostic::new(
+                    Code::E0303,
+                    "`not` cannot be applied to a block",
+                    self.loc(f, span),
+                    format!("operand is {ty}"),
+                )
+                .with_help("use `~mask` for elementwise negation of a boolean block, or `x == 0`");
                 self.emit(f, d);
                 Val::unknown()
             }
-            (UnOp::Not, Some(Elem::Num(_))) => Val { ty: Ty::num(DType::Bool), konst: None, is_const: v.is_const },
+            (UnOp::Not, Some(Elem::Num(_))) => Val {
+                ty: Ty::num(DType::Bool),
+                konst: None,
+                is_const: v.is_const,
+            },
             (UnOp::Pos, Some(Elem::Num(_))) => v,
             (UnOp::Neg, Some(Elem::Num(d))) if d != DType::Bool => v,
             (UnOp::Invert, Some(Elem::Num(d))) if d.is_int() => v,
             (UnOp::Invert, Some(Elem::Num(_))) => {
-                self.error(f, Code::E0310, format!("`~` needs an integer or bool operand, found {ty}"), operand, "floating-point operand");
+                self.error(
+                    f,
+                    Code::E0310,
+                    format!("`~` needs an integer or bool operand, found {ty}"),
+                    operand,
+                    "floating-point operand",
+                );
                 Val::unknown()
             }
             _ => {
@@ -351,7 +517,13 @@ impl Checker {
                     UnOp::Invert => "~",
                     UnOp::Not => "not",
                 };
-                self.error(f, Code::E0300, format!("cannot apply unary `{sym}` to {ty}"), operand, format!("this is {ty}"));
+                self.error(
+                    f,
+                    Code::E0300,
+                    format!("cannot apply unary `{sym}` to {ty}"),
+                    operand,
+                    format!("this is {ty}"),
+                );
                 Val::unknown()
             }
         }
@@ -360,7 +532,11 @@ impl Checker {
     fn shape_mismatch(&mut self, f: &Frame, what: &str, (sa, la): (Span, &[Dim]), (sb, lb): (Span, &[Dim])) {
         let d = Diagnostic::new(
             Code::E0301,
-            format!("incompatible shapes for {what}: {} and {}", shape_string(la), shape_string(lb)),
+            format!(
+                "incompatible shapes for {what}: {} and {}",
+                shape_string(la),
+                shape_string(lb)
+            ),
             self.loc(f, sb),
             format!("this has shape {}", shape_string(lb)),
         )
@@ -385,7 +561,15 @@ impl Checker {
         }
     }
 
-    pub fn binary(&mut self, f: &mut Frame, op: BinOp, op_span: Span, (le, l): (&Expr, Val), (re, r): (&Expr, Val), span: Span) -> Val {
+    pub fn binary(
+        &mut self,
+        f: &mut Frame,
+        op: BinOp,
+        op_span: Span,
+        (le, l): (&Expr, Val),
+        (re, r): (&Expr, Val),
+        span: Span,
+    ) -> Val {
         let _ = op_span;
         if let (Some(a), Some(b)) = (&l.konst, &r.konst) {
             match consteval::binary(op, a, b) {
@@ -399,13 +583,21 @@ impl Checker {
         }
         let both_const = l.is_const && r.is_const;
         if l.ty.is_unknown() || r.ty.is_unknown() {
-            return Val { is_const: both_const, ..Val::unknown() };
+            return Val {
+                is_const: both_const,
+                ..Val::unknown()
+            };
         }
         let sym = op.symbol();
         let (Some(el), Some(er)) = (l.ty.elem(), r.ty.elem()) else {
-            let d = Diagnostic::new(Code::E0300, format!("unsupported operand types for `{sym}`: {} and {}", l.ty, r.ty), self.loc(f, span), "in this operation")
-                .with_secondary(self.loc(f, le.span), format!("{}", l.ty))
-                .with_secondary(self.loc(f, re.span), format!("{}", r.ty));
+            let d = Diagnostic::new(
+                Code::E0300,
+                format!("unsupported operand types for `{sym}`: {} and {}", l.ty, r.ty),
+                self.loc(f, span),
+                "in this operation",
+            )
+            .with_secondary(self.loc(f, le.span), format!("{}", l.ty))
+            .with_secondary(self.loc(f, re.span), format!("{}", r.ty));
             self.emit(f, d);
             return Val::unknown();
         };
@@ -416,16 +608,30 @@ impl Checker {
             (Elem::Ptr(p), Elem::Num(i)) if i.is_int() && matches!(op, BinOp::Add | BinOp::Sub) => Elem::Ptr(p),
             (Elem::Num(i), Elem::Ptr(p)) if i.is_int() && op == BinOp::Add => Elem::Ptr(p),
             (Elem::Ptr(_), _) | (_, Elem::Ptr(_)) => {
-                let d = Diagnostic::new(Code::E0300, format!("unsupported operand types for `{sym}`: {} and {}", l.ty, r.ty), self.loc(f, span), "invalid pointer arithmetic")
-                    .with_note("a pointer can only be offset by adding or subtracting integers");
+                let d = Diagnostic::new(
+                    Code::E0300,
+                    format!("unsupported operand types for `{sym}`: {} and {}", l.ty, r.ty),
+                    self.loc(f, span),
+                    "invalid pointer arithmetic",
+                )
+                .with_note("a pointer can only be offset by adding or subtracting integers");
                 self.emit(f, d);
                 return Val::unknown();
             }
             (Elem::Num(a), Elem::Num(b)) => match op {
                 BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor | BinOp::Shl | BinOp::Shr => {
                     if a.is_float() || b.is_float() {
-                        let (bad_span, bad_ty) = if a.is_float() { (le.span, &l.ty) } else { (re.span, &r.ty) };
-                        let mut d = Diagnostic::new(Code::E0310, format!("`{sym}` needs integer or bool operands, found {bad_ty}"), self.loc(f, bad_span), "floating-point operand");
+                        let (bad_span, bad_ty) = if a.is_float() {
+                            (le.span, &l.ty)
+                        } else {
+                            (re.span, &r.ty)
+                        };
+                        let mut d = Diagnostic::new(
+                            Code::E0310,
+                            format!("`{sym}` needs integer or bool operands, found {bad_ty}"),
+                            self.loc(f, bad_span),
+                            "floating-point operand",
+                        );
                         if matches!(op, BinOp::BitAnd | BinOp::BitOr) {
                             d = d.with_help("to combine conditions, compare first: `(x > 0) & (y > 0)`");
                         }
@@ -435,8 +641,13 @@ impl Checker {
                     Elem::Num(promote(a, l.is_weak(), b, r.is_weak(), false))
                 }
                 BinOp::Pow => {
-                    let d = Diagnostic::new(Code::E0300, "`**` is only defined on compile-time constants", self.loc(f, span), "run-time operand")
-                        .with_help("multiply explicitly, or use `tl.exp2(y * tl.log2(x))`");
+                    let d = Diagnostic::new(
+                        Code::E0300,
+                        "`**` is only defined on compile-time constants",
+                        self.loc(f, span),
+                        "run-time operand",
+                    )
+                    .with_help("multiply explicitly, or use `tl.exp2(y * tl.log2(x))`");
                     self.emit(f, d);
                     return Val::unknown();
                 }
@@ -444,7 +655,11 @@ impl Checker {
                 _ => Elem::Num(promote(a, l.is_weak(), b, r.is_weak(), false)),
             },
         };
-        Val { ty: Ty::with_shape(elem, shape), konst: None, is_const: both_const }
+        Val {
+            ty: Ty::with_shape(elem, shape),
+            konst: None,
+            is_const: both_const,
+        }
     }
 
     fn compare_chain(&mut self, f: &mut Frame, first: &Expr, rest: &[(CmpOp, Span, Expr)], span: Span) -> Val {
@@ -457,16 +672,25 @@ impl Checker {
             for (_, _, e) in more {
                 self.expr(f, e);
             }
-            let (a, b, c) = (self.snip(f, first.span), self.snip(f, rhs.span), self.snip(f, rhs2.span));
-            let d = Diagnostic::new(Code::E0014, "comparison operators cannot be chained", self.loc(f, *op2_span), "second comparison")
-                .with_secondary(self.loc(f, *op_span), "first comparison")
-                .with_help(format!(
-                    "split it: `({a} {} {b}) & ({b} {} {c})` for blocks, or `{a} {} {b} and {b} {} {c}` for scalars",
-                    op.symbol(),
-                    op2.symbol(),
-                    op.symbol(),
-                    op2.symbol()
-                ));
+            let (a, b, c) = (
+                self.snip(f, first.span),
+                self.snip(f, rhs.span),
+                self.snip(f, rhs2.span),
+            );
+            let d = Diagnostic::new(
+                Code::E0014,
+                "comparison operators cannot be chained",
+                self.loc(f, *op2_span),
+                "second comparison",
+            )
+            .with_secondary(self.loc(f, *op_span), "first comparison")
+            .with_help(format!(
+                "split it: `({a} {} {b}) & ({b} {} {c})` for blocks, or `{a} {} {b} and {b} {} {c}` for scalars",
+                op.symbol(),
+                op2.symbol(),
+                op.symbol(),
+                op2.symbol()
+            ));
             self.emit(f, d);
             return Val::unknown();
         }
@@ -474,7 +698,9 @@ impl Checker {
     }
 
     fn snip(&self, f: &Frame, span: Span) -> String {
-        self.sources.snippet(self.modules[f.module.0 as usize].file, span).to_string()
+        self.sources
+            .snippet(self.modules[f.module.0 as usize].file, span)
+            .to_string()
     }
 
     fn compare(&mut self, f: &mut Frame, op: CmpOp, (le, l): (&Expr, Val), (re, r): (&Expr, Val), span: Span) -> Val {
@@ -482,8 +708,13 @@ impl Checker {
             let l_none = l.konst == Some(Konst::None);
             let r_none = r.konst == Some(Konst::None);
             if !(l_none || r_none) {
-                let d = Diagnostic::new(Code::E0300, "`is` can only compare with `None`", self.loc(f, span), "identity comparison")
-                    .with_help("use `==` to compare values");
+                let d = Diagnostic::new(
+                    Code::E0300,
+                    "`is` can only compare with `None`",
+                    self.loc(f, span),
+                    "identity comparison",
+                )
+                .with_help("use `==` to compare values");
                 self.emit(f, d);
                 return Val::unknown();
             }
@@ -497,30 +728,59 @@ impl Checker {
         }
         let both_const = l.is_const && r.is_const;
         if l.ty.is_unknown() || r.ty.is_unknown() {
-            return Val { is_const: both_const, ..Val::unknown() };
+            return Val {
+                is_const: both_const,
+                ..Val::unknown()
+            };
         }
         let (Some(Elem::Num(_)), Some(Elem::Num(_))) = (l.ty.elem(), r.ty.elem()) else {
-            if matches!(op, CmpOp::Eq | CmpOp::Ne) && l.ty == r.ty && matches!(l.ty, Ty::DType | Ty::Str | Ty::Direction) {
-                return Val { ty: Ty::num(DType::Bool), konst: None, is_const: both_const };
+            if matches!(op, CmpOp::Eq | CmpOp::Ne)
+                && l.ty == r.ty
+                && matches!(l.ty, Ty::DType | Ty::Str | Ty::Direction)
+            {
+                return Val {
+                    ty: Ty::num(DType::Bool),
+                    konst: None,
+                    is_const: both_const,
+                };
             }
-            let d = Diagnostic::new(Code::E0300, format!("cannot compare {} with {}", l.ty, r.ty), self.loc(f, span), format!("`{}` on unsupported operands", op.symbol()))
-                .with_secondary(self.loc(f, le.span), format!("{}", l.ty))
-                .with_secondary(self.loc(f, re.span), format!("{}", r.ty));
+            let d = Diagnostic::new(
+                Code::E0300,
+                format!("cannot compare {} with {}", l.ty, r.ty),
+                self.loc(f, span),
+                format!("`{}` on unsupported operands", op.symbol()),
+            )
+            .with_secondary(self.loc(f, le.span), format!("{}", l.ty))
+            .with_secondary(self.loc(f, re.span), format!("{}", r.ty));
             self.emit(f, d);
             return Val::unknown();
         };
-        let Some(shape) = self.broadcast_operands(f, &format!("`{}`", op.symbol()), (le.span, &l.ty), (re.span, &r.ty)) else {
+        let Some(shape) = self.broadcast_operands(f, &format!("`{}`", op.symbol()), (le.span, &l.ty), (re.span, &r.ty))
+        else {
             return Val::unknown();
         };
-        Val { ty: Ty::with_shape(Elem::Num(DType::Bool), shape), konst: None, is_const: both_const }
+        Val {
+            ty: Ty::with_shape(Elem::Num(DType::Bool), shape),
+            konst: None,
+            is_const: both_const,
+        }
     }
 
     fn logic(&mut self, f: &mut Frame, op: LogicOp, (le, l): (&Expr, Val), (re, r): (&Expr, Val)) -> Val {
         let word = if op == LogicOp::And { "and" } else { "or" };
         for (e, v) in [(le, &l), (re, &r)] {
             if v.ty.is_block() {
-                let d = Diagnostic::new(Code::E0303, format!("`{word}` cannot be applied to a block"), self.loc(f, e.span), format!("this is {}", v.ty))
-                    .with_help(format!("use `{}` for elementwise logic on blocks (with parentheses: `(a < b) {} (c < d)`)", if op == LogicOp::And { "&" } else { "|" }, if op == LogicOp::And { "&" } else { "|" }));
+                let d = Diagnostic::new(
+                    Code::E0303,
+                    format!("`{word}` cannot be applied to a block"),
+                    self.loc(f, e.span),
+                    format!("this is {}", v.ty),
+                )
+                .with_help(format!(
+                    "use `{}` for elementwise logic on blocks (with parentheses: `(a < b) {} (c < d)`)",
+                    if op == LogicOp::And { "&" } else { "|" },
+                    if op == LogicOp::And { "&" } else { "|" }
+                ));
                 self.emit(f, d);
                 return Val::unknown();
             }
@@ -533,15 +793,28 @@ impl Checker {
             }
         }
         if l.ty.is_unknown() || r.ty.is_unknown() {
-            return Val { is_const: l.is_const && r.is_const, ..Val::unknown() };
+            return Val {
+                is_const: l.is_const && r.is_const,
+                ..Val::unknown()
+            };
         }
         for (e, v) in [(le, &l), (re, &r)] {
             if !matches!(v.ty, Ty::Scalar(Elem::Num(_))) {
-                self.error(f, Code::E0300, format!("`{word}` needs scalar numbers or bools, found {}", v.ty), e.span, "unsupported operand");
+                self.error(
+                    f,
+                    Code::E0300,
+                    format!("`{word}` needs scalar numbers or bools, found {}", v.ty),
+                    e.span,
+                    "unsupported operand",
+                );
                 return Val::unknown();
             }
         }
-        Val { ty: Ty::num(DType::Bool), konst: None, is_const: l.is_const && r.is_const }
+        Val {
+            ty: Ty::num(DType::Bool),
+            konst: None,
+            is_const: l.is_const && r.is_const,
+        }
     }
 
     /// The value of `a if c else b` (or any two-way join of expressions).
@@ -554,15 +827,24 @@ impl Checker {
         }
         match (a.ty.elem(), b.ty.elem()) {
             (Some(Elem::Num(x)), Some(Elem::Num(y))) => {
-                let Some(shape) = self.broadcast_operands(f, "the two branches", (ae.span, &a.ty), (be.span, &b.ty)) else {
+                let Some(shape) = self.broadcast_operands(f, "the two branches", (ae.span, &a.ty), (be.span, &b.ty))
+                else {
                     return Val::unknown();
                 };
-                Val::runtime(Ty::with_shape(Elem::Num(promote(x, a.is_weak(), y, b.is_weak(), false)), shape))
+                Val::runtime(Ty::with_shape(
+                    Elem::Num(promote(x, a.is_weak(), y, b.is_weak(), false)),
+                    shape,
+                ))
             }
             _ => {
-                let d = Diagnostic::new(Code::E0300, format!("the branches have different types: {} and {}", a.ty, b.ty), self.loc(f, span), "branches disagree")
-                    .with_secondary(self.loc(f, ae.span), format!("{}", a.ty))
-                    .with_secondary(self.loc(f, be.span), format!("{}", b.ty));
+                let d = Diagnostic::new(
+                    Code::E0300,
+                    format!("the branches have different types: {} and {}", a.ty, b.ty),
+                    self.loc(f, span),
+                    "branches disagree",
+                )
+                .with_secondary(self.loc(f, ae.span), format!("{}", a.ty))
+                .with_secondary(self.loc(f, be.span), format!("{}", b.ty));
                 self.emit(f, d);
                 Val::unknown()
             }
@@ -581,12 +863,24 @@ impl Checker {
                         if (0..n).contains(&j) {
                             return Val::konst(items[j as usize].clone());
                         }
-                        self.error(f, Code::E0325, format!("index {i} is out of range for a tuple of {n}"), ie.span, "out of range");
+                        self.error(
+                            f,
+                            Code::E0325,
+                            format!("index {i} is out of range for a tuple of {n}"),
+                            ie.span,
+                            "out of range",
+                        );
                         return Val::unknown();
                     }
                     None if iv.ty.is_unknown() => return Val::unknown(),
                     None => {
-                        self.error(f, Code::E0209, "a tuple index must be a compile-time integer", ie.span, "not a constant");
+                        self.error(
+                            f,
+                            Code::E0209,
+                            "a tuple index must be a compile-time integer",
+                            ie.span,
+                            "not a constant",
+                        );
                         return Val::unknown();
                     }
                 }
@@ -603,8 +897,13 @@ impl Checker {
             }
             Ty::Scalar(_) | Ty::Block(..) => v.ty.shape().map(|s| s.to_vec()).unwrap_or_default(),
             other => {
-                let d = Diagnostic::new(Code::E0325, format!("{other} cannot be subscripted"), self.loc(f, span), "subscript")
-                    .with_secondary(self.loc(f, value_span), format!("this is {other}"));
+                let d = Diagnostic::new(
+                    Code::E0325,
+                    format!("{other} cannot be subscripted"),
+                    self.loc(f, span),
+                    "subscript",
+                )
+                .with_secondary(self.loc(f, value_span), format!("this is {other}"));
                 self.emit(f, d);
                 return Val::unknown();
             }
@@ -616,8 +915,13 @@ impl Checker {
             match i {
                 Index::Full(s) => {
                     if axis >= shape.len() {
-                        let d = Diagnostic::new(Code::E0325, format!("too many `:` for a value of rank {}", shape.len()), self.loc(f, *s), "no axis left")
-                            .with_secondary(self.loc(f, value_span), format!("this is {}", v.ty));
+                        let d = Diagnostic::new(
+                            Code::E0325,
+                            format!("too many `:` for a value of rank {}", shape.len()),
+                            self.loc(f, *s),
+                            "no axis left",
+                        )
+                        .with_secondary(self.loc(f, value_span), format!("this is {}", v.ty));
                         self.emit(f, d);
                         return Val::unknown();
                     }
@@ -627,15 +931,24 @@ impl Checker {
                 Index::Expr(e) if matches!(e.kind, ExprKind::NoneLit) => out.push(Some(1)),
                 Index::Expr(e) => {
                     self.expr(f, e);
-                    let d = Diagnostic::new(Code::E0325, "blocks can only be subscripted with `:` and `None`", self.loc(f, e.span), "unsupported index")
-                        .with_note("`x[:, None]` adds an axis; to read elements, use `tl.load` on pointers")
-                        .with_help("select elements with `tl.where`, or reduce with `tl.sum`/`tl.max`");
+                    let d = Diagnostic::new(
+                        Code::E0325,
+                        "blocks can only be subscripted with `:` and `None`",
+                        self.loc(f, e.span),
+                        "unsupported index",
+                    )
+                    .with_note("`x[:, None]` adds an axis; to read elements, use `tl.load` on pointers")
+                    .with_help("select elements with `tl.where`, or reduce with `tl.sum`/`tl.max`");
                     self.emit(f, d);
                     return Val::unknown();
                 }
             }
         }
         out.extend_from_slice(&shape[axis..]);
-        Val { ty: Ty::with_shape(elem, out), konst: None, is_const: v.is_const }
+        Val {
+            ty: Ty::with_shape(elem, out),
+            konst: None,
+            is_const: v.is_const,
+        }
     }
 }

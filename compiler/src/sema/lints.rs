@@ -41,7 +41,13 @@ pub fn walk_expr<'a>(e: &'a Expr, visit: &mut dyn FnMut(&'a Expr)) {
                 }
             }
         }
-        ExprKind::Int(_) | ExprKind::Float(_) | ExprKind::Bool(_) | ExprKind::NoneLit | ExprKind::Str(_) | ExprKind::Name(_) | ExprKind::Error => {}
+        ExprKind::Int(_)
+        | ExprKind::Float(_)
+        | ExprKind::Bool(_)
+        | ExprKind::NoneLit
+        | ExprKind::Str(_)
+        | ExprKind::Name(_)
+        | ExprKind::Error => {}
     }
 }
 
@@ -115,9 +121,9 @@ pub fn assigned_names(stmts: &[Stmt], out: &mut HashSet<String>) {
             let mut names = Vec::new();
             match &s.kind {
                 StmtKind::Assign { target, .. } => target_names(target, &mut names),
-                StmtKind::AugAssign { target, .. } | StmtKind::AnnAssign { target, .. } | StmtKind::For { var: target, .. } => {
-                    names.push((&target.name, target.span))
-                }
+                StmtKind::AugAssign { target, .. }
+                | StmtKind::AnnAssign { target, .. }
+                | StmtKind::For { var: target, .. } => names.push((&target.name, target.span)),
                 _ => {}
             }
             out.extend(names.into_iter().map(|(n, _)| n.to_string()));
@@ -158,8 +164,13 @@ pub fn module_lints(module: &Module, file: FileId, diags: &mut Diagnostics) {
     for (name, span) in imported {
         if !used.contains(name) && !name.starts_with('_') {
             diags.push(
-                Diagnostic::new(Code::W0002, format!("unused import `{name}`"), Loc::new(file, span), "imported but never used")
-                    .with_help("remove it"),
+                Diagnostic::new(
+                    Code::W0002,
+                    format!("unused import `{name}`"),
+                    Loc::new(file, span),
+                    "imported but never used",
+                )
+                .with_help("remove it"),
             );
         }
     }
@@ -177,7 +188,9 @@ pub fn function_lints(def: &FunctionDef, file: FileId, is_kernel: bool, diags: &
             let mut names = Vec::new();
             match &s.kind {
                 StmtKind::Assign { target, .. } => target_names(target, &mut names),
-                StmtKind::AnnAssign { target, .. } | StmtKind::For { var: target, .. } => names.push((&target.name, target.span)),
+                StmtKind::AnnAssign { target, .. } | StmtKind::For { var: target, .. } => {
+                    names.push((&target.name, target.span))
+                }
                 StmtKind::AugAssign { target, .. } => aug_read.push(&target.name),
                 _ => {}
             }
@@ -195,8 +208,15 @@ pub fn function_lints(def: &FunctionDef, file: FileId, is_kernel: bool, diags: &
     for (name, span) in assigned {
         if !read.contains(name) && !name.starts_with('_') {
             diags.push(
-                Diagnostic::new(Code::W0001, format!("unused variable `{name}`"), Loc::new(file, span), "assigned here but never read")
-                    .with_help(format!("if this is intentional, prefix it with an underscore: `_{name}`")),
+                Diagnostic::new(
+                    Code::W0001,
+                    format!("unused variable `{name}`"),
+                    Loc::new(file, span),
+                    "assigned here but never read",
+                )
+                .with_help(format!(
+                    "if this is intentional, prefix it with an underscore: `_{name}`"
+                )),
             );
         }
     }
@@ -212,8 +232,13 @@ fn unreachable(stmts: &[Stmt], file: FileId, diags: &mut Diagnostics) {
     for s in stmts {
         if let Some(end) = after {
             diags.push(
-                Diagnostic::new(Code::W0004, "unreachable statement", Loc::new(file, s.span), "never runs")
-                    .with_secondary(Loc::new(file, end), "any code after this is unreachable"),
+                Diagnostic::new(
+                    Code::W0004,
+                    "unreachable statement",
+                    Loc::new(file, s.span),
+                    "never runs",
+                )
+                .with_secondary(Loc::new(file, end), "any code after this is unreachable"),
             );
             break;
         }
@@ -238,8 +263,13 @@ fn helper_returns(stmts: &[Stmt], top: bool, file: FileId, diags: &mut Diagnosti
         let last = top && i + 1 == stmts.len();
         match &s.kind {
             StmtKind::Return(_) if !last => diags.push(
-                Diagnostic::new(Code::E0210, "a helper can only `return` as its last statement", Loc::new(file, s.span), "early return")
-                    .with_help("compute the result in a variable (`tl.where` or `if`/`else`) and return it at the end"),
+                Diagnostic::new(
+                    Code::E0210,
+                    "a helper can only `return` as its last statement",
+                    Loc::new(file, s.span),
+                    "early return",
+                )
+                .with_help("compute the result in a variable (`tl.where` or `if`/`else`) and return it at the end"),
             ),
             StmtKind::If { branches, orelse } => {
                 branches.iter().for_each(|(_, b)| helper_returns(b, false, file, diags));

@@ -74,7 +74,9 @@ pub struct Session {
 
 impl Session {
     pub fn new(options: Options) -> Session {
-        Session { checker: check::Checker::new(options) }
+        Session {
+            checker: check::Checker::new(options),
+        }
     }
 
     /// Adds a root file. `path` (when the file is on disk) resolves its

@@ -73,9 +73,20 @@ impl Checker {
         if let Some(c) = canonical {
             self.by_path.insert(c, id);
         }
-        self.modules.push(ModuleData { file, dir, names: BTreeMap::new(), funcs: Vec::new(), loading: true });
+        self.modules.push(ModuleData {
+            file,
+            dir,
+            names: BTreeMap::new(),
+            funcs: Vec::new(),
+            loading: true,
+        });
         if self.sources.source(file).len() > u32::MAX as usize / 2 {
-            self.diags.push(Diagnostic::new(Code::E0005, "source file is too large (over 2 GiB)", Loc::new(file, Span::new(0, 0)), "here"));
+            self.diags.push(Diagnostic::new(
+                Code::E0005,
+                "source file is too large (over 2 GiB)",
+                Loc::new(file, Span::new(0, 0)),
+                "here",
+            ));
             self.modules[id.0 as usize].loading = false;
             return id;
         }
@@ -95,7 +106,9 @@ impl Checker {
             self.diags.push(d);
             return;
         }
-        self.modules[m.0 as usize].names.insert(name.name.clone(), Item { kind, span: name.span });
+        self.modules[m.0 as usize]
+            .names
+            .insert(name.name.clone(), Item { kind, span: name.span });
     }
 
     fn collect_items(&mut self, m: ModId, module: ast::Module) {
@@ -103,43 +116,77 @@ impl Checker {
         for stmt in module.body {
             match stmt.kind {
                 ast::StmtKind::Def(def) => self.collect_function(m, def),
-                ast::StmtKind::AnnAssign { target, annotation, value } => {
+                ast::StmtKind::AnnAssign {
+                    target,
+                    annotation,
+                    value,
+                } => {
                     let mut f = Frame::new(m, None, false);
                     let is_constexpr = matches!(self.annotation(&mut f, &annotation), super::check::Annot::Constexpr);
                     let value_k = match (&value, is_constexpr) {
                         (Some(v), true) => {
                             let val = self.expr(&mut f, v);
                             if val.konst.is_none() && !val.ty.is_unknown() {
-                                self.error(&f, Code::E0209, format!("module constant `{}` must be a compile-time constant", target.name), v.span, "known only at run time");
+                                self.error(
+                                    &f,
+                                    Code::E0209,
+                                    format!("module constant `{}` must be a compile-time constant", target.name),
+                                    v.span,
+                                    "known only at run time",
+                                );
                             }
                             val.konst
                         }
                         (None, _) => {
-                            self.error(&f, Code::E0107, "a module constant needs a value", stmt.span, "no `= value`");
+                            self.error(
+                                &f,
+                                Code::E0107,
+                                "a module constant needs a value",
+                                stmt.span,
+                                "no `= value`",
+                            );
                             None
                         }
                         (Some(_), false) => {
-                            let d = Diagnostic::new(Code::E0107, "module-level variables must be constexpr", Loc::new(file, annotation.span), "not `constexpr`")
-                                .with_help(format!("write `{}: constexpr = …`", target.name));
+                            let d = Diagnostic::new(
+                                Code::E0107,
+                                "module-level variables must be constexpr",
+                                Loc::new(file, annotation.span),
+                                "not `constexpr`",
+                            )
+                            .with_help(format!("write `{}: constexpr = …`", target.name));
                             self.diags.push(d);
                             None
                         }
                     };
                     self.define(m, &target, ItemKind::Const(value_k), "constant");
                 }
-                ast::StmtKind::Assign { target: ast::Target::Name(id), .. } => {
-                    let d = Diagnostic::new(Code::E0107, "module-level variables must be declared constexpr", Loc::new(file, id.span), "plain assignment at module level")
-                        .with_help(format!("write `{}: constexpr = …`", id.name));
+                ast::StmtKind::Assign {
+                    target: ast::Target::Name(id),
+                    ..
+                } => {
+                    let d = Diagnostic::new(
+                        Code::E0107,
+                        "module-level variables must be declared constexpr",
+                        Loc::new(file, id.span),
+                        "plain assignment at module level",
+                    )
+                    .with_help(format!("write `{}: constexpr = …`", id.name));
                     self.diags.push(d);
                     self.define(m, &id, ItemKind::Broken, "constant");
                 }
-                ast::StmtKind::FromImport { module: path, names } => self.from_import(m, &path, &names, stmt.span),
+                ast::StmtKind::FromImport { module: path, names } => self.import_from(m, &path, &names, stmt.span),
                 ast::StmtKind::Import { module: path, alias } => self.import(m, &path, alias.as_ref(), stmt.span),
                 ast::StmtKind::Error => {}
                 ast::StmtKind::UnexpectedIndent(_) => {}
                 _ => {
-                    let d = Diagnostic::new(Code::E0107, "statements are not allowed at module level", Loc::new(file, stmt.span), "module-level statement")
-                        .with_help("put it inside a `@kernel` function");
+                    let d = Diagnostic::new(
+                        Code::E0107,
+                        "statements are not allowed at module level",
+                        Loc::new(file, stmt.span),
+                        "module-level statement",
+                    )
+                    .with_help("put it inside a `@kernel` function");
                     self.diags.push(d);
                 }
             }
@@ -154,8 +201,13 @@ impl Checker {
             match text.as_str() {
                 "kernel" | "tl.kernel" | "triton.jit" | "jit" => kind = FuncKind::Kernel,
                 _ => {
-                    let diag = Diagnostic::new(Code::E0108, format!("unknown decorator `@{text}`"), Loc::new(file, d.span), "not a tl decorator")
-                        .with_help("kernels are marked `@kernel` (or Triton's `@triton.jit`); helpers have no decorator");
+                    let diag = Diagnostic::new(
+                        Code::E0108,
+                        format!("unknown decorator `@{text}`"),
+                        Loc::new(file, d.span),
+                        "not a tl decorator",
+                    )
+                    .with_help("kernels are marked `@kernel` (or Triton's `@triton.jit`); helpers have no decorator");
                     self.diags.push(diag);
                 }
             }
@@ -163,8 +215,13 @@ impl Checker {
         let mut seen: BTreeMap<&str, Span> = BTreeMap::new();
         for p in &def.params {
             if let Some(first) = seen.get(p.name.name.as_str()) {
-                let d = Diagnostic::new(Code::E0105, format!("parameter `{}` appears more than once", p.name.name), Loc::new(file, p.name.span), "duplicate parameter")
-                    .with_secondary(Loc::new(file, *first), "first declared here");
+                let d = Diagnostic::new(
+                    Code::E0105,
+                    format!("parameter `{}` appears more than once", p.name.name),
+                    Loc::new(file, p.name.span),
+                    "duplicate parameter",
+                )
+                .with_secondary(Loc::new(file, *first), "first declared here");
                 self.diags.push(d);
             } else {
                 seen.insert(&p.name.name, p.name.span);
@@ -173,9 +230,18 @@ impl Checker {
         super::lints::function_lints(&def, file, kind == FuncKind::Kernel, &mut self.diags);
         let id = FuncId(self.funcs.len() as u32);
         let name = def.name.clone();
-        self.funcs.push(FuncData { module: m, def: Rc::new(def), kind });
+        self.funcs.push(FuncData {
+            module: m,
+            def: Rc::new(def),
+            kind,
+        });
         self.modules[m.0 as usize].funcs.push(id);
-        self.define(m, &name, ItemKind::Func(id), if kind == FuncKind::Kernel { "kernel" } else { "function" });
+        self.define(
+            m,
+            &name,
+            ItemKind::Func(id),
+            if kind == FuncKind::Kernel { "kernel" } else { "function" },
+        );
     }
 
     /// Finds the file of a dotted module path: the importing file's folder
@@ -201,13 +267,24 @@ impl Checker {
         let file = self.modules[m.0 as usize].file;
         let dotted: Vec<&str> = path.iter().map(|i| i.name.as_str()).collect();
         let dotted = dotted.join(".");
-        let path_span = path.first().map_or(span, |a| a.span.to(path.last().map_or(a.span, |b| b.span)));
+        let path_span = path
+            .first()
+            .map_or(span, |a| a.span.to(path.last().map_or(a.span, |b| b.span)));
         let Some(found) = self.resolve_module_path(m, path) else {
-            let mut d = Diagnostic::new(Code::E0102, format!("module `{dotted}` not found"), Loc::new(file, path_span), "no such module");
+            let mut d = Diagnostic::new(
+                Code::E0102,
+                format!("module `{dotted}` not found"),
+                Loc::new(file, path_span),
+                "no such module",
+            );
             d = d.with_note(format!(
                 "looked for `{}.tl` next to this file{}",
                 dotted.replace('.', "/"),
-                if self.options.stdlib_root.is_some() { " and in the stdlib" } else { "" }
+                if self.options.stdlib_root.is_some() {
+                    " and in the stdlib"
+                } else {
+                    ""
+                }
             ));
             self.diags.push(d);
             return None;
@@ -215,8 +292,13 @@ impl Checker {
         let canonical = found.canonicalize().unwrap_or(found.clone());
         if let Some(&existing) = self.by_path.get(&canonical) {
             if self.modules[existing.0 as usize].loading {
-                let d = Diagnostic::new(Code::E0106, format!("import cycle: `{dotted}` is still being loaded"), Loc::new(file, path_span), "imported here")
-                    .with_help("move the shared definitions into a third module both import");
+                let d = Diagnostic::new(
+                    Code::E0106,
+                    format!("import cycle: `{dotted}` is still being loaded"),
+                    Loc::new(file, path_span),
+                    "imported here",
+                )
+                .with_help("move the shared definitions into a third module both import");
                 self.diags.push(d);
                 return None;
             }
@@ -225,7 +307,12 @@ impl Checker {
         let source = match std::fs::read_to_string(&found) {
             Ok(s) => s,
             Err(e) => {
-                self.diags.push(Diagnostic::new(Code::E0102, format!("cannot read module `{dotted}`: {e}"), Loc::new(file, path_span), "imported here"));
+                self.diags.push(Diagnostic::new(
+                    Code::E0102,
+                    format!("cannot read module `{dotted}`: {e}"),
+                    Loc::new(file, path_span),
+                    "imported here",
+                ));
                 return None;
             }
         };
@@ -234,7 +321,7 @@ impl Checker {
         Some(self.load_module(&display, dir, Some(canonical), source))
     }
 
-    fn from_import(&mut self, m: ModId, path: &[ast::Ident], names: &[ast::ImportName], span: Span) {
+    fn import_from(&mut self, m: ModId, path: &[ast::Ident], names: &[ast::ImportName], span: Span) {
         let file = self.modules[m.0 as usize].file;
         let dotted: Vec<&str> = path.iter().map(|i| i.name.as_str()).collect();
         if dotted.first() == Some(&"triton") {
@@ -245,8 +332,13 @@ impl Checker {
                     (["triton"], "language") => ItemKind::Namespace(Namespace::Tl),
                     (["triton"], "jit") => ItemKind::Namespace(Namespace::Triton),
                     _ => {
-                        let d = Diagnostic::new(Code::E0103, format!("`{}` cannot be imported from `{}`", n.name.name, dotted.join(".")), Loc::new(file, n.name.span), "not importable")
-                            .with_help("use `tl.<name>` directly");
+                        let d = Diagnostic::new(
+                            Code::E0103,
+                            format!("`{}` cannot be imported from `{}`", n.name.name, dotted.join(".")),
+                            Loc::new(file, n.name.span),
+                            "not importable",
+                        )
+                        .with_help("use `tl.<name>` directly");
                         self.diags.push(d);
                         ItemKind::Broken
                     }
@@ -287,18 +379,36 @@ impl Checker {
         let dotted: Vec<&str> = path.iter().map(|i| i.name.as_str()).collect();
         let (kind, bound) = match (dotted.as_slice(), alias) {
             (["triton", "language"], Some(a)) => (ItemKind::Namespace(Namespace::Tl), a.clone()),
-            (["triton"], a) => (ItemKind::Namespace(Namespace::Triton), a.cloned().unwrap_or_else(|| path[0].clone())),
+            (["triton"], a) => (
+                ItemKind::Namespace(Namespace::Triton),
+                a.cloned().unwrap_or_else(|| path[0].clone()),
+            ),
             ([_], a) => {
                 let t = self.import_module(m, path, span);
-                (t.map_or(ItemKind::Broken, |t| ItemKind::Namespace(Namespace::Module(t))), a.cloned().unwrap_or_else(|| path[0].clone()))
+                (
+                    t.map_or(ItemKind::Broken, |t| ItemKind::Namespace(Namespace::Module(t))),
+                    a.cloned().unwrap_or_else(|| path[0].clone()),
+                )
             }
             (_, Some(a)) => {
                 let t = self.import_module(m, path, span);
-                (t.map_or(ItemKind::Broken, |t| ItemKind::Namespace(Namespace::Module(t))), a.clone())
+                (
+                    t.map_or(ItemKind::Broken, |t| ItemKind::Namespace(Namespace::Module(t))),
+                    a.clone(),
+                )
             }
             (_, None) => {
-                let d = Diagnostic::new(Code::E0017, "`import a.b` needs a name in tl", Loc::new(file, span), "no `as NAME`")
-                    .with_help(format!("write `import {} as {}`", dotted.join("."), dotted.last().unwrap_or(&"m")));
+                let d = Diagnostic::new(
+                    Code::E0017,
+                    "`import a.b` needs a name in tl",
+                    Loc::new(file, span),
+                    "no `as NAME`",
+                )
+                .with_help(format!(
+                    "write `import {} as {}`",
+                    dotted.join("."),
+                    dotted.last().unwrap_or(&"m")
+                ));
                 self.diags.push(d);
                 return;
             }
@@ -309,7 +419,10 @@ impl Checker {
     /// The span of a module constant `name` in module `m`, if it is one.
     pub fn module_const_span(&self, m: ModId, name: &str) -> Option<Span> {
         match self.modules[m.0 as usize].names.get(name) {
-            Some(Item { kind: ItemKind::Const(_), span }) => Some(*span),
+            Some(Item {
+                kind: ItemKind::Const(_),
+                span,
+            }) => Some(*span),
             _ => None,
         }
     }

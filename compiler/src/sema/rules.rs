@@ -21,7 +21,12 @@ struct Args {
 
 impl Args {
     fn index(&self, name: &str) -> usize {
-        self.builtin.signature().params.iter().position(|p| p.name == name).unwrap_or(usize::MAX)
+        self.builtin
+            .signature()
+            .params
+            .iter()
+            .position(|p| p.name == name)
+            .unwrap_or(usize::MAX)
     }
 
     fn get(&self, name: &str) -> Option<&ArgVal> {
@@ -55,11 +60,20 @@ impl Args {
 impl Checker {
     pub fn builtin_call(&mut self, f: &mut Frame, b: Builtin, argvals: Vec<ArgVal>, call: Span, callee: Span) -> Val {
         let sig = b.signature();
-        let params: Vec<(&str, bool)> = sig.params.iter().map(|p| (p.name, p.default == ArgDefault::Required)).collect();
-        let Some(bound) = self.bind_args(f, &format!("`{}`", b.qualified()), &params, sig.varargs, argvals, call) else {
+        let params: Vec<(&str, bool)> = sig
+            .params
+            .iter()
+            .map(|p| (p.name, p.default == ArgDefault::Required))
+            .collect();
+        let Some(bound) = self.bind_args(f, &format!("`{}`", b.qualified()), &params, sig.varargs, argvals, call)
+        else {
             return Val::unknown();
         };
-        let a = Args { builtin: b, bound, call };
+        let a = Args {
+            builtin: b,
+            bound,
+            call,
+        };
         let _ = callee;
         use Builtin as B;
         match b {
@@ -79,7 +93,13 @@ impl Checker {
                     return Val::runtime(Ty::Block(Elem::Num(DType::I32), vec![None]));
                 };
                 if e <= s {
-                    self.error(f, Code::E0317, format!("`tl.arange({s}, {e})` is empty"), call, "end must be greater than start");
+                    self.error(
+                        f,
+                        Code::E0317,
+                        format!("`tl.arange({s}, {e})` is empty"),
+                        call,
+                        "end must be greater than start",
+                    );
                     return Val::unknown();
                 }
                 let n = (e - s) as u64;
@@ -95,7 +115,13 @@ impl Checker {
                 if b == B::Full {
                     let v = a.val("value");
                     if !v.ty.is_unknown() && !matches!(v.ty, Ty::Scalar(Elem::Num(_))) {
-                        self.error(f, Code::E0300, format!("`tl.full` fills with a scalar, found {}", v.ty), a.span("value"), "not a scalar number");
+                        self.error(
+                            f,
+                            Code::E0300,
+                            format!("`tl.full` fills with a scalar, found {}", v.ty),
+                            a.span("value"),
+                            "not a scalar number",
+                        );
                     }
                 }
                 match (shape, dtype) {
@@ -111,9 +137,17 @@ impl Checker {
             B::AtomicAdd => self.load_store(f, &a, true),
             B::Dot => self.dot(f, &a),
             B::Sum | B::Max | B::Min | B::Argmax | B::Argmin => self.reduction(f, &a),
-            B::Exp | B::Exp2 | B::Log | B::Log2 | B::Sqrt | B::Rsqrt | B::Sin | B::Cos | B::Sigmoid | B::Floor | B::Ceil => {
-                self.float_unary(f, &a, "x")
-            }
+            B::Exp
+            | B::Exp2
+            | B::Log
+            | B::Log2
+            | B::Sqrt
+            | B::Rsqrt
+            | B::Sin
+            | B::Cos
+            | B::Sigmoid
+            | B::Floor
+            | B::Ceil => self.float_unary(f, &a, "x"),
             B::Softmax => {
                 let v = self.float_unary(f, &a, "x");
                 if matches!(v.ty, Ty::Scalar(_)) {
@@ -127,7 +161,13 @@ impl Checker {
                     Some(Elem::Num(_)) => Val::runtime(v.ty),
                     _ if v.ty.is_unknown() => Val::unknown(),
                     _ => {
-                        self.error(f, Code::E0300, format!("`tl.abs` needs numbers, found {}", v.ty), a.span("x"), "not a number");
+                        self.error(
+                            f,
+                            Code::E0300,
+                            format!("`tl.abs` needs numbers, found {}", v.ty),
+                            a.span("x"),
+                            "not a number",
+                        );
                         Val::unknown()
                     }
                 }
@@ -139,14 +179,22 @@ impl Checker {
                 let c = a.val("condition");
                 if let Some(d) = c.ty.dtype() {
                     if d != DType::Bool {
-                        self.error(f, Code::E0306, format!("`tl.where` needs a boolean condition, found {}", c.ty), a.span("condition"), "not boolean");
+                        self.error(
+                            f,
+                            Code::E0306,
+                            format!("`tl.where` needs a boolean condition, found {}", c.ty),
+                            a.span("condition"),
+                            "not boolean",
+                        );
                     }
                 }
                 let v = self.elementwise(f, &a, &["x", "y"], false);
                 if v.ty.is_unknown() || c.ty.is_unknown() {
                     return Val::unknown();
                 }
-                let Some(shape) = self.broadcast_operands(f, "`tl.where`", (a.span("condition"), &c.ty), (a.span("x"), &v.ty)) else {
+                let Some(shape) =
+                    self.broadcast_operands(f, "`tl.where`", (a.span("condition"), &c.ty), (a.span("x"), &v.ty))
+                else {
                     return Val::unknown();
                 };
                 Val::runtime(Ty::with_shape(v.ty.elem().unwrap_or(Elem::Num(DType::F32)), shape))
@@ -154,7 +202,10 @@ impl Checker {
             B::Cdiv => {
                 let x = a.val("x");
                 let d = a.val("div");
-                if let (Some(xk), Some(dk)) = (x.konst.as_ref().and_then(Konst::as_int), d.konst.as_ref().and_then(Konst::as_int)) {
+                if let (Some(xk), Some(dk)) = (
+                    x.konst.as_ref().and_then(Konst::as_int),
+                    d.konst.as_ref().and_then(Konst::as_int),
+                ) {
                     if dk == 0 {
                         self.error(f, Code::E0315, "`tl.cdiv` by zero", a.span("div"), "zero divisor");
                         return Val::unknown();
@@ -164,7 +215,13 @@ impl Checker {
                 }
                 for (name, v) in [("x", &x), ("div", &d)] {
                     if !v.ty.is_unknown() && !v.ty.dtype().is_some_and(DType::is_int) {
-                        self.error(f, Code::E0320, format!("`tl.cdiv` needs integers, found {}", v.ty), a.span(name), "not an integer");
+                        self.error(
+                            f,
+                            Code::E0320,
+                            format!("`tl.cdiv` needs integers, found {}", v.ty),
+                            a.span(name),
+                            "not an integer",
+                        );
                         return Val::unknown();
                     }
                 }
@@ -182,12 +239,23 @@ impl Checker {
                             Some(Konst::Str(s)) if !s.is_empty() => s,
                             _ => "static assertion failed".to_string(),
                         };
-                        self.error(f, Code::E0316, format!("static assertion failed: {msg}"), a.span("cond"), "evaluates to False");
+                        self.error(
+                            f,
+                            Code::E0316,
+                            format!("static assertion failed: {msg}"),
+                            a.span("cond"),
+                            "evaluates to False",
+                        );
                     }
                     None if c.ty.is_unknown() => {}
                     None => {
-                        let d = Diagnostic::new(Code::E0209, "`tl.static_assert` needs a compile-time condition", self.loc(f, a.span("cond")), "known only at run time")
-                            .with_help("use `tl.device_assert` for run-time checks");
+                        let d = Diagnostic::new(
+                            Code::E0209,
+                            "`tl.static_assert` needs a compile-time condition",
+                            self.loc(f, a.span("cond")),
+                            "known only at run time",
+                        )
+                        .with_help("use `tl.device_assert` for run-time checks");
                         self.emit(f, d);
                     }
                 }
@@ -196,14 +264,26 @@ impl Checker {
             B::DeviceAssert => {
                 let c = a.val("cond");
                 if !c.ty.is_unknown() && c.ty.dtype().is_none() {
-                    self.error(f, Code::E0300, format!("`tl.device_assert` needs a condition, found {}", c.ty), a.span("cond"), "not a condition");
+                    self.error(
+                        f,
+                        Code::E0300,
+                        format!("`tl.device_assert` needs a condition, found {}", c.ty),
+                        a.span("cond"),
+                        "not a condition",
+                    );
                 }
                 Val::none()
             }
             B::DevicePrint => {
                 let p = a.val("prefix");
                 if !p.ty.is_unknown() && p.ty != Ty::Str {
-                    self.error(f, Code::E0300, "`tl.device_print` starts with a string prefix", a.span("prefix"), "not a string");
+                    self.error(
+                        f,
+                        Code::E0300,
+                        "`tl.device_print` starts with a string prefix",
+                        a.span("prefix"),
+                        "not a string",
+                    );
                 }
                 Val::none()
             }
@@ -212,7 +292,13 @@ impl Checker {
                 self.peer(f, &a, "dst");
                 let v = a.val("value");
                 if !v.ty.is_unknown() && !matches!(v.ty.elem(), Some(Elem::Num(_))) {
-                    self.error(f, Code::E0300, format!("`tl.send` sends numbers, found {}", v.ty), a.span("value"), "cannot be sent");
+                    self.error(
+                        f,
+                        Code::E0300,
+                        format!("`tl.send` sends numbers, found {}", v.ty),
+                        a.span("value"),
+                        "cannot be sent",
+                    );
                 }
                 Val::none()
             }
@@ -232,7 +318,12 @@ impl Checker {
                     Ty::Future(d, s) => Val::runtime(Ty::with_shape(Elem::Num(d), s)),
                     Ty::Unknown => Val::unknown(),
                     other => {
-                        let d = Diagnostic::new(Code::E0300, format!("`tl.wait` needs a future from `tl.recv_async`, found {other}"), self.loc(f, a.span("future")), "not a future");
+                        let d = Diagnostic::new(
+                            Code::E0300,
+                            format!("`tl.wait` needs a future from `tl.recv_async`, found {other}"),
+                            self.loc(f, a.span("future")),
+                            "not a future",
+                        );
                         self.emit(f, d);
                         Val::unknown()
                     }
@@ -256,7 +347,15 @@ impl Checker {
                     Ty::Scalar(Elem::Ptr(d)) if d.is_int() => {}
                     Ty::Unknown => {}
                     other => {
-                        let d = Diagnostic::new(Code::E0307, format!("`{}` needs a pointer to an integer signal word, found {other}", b.qualified()), self.loc(f, a.span("sig_ptr")), "not a scalar integer pointer");
+                        let d = Diagnostic::new(
+                            Code::E0307,
+                            format!(
+                                "`{}` needs a pointer to an integer signal word, found {other}",
+                                b.qualified()
+                            ),
+                            self.loc(f, a.span("sig_ptr")),
+                            "not a scalar integer pointer",
+                        );
                         self.emit(f, d);
                     }
                 }
@@ -277,7 +376,13 @@ impl Checker {
                         other => match other.parse::<f64>() {
                             Ok(v) => Val::konst(Konst::Float(v)),
                             Err(_) => {
-                                self.error(f, Code::E0326, format!("cannot convert {s:?} to float"), a.span("x"), "not a number");
+                                self.error(
+                                    f,
+                                    Code::E0326,
+                                    format!("cannot convert {s:?} to float"),
+                                    a.span("x"),
+                                    "not a number",
+                                );
                                 Val::unknown()
                             }
                         },
@@ -287,8 +392,13 @@ impl Checker {
                     Some(Konst::Bool(v)) => Val::konst(Konst::Float(*v as i64 as f64)),
                     _ if x.ty.is_unknown() => Val::unknown(),
                     _ => {
-                        let d = Diagnostic::new(Code::E0209, "`float(…)` only converts constants", self.loc(f, a.span("x")), "not a constant")
-                            .with_help("convert run-time values with `.to(f32)`");
+                        let d = Diagnostic::new(
+                            Code::E0209,
+                            "`float(…)` only converts constants",
+                            self.loc(f, a.span("x")),
+                            "not a constant",
+                        )
+                        .with_help("convert run-time values with `.to(f32)`");
                         self.emit(f, d);
                         Val::unknown()
                     }
@@ -299,11 +409,18 @@ impl Checker {
                 match &x.konst {
                     Some(Konst::Int(v)) => Val::konst(Konst::Int(*v)),
                     Some(Konst::Bool(v)) => Val::konst(Konst::Int(*v as i64)),
-                    Some(Konst::Float(v)) if v.is_finite() && v.abs() < 9.2e18 => Val::konst(Konst::Int(v.trunc() as i64)),
+                    Some(Konst::Float(v)) if v.is_finite() && v.abs() < 9.2e18 => {
+                        Val::konst(Konst::Int(v.trunc() as i64))
+                    }
                     _ if x.ty.is_unknown() => Val::unknown(),
                     _ => {
-                        let d = Diagnostic::new(Code::E0209, "`int(…)` only converts constants", self.loc(f, a.span("x")), "not a constant")
-                            .with_help("convert run-time values with `.to(i32)`");
+                        let d = Diagnostic::new(
+                            Code::E0209,
+                            "`int(…)` only converts constants",
+                            self.loc(f, a.span("x")),
+                            "not a constant",
+                        )
+                        .with_help("convert run-time values with `.to(i32)`");
                         self.emit(f, d);
                         Val::unknown()
                     }
@@ -321,14 +438,25 @@ impl Checker {
                             }
                         }
                         _ => {
-                            self.error(f, Code::E0300, format!("`{}` compares numbers", b.name()), call, "not comparable");
+                            self.error(
+                                f,
+                                Code::E0300,
+                                format!("`{}` compares numbers", b.name()),
+                                call,
+                                "not comparable",
+                            );
                             Val::unknown()
                         }
                     },
                     _ if x.ty.is_unknown() || y.ty.is_unknown() => Val::unknown(),
                     _ => {
-                        let d = Diagnostic::new(Code::E0209, format!("`{}(…)` works on constants", b.name()), self.loc(f, call), "run-time operand")
-                            .with_help(format!("use `tl.{}imum(x, y)` for run-time values", b.name()));
+                        let d = Diagnostic::new(
+                            Code::E0209,
+                            format!("`{}(…)` works on constants", b.name()),
+                            self.loc(f, call),
+                            "run-time operand",
+                        )
+                        .with_help(format!("use `tl.{}imum(x, y)` for run-time values", b.name()));
                         self.emit(f, d);
                         Val::unknown()
                     }
@@ -341,7 +469,13 @@ impl Checker {
                     (_, Ty::Tuple(t)) => Val::konst(Konst::Int(t.len() as i64)),
                     (_, Ty::Unknown) => Val::unknown(),
                     _ => {
-                        self.error(f, Code::E0300, format!("`len` needs a tuple, found {}", x.ty), a.span("x"), "no length");
+                        self.error(
+                            f,
+                            Code::E0300,
+                            format!("`len` needs a tuple, found {}", x.ty),
+                            a.span("x"),
+                            "no length",
+                        );
                         Val::unknown()
                     }
                 }
@@ -350,11 +484,22 @@ impl Checker {
     }
 
     fn too_large(&mut self, f: &Frame, span: Span, n: u64) {
-        self.error(f, Code::E0323, format!("block of {n} elements is too large (limit {MAX_BLOCK_ELEMS})"), span, "too many elements");
+        self.error(
+            f,
+            Code::E0323,
+            format!("block of {n} elements is too large (limit {MAX_BLOCK_ELEMS})"),
+            span,
+            "too many elements",
+        );
     }
 
     fn not_pointer(&mut self, f: &Frame, what: &str, ty: &Ty, span: Span) {
-        let mut d = Diagnostic::new(Code::E0307, format!("`{what}` needs a pointer, found {ty}"), self.loc(f, span), format!("this is {ty}"));
+        let mut d = Diagnostic::new(
+            Code::E0307,
+            format!("`{what}` needs a pointer, found {ty}"),
+            self.loc(f, span),
+            format!("this is {ty}"),
+        );
         if matches!(ty.elem(), Some(Elem::Num(_))) {
             d = d.with_help("pass a pointer argument plus offsets, e.g. `x_ptr + offs`");
         }
@@ -367,12 +512,28 @@ impl Checker {
         match arg.val.konst.as_ref().and_then(Konst::as_int) {
             Some(v) if (0..limit).contains(&v) => Some(v),
             Some(v) => {
-                self.error(f, Code::E0309, format!("axis {v} is out of range: `{}` takes 0..{}", a.builtin.qualified(), limit - 1), arg.span, format!("must be 0..={}", limit - 1));
+                self.error(
+                    f,
+                    Code::E0309,
+                    format!(
+                        "axis {v} is out of range: `{}` takes 0..{}",
+                        a.builtin.qualified(),
+                        limit - 1
+                    ),
+                    arg.span,
+                    format!("must be 0..={}", limit - 1),
+                );
                 None
             }
             None if arg.val.ty.is_unknown() => None,
             None => {
-                self.error(f, Code::E0209, format!("`{name}` must be a compile-time integer"), arg.span, "known only at run time");
+                self.error(
+                    f,
+                    Code::E0209,
+                    format!("`{name}` must be a compile-time integer"),
+                    arg.span,
+                    "known only at run time",
+                );
                 None
             }
         }
@@ -389,8 +550,16 @@ impl Checker {
             Some(Konst::Int(i)) => Some(*i),
             _ if v.ty.is_unknown() => None,
             _ => {
-                let name = self.sources.snippet(self.modules[f.module.0 as usize].file, span).to_string();
-                let mut d = Diagnostic::new(Code::E0302, format!("{what} must be compile-time constants"), self.loc(f, span), format!("{} known only at run time", v.ty));
+                let name = self
+                    .sources
+                    .snippet(self.modules[f.module.0 as usize].file, span)
+                    .to_string();
+                let mut d = Diagnostic::new(
+                    Code::E0302,
+                    format!("{what} must be compile-time constants"),
+                    self.loc(f, span),
+                    format!("{} known only at run time", v.ty),
+                );
                 if name.chars().all(|c| c.is_alphanumeric() || c == '_') && !name.is_empty() {
                     d = d.with_help(format!("make `{name}` a `constexpr` parameter (`{name}: constexpr`), or mask a fixed-size block instead"));
                 } else {
@@ -413,7 +582,13 @@ impl Checker {
             (_, Ty::Unknown) => return None,
             (_, Ty::Scalar(Elem::Num(d))) if d.is_int() => vec![arg.val.clone()],
             (_, other) => {
-                self.error(f, Code::E0300, format!("expected a shape (a tuple of constexpr integers), found {other}"), arg.span, "not a shape");
+                self.error(
+                    f,
+                    Code::E0300,
+                    format!("expected a shape (a tuple of constexpr integers), found {other}"),
+                    arg.span,
+                    "not a shape",
+                );
                 return None;
             }
         };
@@ -423,7 +598,13 @@ impl Checker {
             match self.shape_int_val(f, d, arg.span, "block shapes") {
                 Some(v) if v > 0 => shape.push(Some(v as u64)),
                 Some(v) => {
-                    self.error(f, Code::E0317, format!("shape dimension {v} is not positive"), arg.span, "invalid shape");
+                    self.error(
+                        f,
+                        Code::E0317,
+                        format!("shape dimension {v} is not positive"),
+                        arg.span,
+                        "invalid shape",
+                    );
                     return None;
                 }
                 None => {
@@ -448,8 +629,13 @@ impl Checker {
             Some(Konst::DType(d)) => Some(*d),
             _ if arg.val.ty.is_unknown() => None,
             _ => {
-                let d = Diagnostic::new(Code::E0319, format!("expected a dtype, found {}", arg.val.ty), self.loc(f, arg.span), "not a dtype")
-                    .with_help("write a dtype such as `f32`, `tl.float16`, or `x.dtype`");
+                let d = Diagnostic::new(
+                    Code::E0319,
+                    format!("expected a dtype, found {}", arg.val.ty),
+                    self.loc(f, arg.span),
+                    "not a dtype",
+                )
+                .with_help("write a dtype such as `f32`, `tl.float16`, or `x.dtype`");
                 self.emit(f, d);
                 None
             }
@@ -462,7 +648,13 @@ impl Checker {
             Ty::Scalar(Elem::Num(d)) if d.is_int() => {}
             Ty::Unknown => {}
             other => {
-                self.error(f, Code::E0320, format!("`{name}` must be an integer scalar, found {other}"), arg.span, "not an integer scalar");
+                self.error(
+                    f,
+                    Code::E0320,
+                    format!("`{name}` must be an integer scalar, found {other}"),
+                    arg.span,
+                    "not an integer scalar",
+                );
             }
         }
     }
@@ -475,8 +667,13 @@ impl Checker {
             Ty::Scalar(Elem::Num(d)) if d.is_int() && *d != DType::Bool => {}
             Ty::Unknown => {}
             other => {
-                let d = Diagnostic::new(Code::E0321, format!("`{name}` must be a rank (an integer) or a direction such as `tl.NEXT`, found {other}"), self.loc(f, arg.span), "not a peer")
-                    .with_note("directions: tl.NEXT, tl.PREV (ring), tl.NORTH, tl.SOUTH, tl.EAST, tl.WEST (mesh)");
+                let d = Diagnostic::new(
+                    Code::E0321,
+                    format!("`{name}` must be a rank (an integer) or a direction such as `tl.NEXT`, found {other}"),
+                    self.loc(f, arg.span),
+                    "not a peer",
+                )
+                .with_note("directions: tl.NEXT, tl.PREV (ring), tl.NORTH, tl.SOUTH, tl.EAST, tl.WEST (mesh)");
                 self.emit(f, d);
             }
         }
@@ -499,35 +696,63 @@ impl Checker {
         if mask_given {
             let m = a.val("mask");
             match m.ty.dtype() {
-                Some(DType::Bool) => {
-                    if known {
-                        self.fits_shape(f, &m.ty, a.span("mask"), &shape, a.span("pointer"), "the mask");
-                    }
+                Some(DType::Bool) if known => {
+                    self.fits_shape(f, &m.ty, a.span("mask"), &shape, a.span("pointer"), "the mask");
                 }
+                Some(DType::Bool) => {}
                 Some(_) | None if !m.ty.is_unknown() => {
-                    let d = Diagnostic::new(Code::E0306, format!("the mask of `{what}` must be boolean, found {}", m.ty), self.loc(f, a.span("mask")), "not boolean")
-                        .with_help("build masks from comparisons, e.g. `offs < n`");
+                    let d = Diagnostic::new(
+                        Code::E0306,
+                        format!("the mask of `{what}` must be boolean, found {}", m.ty),
+                        self.loc(f, a.span("mask")),
+                        "not boolean",
+                    )
+                    .with_help("build masks from comparisons, e.g. `offs < n`");
                     self.emit(f, d);
                 }
                 _ => {}
             }
         } else if known && !shape.is_empty() && a.builtin != Builtin::AtomicAdd {
-            let d = Diagnostic::new(Code::W0003, format!("`{what}` with a computed offset has no mask"), self.loc(f, a.span("pointer")), "offsets computed from a block")
-                .with_help("pass `mask=offs < n` unless every lane is in bounds by construction");
+            let d = Diagnostic::new(
+                Code::W0003,
+                format!("`{what}` with a computed offset has no mask"),
+                self.loc(f, a.span("pointer")),
+                "offsets computed from a block",
+            )
+            .with_help("pass `mask=offs < n` unless every lane is in bounds by construction");
             self.emit(f, d);
         }
-        let data_param = if is_load && a.builtin == Builtin::Load { "other" } else if a.builtin == Builtin::AtomicAdd { "val" } else { "value" };
+        let data_param = if is_load && a.builtin == Builtin::Load {
+            "other"
+        } else if a.builtin == Builtin::AtomicAdd {
+            "val"
+        } else {
+            "value"
+        };
         if a.given(data_param) {
             let v = a.val(data_param);
             match v.ty.elem() {
                 Some(Elem::Num(_)) => {
                     if known {
-                        self.fits_shape(f, &v.ty, a.span(data_param), &shape, a.span("pointer"), &format!("`{data_param}`"));
+                        self.fits_shape(
+                            f,
+                            &v.ty,
+                            a.span(data_param),
+                            &shape,
+                            a.span("pointer"),
+                            &format!("`{data_param}`"),
+                        );
                     }
                 }
                 _ if v.ty.is_unknown() => {}
                 _ => {
-                    self.error(f, Code::E0300, format!("`{data_param}` must be numbers, found {}", v.ty), a.span(data_param), "not storable");
+                    self.error(
+                        f,
+                        Code::E0300,
+                        format!("`{data_param}` must be numbers, found {}", v.ty),
+                        a.span(data_param),
+                        "not storable",
+                    );
                 }
             }
         }
@@ -545,15 +770,24 @@ impl Checker {
     fn fits_shape(&mut self, f: &Frame, ty: &Ty, span: Span, shape: &[Dim], ptr_span: Span, what: &str) {
         let Some(s) = ty.shape() else { return };
         match broadcast(s, shape) {
-            Ok(b) if b.len() == shape.len() && b.iter().zip(shape).all(|(x, y)| x.is_none() || y.is_none() || x == y) => {}
+            Ok(b)
+                if b.len() == shape.len() && b.iter().zip(shape).all(|(x, y)| x.is_none() || y.is_none() || x == y) => {
+            }
             _ => {
                 let d = Diagnostic::new(
                     Code::E0301,
-                    format!("{what} has shape {}, which does not broadcast to the pointer's shape {}", shape_string(s), shape_string(shape)),
+                    format!(
+                        "{what} has shape {}, which does not broadcast to the pointer's shape {}",
+                        shape_string(s),
+                        shape_string(shape)
+                    ),
                     self.loc(f, span),
                     format!("shape {}", shape_string(s)),
                 )
-                .with_secondary(self.loc(f, ptr_span), format!("pointer block of shape {}", shape_string(shape)));
+                .with_secondary(
+                    self.loc(f, ptr_span),
+                    format!("pointer block of shape {}", shape_string(shape)),
+                );
                 self.emit(f, d);
             }
         }
@@ -570,8 +804,13 @@ impl Checker {
             match &v.ty {
                 Ty::Block(Elem::Num(d), s) if s.len() == 2 => dims.push((*d, s.clone())),
                 other => {
-                    let d = Diagnostic::new(Code::E0322, format!("`tl.dot` multiplies 2-D blocks, but `{name}` is {other}"), self.loc(f, a.span(name)), "not a 2-D block")
-                        .with_help("reshape with `tl.reshape`, or add an axis with `x[None, :]`");
+                    let d = Diagnostic::new(
+                        Code::E0322,
+                        format!("`tl.dot` multiplies 2-D blocks, but `{name}` is {other}"),
+                        self.loc(f, a.span(name)),
+                        "not a 2-D block",
+                    )
+                    .with_help("reshape with `tl.reshape`, or add an axis with `x[None, :]`");
                     self.emit(f, d);
                     return Val::unknown();
                 }
@@ -581,22 +820,42 @@ impl Checker {
         let (db, sb) = dims[1].clone();
         if let (Some(k1), Some(k2)) = (sa[1], sb[0]) {
             if k1 != k2 {
-                let d = Diagnostic::new(Code::E0305, format!("`tl.dot` inner dimensions differ: {} @ {}", shape_string(&sa), shape_string(&sb)), self.loc(f, a.span("other")), format!("{k2} rows"))
-                    .with_secondary(self.loc(f, a.span("input")), format!("{k1} columns"))
-                    .with_help("the columns of `input` must equal the rows of `other`; `tl.trans` transposes");
+                let d = Diagnostic::new(
+                    Code::E0305,
+                    format!(
+                        "`tl.dot` inner dimensions differ: {} @ {}",
+                        shape_string(&sa),
+                        shape_string(&sb)
+                    ),
+                    self.loc(f, a.span("other")),
+                    format!("{k2} rows"),
+                )
+                .with_secondary(self.loc(f, a.span("input")), format!("{k1} columns"))
+                .with_help("the columns of `input` must equal the rows of `other`; `tl.trans` transposes");
                 self.emit(f, d);
                 return Val::unknown();
             }
         }
         if da != db {
-            let d = Diagnostic::new(Code::E0300, format!("`tl.dot` operands have different dtypes: {da} and {db}"), self.loc(f, a.span("other")), format!("{db}"))
-                .with_secondary(self.loc(f, a.span("input")), format!("{da}"))
-                .with_help(format!("convert one of them, e.g. `b.to({da})`"));
+            let d = Diagnostic::new(
+                Code::E0300,
+                format!("`tl.dot` operands have different dtypes: {da} and {db}"),
+                self.loc(f, a.span("other")),
+                format!("{db}"),
+            )
+            .with_secondary(self.loc(f, a.span("input")), format!("{da}"))
+            .with_help(format!("convert one of them, e.g. `b.to({da})`"));
             self.emit(f, d);
             return Val::unknown();
         }
         if da == DType::Bool {
-            self.error(f, Code::E0300, "`tl.dot` does not multiply bool blocks", a.span("input"), "bool operand");
+            self.error(
+                f,
+                Code::E0300,
+                "`tl.dot` does not multiply bool blocks",
+                a.span("input"),
+                "bool operand",
+            );
             return Val::unknown();
         }
         let out_dtype = match a.val("out_dtype").konst {
@@ -608,7 +867,11 @@ impl Checker {
             }
         };
         // Integer inputs accumulate in i32 whatever the float default says.
-        let mut out = if da.is_int() && !a.given("out_dtype") { DType::I32 } else { out_dtype };
+        let mut out = if da.is_int() && !a.given("out_dtype") {
+            DType::I32
+        } else {
+            out_dtype
+        };
         let shape = vec![sa[0], sb[1]];
         if a.given("acc") {
             let acc = a.val("acc");
@@ -616,18 +879,39 @@ impl Checker {
                 Ty::Block(Elem::Num(d), s) if s.len() == 2 => {
                     let fits = s.iter().zip(&shape).all(|(x, y)| x.is_none() || y.is_none() || x == y);
                     if !fits {
-                        let d2 = Diagnostic::new(Code::E0301, format!("`acc` has shape {}, but the product is {}", shape_string(s), shape_string(&shape)), self.loc(f, a.span("acc")), format!("shape {}", shape_string(s)));
+                        let d2 = Diagnostic::new(
+                            Code::E0301,
+                            format!(
+                                "`acc` has shape {}, but the product is {}",
+                                shape_string(s),
+                                shape_string(&shape)
+                            ),
+                            self.loc(f, a.span("acc")),
+                            format!("shape {}", shape_string(s)),
+                        );
                         self.emit(f, d2);
                         return Val::unknown();
                     }
                     if a.given("out_dtype") && *d != out_dtype {
-                        self.error(f, Code::E0300, format!("`acc` is {d} but `out_dtype` is {out_dtype}"), a.span("acc"), "dtype differs");
+                        self.error(
+                            f,
+                            Code::E0300,
+                            format!("`acc` is {d} but `out_dtype` is {out_dtype}"),
+                            a.span("acc"),
+                            "dtype differs",
+                        );
                     }
                     out = *d;
                 }
                 Ty::Unknown => return Val::unknown(),
                 other => {
-                    self.error(f, Code::E0300, format!("`acc` must be a 2-D block, found {other}"), a.span("acc"), "not an accumulator");
+                    self.error(
+                        f,
+                        Code::E0300,
+                        format!("`acc` must be a 2-D block, found {other}"),
+                        a.span("acc"),
+                        "not an accumulator",
+                    );
                     return Val::unknown();
                 }
             }
@@ -643,7 +927,13 @@ impl Checker {
             Ty::Scalar(Elem::Num(d)) => (*d, Vec::new()),
             Ty::Unknown => return Val::unknown(),
             other => {
-                self.error(f, Code::E0300, format!("`{}` reduces numbers, found {other}", b.qualified()), a.span("input"), "not numeric");
+                self.error(
+                    f,
+                    Code::E0300,
+                    format!("`{}` reduces numbers, found {other}", b.qualified()),
+                    a.span("input"),
+                    "not numeric",
+                );
                 return Val::unknown();
             }
         };
@@ -653,8 +943,13 @@ impl Checker {
                 let rank = shape.len() as i64;
                 let ax = if v < 0 { v + rank } else { v };
                 if !(0..rank.max(1)).contains(&ax) || rank == 0 {
-                    let d = Diagnostic::new(Code::E0309, format!("axis {v} is out of range for a value of rank {rank}"), self.loc(f, a.span("axis")), "invalid axis")
-                        .with_secondary(self.loc(f, a.span("input")), format!("{}", x.ty));
+                    let d = Diagnostic::new(
+                        Code::E0309,
+                        format!("axis {v} is out of range for a value of rank {rank}"),
+                        self.loc(f, a.span("axis")),
+                        "invalid axis",
+                    )
+                    .with_secondary(self.loc(f, a.span("input")), format!("{}", x.ty));
                     self.emit(f, d);
                     return Val::unknown();
                 }
@@ -662,7 +957,13 @@ impl Checker {
             }
             _ if a.val("axis").ty.is_unknown() => return Val::unknown(),
             _ => {
-                self.error(f, Code::E0209, "`axis` must be a compile-time integer or None", a.span("axis"), "not a constant");
+                self.error(
+                    f,
+                    Code::E0209,
+                    "`axis` must be a compile-time integer or None",
+                    a.span("axis"),
+                    "not a constant",
+                );
                 return Val::unknown();
             }
         };
@@ -670,8 +971,17 @@ impl Checker {
         let out_shape: Shape = match (axis, keep) {
             (None, false) => Vec::new(),
             (None, true) => vec![Some(1); shape.len()],
-            (Some(ax), false) => shape.iter().enumerate().filter(|(i, _)| *i != ax).map(|(_, d)| *d).collect(),
-            (Some(ax), true) => shape.iter().enumerate().map(|(i, d)| if i == ax { Some(1) } else { *d }).collect(),
+            (Some(ax), false) => shape
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i != ax)
+                .map(|(_, d)| *d)
+                .collect(),
+            (Some(ax), true) => shape
+                .iter()
+                .enumerate()
+                .map(|(i, d)| if i == ax { Some(1) } else { *d })
+                .collect(),
         };
         let out_dtype = match b {
             Builtin::Argmax | Builtin::Argmin => DType::I32,
@@ -690,7 +1000,8 @@ impl Checker {
             _ => dtype,
         };
         let values = Val::runtime(Ty::with_shape(Elem::Num(out_dtype), out_shape.clone()));
-        if matches!(b, Builtin::Max | Builtin::Min) && matches!(a.val("return_indices").konst, Some(Konst::Bool(true))) {
+        if matches!(b, Builtin::Max | Builtin::Min) && matches!(a.val("return_indices").konst, Some(Konst::Bool(true)))
+        {
             let idx = Ty::with_shape(Elem::Num(DType::I32), out_shape);
             return Val::runtime(Ty::Tuple(vec![values.ty, idx]));
         }
@@ -703,13 +1014,28 @@ impl Checker {
             Some(Elem::Num(d)) if d.is_float() => Val::runtime(x.ty),
             _ if x.ty.is_unknown() => Val::unknown(),
             Some(Elem::Num(d)) => {
-                let d2 = Diagnostic::new(Code::E0300, format!("`{}` needs floating-point values, found {}", a.builtin.qualified(), x.ty), self.loc(f, a.span(name)), format!("{d} values"))
-                    .with_help("convert first: `x.to(f32)`");
+                let d2 = Diagnostic::new(
+                    Code::E0300,
+                    format!(
+                        "`{}` needs floating-point values, found {}",
+                        a.builtin.qualified(),
+                        x.ty
+                    ),
+                    self.loc(f, a.span(name)),
+                    format!("{d} values"),
+                )
+                .with_help("convert first: `x.to(f32)`");
                 self.emit(f, d2);
                 Val::unknown()
             }
             _ => {
-                self.error(f, Code::E0300, format!("`{}` needs numbers, found {}", a.builtin.qualified(), x.ty), a.span(name), "not numeric");
+                self.error(
+                    f,
+                    Code::E0300,
+                    format!("`{}` needs numbers, found {}", a.builtin.qualified(), x.ty),
+                    a.span(name),
+                    "not numeric",
+                );
                 Val::unknown()
             }
         }
@@ -718,19 +1044,33 @@ impl Checker {
     /// Elementwise n-ary rule: promotion over all operands, broadcasting.
     fn elementwise(&mut self, f: &mut Frame, a: &Args, names: &[&str], float_only: bool) -> Val {
         let mut acc: Option<(DType, bool, Shape, Span)> = None;
-        let mut all_const = true;
         for name in names {
             let v = a.val(name);
             if v.ty.is_unknown() {
                 return Val::unknown();
             }
-            all_const &= v.is_const;
             let Some(Elem::Num(d)) = v.ty.elem() else {
-                self.error(f, Code::E0300, format!("`{}` needs numbers, found {}", a.builtin.qualified(), v.ty), a.span(name), "not numeric");
+                self.error(
+                    f,
+                    Code::E0300,
+                    format!("`{}` needs numbers, found {}", a.builtin.qualified(), v.ty),
+                    a.span(name),
+                    "not numeric",
+                );
                 return Val::unknown();
             };
             if float_only && !d.is_float() && !v.is_weak() {
-                self.error(f, Code::E0300, format!("`{}` needs floating-point values, found {}", a.builtin.qualified(), v.ty), a.span(name), "not floating-point");
+                self.error(
+                    f,
+                    Code::E0300,
+                    format!(
+                        "`{}` needs floating-point values, found {}",
+                        a.builtin.qualified(),
+                        v.ty
+                    ),
+                    a.span(name),
+                    "not floating-point",
+                );
                 return Val::unknown();
             }
             let s = v.ty.shape().map(|s| s.to_vec()).unwrap_or_default();
@@ -741,8 +1081,18 @@ impl Checker {
                     let shape = match broadcast(&ps, &s) {
                         Ok(sh) => sh,
                         Err(_) => {
-                            let d2 = Diagnostic::new(Code::E0301, format!("incompatible shapes for `{}`: {} and {}", a.builtin.qualified(), shape_string(&ps), shape_string(&s)), self.loc(f, a.span(name)), format!("this has shape {}", shape_string(&s)))
-                                .with_secondary(self.loc(f, pspan), format!("this has shape {}", shape_string(&ps)));
+                            let d2 = Diagnostic::new(
+                                Code::E0301,
+                                format!(
+                                    "incompatible shapes for `{}`: {} and {}",
+                                    a.builtin.qualified(),
+                                    shape_string(&ps),
+                                    shape_string(&s)
+                                ),
+                                self.loc(f, a.span(name)),
+                                format!("this has shape {}", shape_string(&s)),
+                            )
+                            .with_secondary(self.loc(f, pspan), format!("this has shape {}", shape_string(&ps)));
                             self.emit(f, d2);
                             return Val::unknown();
                         }
@@ -751,9 +1101,15 @@ impl Checker {
                 }
             });
         }
-        let Some((d, _, shape, _)) = acc else { return Val::unknown() };
+        let Some((d, _, shape, _)) = acc else {
+            return Val::unknown();
+        };
         let d = if float_only && !d.is_float() { DType::F32 } else { d };
-        Val { ty: Ty::with_shape(Elem::Num(d), shape), konst: None, is_const: all_const && false }
+        Val {
+            ty: Ty::with_shape(Elem::Num(d), shape),
+            konst: None,
+            is_const: false,
+        }
     }
 
     /// The target shape of `reshape`/`broadcast_to`: varargs ints, or one
@@ -761,7 +1117,13 @@ impl Checker {
     fn varargs_shape(&mut self, f: &Frame, a: &Args) -> Option<Shape> {
         match a.bound.varargs.as_slice() {
             [] => {
-                self.error(f, Code::E0203, format!("`{}` needs a shape", a.builtin.qualified()), a.call, "missing shape");
+                self.error(
+                    f,
+                    Code::E0203,
+                    format!("`{}` needs a shape", a.builtin.qualified()),
+                    a.call,
+                    "missing shape",
+                );
                 None
             }
             [one] => self.shape_arg(f, Some(one)),
@@ -777,7 +1139,11 @@ impl Checker {
                     return None;
                 }
                 let span = many[0].span.to(many[many.len() - 1].span);
-                let tuple = ArgVal { keyword: None, val: Val::konst(Konst::Tuple(ks)), span };
+                let tuple = ArgVal {
+                    keyword: None,
+                    val: Val::konst(Konst::Tuple(ks)),
+                    span,
+                };
                 self.shape_arg(f, Some(&tuple))
             }
         }
@@ -791,29 +1157,57 @@ impl Checker {
             Ty::Scalar(e) => (*e, Vec::new()),
             Ty::Unknown => return Val::unknown(),
             other => {
-                self.error(f, Code::E0300, format!("`{}` needs a block, found {other}", a.builtin.qualified()), a.span("input"), "not a block");
+                self.error(
+                    f,
+                    Code::E0300,
+                    format!("`{}` needs a block, found {other}", a.builtin.qualified()),
+                    a.span("input"),
+                    "not a block",
+                );
                 return Val::unknown();
             }
         };
-        let Some(target) = target else { return Val::unknown() };
-        let target_span = a.bound.varargs.first().map_or(a.call, |v| v.span.to(a.bound.varargs[a.bound.varargs.len() - 1].span));
+        let Some(target) = target else {
+            return Val::unknown();
+        };
+        let target_span = a
+            .bound
+            .varargs
+            .first()
+            .map_or(a.call, |v| v.span.to(a.bound.varargs[a.bound.varargs.len() - 1].span));
         if a.builtin == Builtin::Reshape {
             if let (Some(n0), Some(n1)) = (numel(&shape), numel(&target)) {
                 if n0 != n1 {
-                    let d = Diagnostic::new(Code::E0314, format!("cannot reshape {} ({n0} elements) into {} ({n1} elements)", shape_string(&shape), shape_string(&target)), self.loc(f, target_span), format!("{n1} elements"))
-                        .with_secondary(self.loc(f, a.span("input")), format!("{n0} elements"));
+                    let d = Diagnostic::new(
+                        Code::E0314,
+                        format!(
+                            "cannot reshape {} ({n0} elements) into {} ({n1} elements)",
+                            shape_string(&shape),
+                            shape_string(&target)
+                        ),
+                        self.loc(f, target_span),
+                        format!("{n1} elements"),
+                    )
+                    .with_secondary(self.loc(f, a.span("input")), format!("{n0} elements"));
                     self.emit(f, d);
                     return Val::unknown();
                 }
             }
         } else {
             let ok = match broadcast(&shape, &target) {
-                Ok(b) => b.len() == target.len() && b.iter().zip(&target).all(|(x, y)| x.is_none() || y.is_none() || x == y),
+                Ok(b) => {
+                    b.len() == target.len() && b.iter().zip(&target).all(|(x, y)| x.is_none() || y.is_none() || x == y)
+                }
                 Err(_) => false,
             };
             if !ok {
-                let d = Diagnostic::new(Code::E0301, format!("cannot broadcast {} to {}", shape_string(&shape), shape_string(&target)), self.loc(f, target_span), "target shape")
-                    .with_secondary(self.loc(f, a.span("input")), format!("shape {}", shape_string(&shape)));
+                let d = Diagnostic::new(
+                    Code::E0301,
+                    format!("cannot broadcast {} to {}", shape_string(&shape), shape_string(&target)),
+                    self.loc(f, target_span),
+                    "target shape",
+                )
+                .with_secondary(self.loc(f, a.span("input")), format!("shape {}", shape_string(&shape)));
                 self.emit(f, d);
                 return Val::unknown();
             }
@@ -827,25 +1221,49 @@ impl Checker {
             Ty::Block(e, s) => (*e, s.clone()),
             Ty::Unknown => return Val::unknown(),
             other => {
-                self.error(f, Code::E0322, format!("`tl.trans` needs a block, found {other}"), a.span("input"), "not a block");
+                self.error(
+                    f,
+                    Code::E0322,
+                    format!("`tl.trans` needs a block, found {other}"),
+                    a.span("input"),
+                    "not a block",
+                );
                 return Val::unknown();
             }
         };
         let perm: Vec<usize> = if a.bound.varargs.is_empty() {
             if shape.len() != 2 {
-                let d = Diagnostic::new(Code::E0322, format!("`tl.trans` without `dims` needs a 2-D block, found rank {}", shape.len()), self.loc(f, a.span("input")), format!("{}", x.ty))
-                    .with_help("pass the permutation: `tl.trans(x, 2, 0, 1)`");
+                let d = Diagnostic::new(
+                    Code::E0322,
+                    format!(
+                        "`tl.trans` without `dims` needs a 2-D block, found rank {}",
+                        shape.len()
+                    ),
+                    self.loc(f, a.span("input")),
+                    format!("{}", x.ty),
+                )
+                .with_help("pass the permutation: `tl.trans(x, 2, 0, 1)`");
                 self.emit(f, d);
                 return Val::unknown();
             }
             vec![1, 0]
         } else {
-            let Some(dims) = self.varargs_shape_raw(f, a) else { return Val::unknown() };
+            let Some(dims) = self.varargs_shape_raw(f, a) else {
+                return Val::unknown();
+            };
             let mut sorted = dims.clone();
             sorted.sort_unstable();
             if sorted != (0..shape.len() as i64).collect::<Vec<_>>() {
-                let span = a.bound.varargs[0].span.to(a.bound.varargs[a.bound.varargs.len() - 1].span);
-                self.error(f, Code::E0309, format!("`dims` must be a permutation of 0..{}", shape.len()), span, "not a permutation");
+                let span = a.bound.varargs[0]
+                    .span
+                    .to(a.bound.varargs[a.bound.varargs.len() - 1].span);
+                self.error(
+                    f,
+                    Code::E0309,
+                    format!("`dims` must be a permutation of 0..{}", shape.len()),
+                    span,
+                    "not a permutation",
+                );
                 return Val::unknown();
             }
             dims.into_iter().map(|d| d as usize).collect()
@@ -864,12 +1282,23 @@ impl Checker {
             many => many.iter().map(|m| m.val.clone()).collect(),
         };
         for (i, v) in items.iter().enumerate() {
-            let span = a.bound.varargs.get(i).or(a.bound.varargs.first()).map_or(a.call, |x| x.span);
+            let span = a
+                .bound
+                .varargs
+                .get(i)
+                .or(a.bound.varargs.first())
+                .map_or(a.call, |x| x.span);
             match v.konst.as_ref().and_then(Konst::as_int) {
                 Some(k) => out.push(k),
                 None if v.ty.is_unknown() => return None,
                 None => {
-                    self.error(f, Code::E0209, "`dims` must be compile-time integers", span, "not a constant");
+                    self.error(
+                        f,
+                        Code::E0209,
+                        "`dims` must be compile-time integers",
+                        span,
+                        "not a constant",
+                    );
                     return None;
                 }
             }
@@ -885,8 +1314,13 @@ impl Checker {
                 Ty::Scalar(Elem::Ptr(d)) => dtypes.push(Some(d)),
                 Ty::Unknown => dtypes.push(None),
                 other => {
-                    let d = Diagnostic::new(Code::E0307, format!("`tl.gemm` operand `{name}` must be a base pointer, found {other}"), self.loc(f, a.span(name)), "not a scalar pointer")
-                        .with_note("`tl.gemm` streams whole row-major matrices from their base pointers");
+                    let d = Diagnostic::new(
+                        Code::E0307,
+                        format!("`tl.gemm` operand `{name}` must be a base pointer, found {other}"),
+                        self.loc(f, a.span(name)),
+                        "not a scalar pointer",
+                    )
+                    .with_note("`tl.gemm` streams whole row-major matrices from their base pointers");
                     self.emit(f, d);
                     dtypes.push(None);
                 }
@@ -894,8 +1328,13 @@ impl Checker {
         }
         if let (Some(da), Some(db)) = (dtypes[0], dtypes[1]) {
             if da != db {
-                let d = Diagnostic::new(Code::E0300, format!("`tl.gemm` operands have different dtypes: {da} and {db}"), self.loc(f, a.span("b")), format!("ptr[{db}]"))
-                    .with_secondary(self.loc(f, a.span("a")), format!("ptr[{da}]"));
+                let d = Diagnostic::new(
+                    Code::E0300,
+                    format!("`tl.gemm` operands have different dtypes: {da} and {db}"),
+                    self.loc(f, a.span("b")),
+                    format!("ptr[{db}]"),
+                )
+                .with_secondary(self.loc(f, a.span("a")), format!("ptr[{da}]"));
                 self.emit(f, d);
             }
         }
@@ -907,11 +1346,23 @@ impl Checker {
             match &v.konst {
                 Some(Konst::Str(s)) if matches!(s.as_str(), "hbm" | "tcm" | "sram") => {}
                 Some(Konst::Str(s)) => {
-                    self.error(f, Code::E0326, format!("`{name}` must be \"hbm\", \"sram\" or \"tcm\", found {s:?}"), a.span(name), "unknown memory space");
+                    self.error(
+                        f,
+                        Code::E0326,
+                        format!("`{name}` must be \"hbm\", \"sram\" or \"tcm\", found {s:?}"),
+                        a.span(name),
+                        "unknown memory space",
+                    );
                 }
                 _ if v.ty.is_unknown() => {}
                 _ => {
-                    self.error(f, Code::E0209, format!("`{name}` must be a constant string"), a.span(name), "not a constant string");
+                    self.error(
+                        f,
+                        Code::E0209,
+                        format!("`{name}` must be a constant string"),
+                        a.span(name),
+                        "not a constant string",
+                    );
                 }
             }
         }
@@ -919,7 +1370,7 @@ impl Checker {
     }
 
     /// `x.to(dtype, bitcast=False)`.
-    pub fn to_call(&mut self, f: &mut Frame, src: &Ty, args: Vec<ArgVal>, call: Span) -> Val {
+    pub fn conversion_call(&mut self, f: &mut Frame, src: &Ty, args: Vec<ArgVal>, call: Span) -> Val {
         let params = [("dtype", true), ("bitcast", false)];
         let Some(bound) = self.bind_args(f, "`to`", &params, None, args, call) else {
             return Val::unknown();
@@ -927,19 +1378,36 @@ impl Checker {
         let Some(target) = bound.fixed[0].as_ref().and_then(|a| self.dtype_arg(f, Some(a))) else {
             return Val::unknown();
         };
-        let bitcast = bound.fixed[1].as_ref().is_some_and(|a| a.val.konst == Some(Konst::Bool(true)));
+        let bitcast = bound.fixed[1]
+            .as_ref()
+            .is_some_and(|a| a.val.konst == Some(Konst::Bool(true)));
         match src.elem() {
             Some(Elem::Num(d)) => {
                 if bitcast && d.bits() != target.bits() {
-                    self.error(f, Code::E0308, format!("cannot bitcast {d} ({} bits) to {target} ({} bits)", d.bits(), target.bits()), call, "sizes differ");
+                    self.error(
+                        f,
+                        Code::E0308,
+                        format!(
+                            "cannot bitcast {d} ({} bits) to {target} ({} bits)",
+                            d.bits(),
+                            target.bits()
+                        ),
+                        call,
+                        "sizes differ",
+                    );
                     return Val::unknown();
                 }
                 let shape = src.shape().map(|s| s.to_vec()).unwrap_or_default();
                 Val::runtime(Ty::with_shape(Elem::Num(target), shape))
             }
             Some(Elem::Ptr(_)) => {
-                let d = Diagnostic::new(Code::E0308, "pointers cannot be converted with `.to`", self.loc(f, call), "pointer conversion")
-                    .with_help("declare the parameter with the element type you need: `ptr[f32]`");
+                let d = Diagnostic::new(
+                    Code::E0308,
+                    "pointers cannot be converted with `.to`",
+                    self.loc(f, call),
+                    "pointer conversion",
+                )
+                .with_help("declare the parameter with the element type you need: `ptr[f32]`");
                 self.emit(f, d);
                 Val::unknown()
             }

@@ -18,8 +18,17 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 9] =
-        [DType::Bool, DType::I8, DType::I32, DType::I64, DType::U8, DType::U32, DType::F16, DType::BF16, DType::F32];
+    pub const ALL: [DType; 9] = [
+        DType::Bool,
+        DType::I8,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U32,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+    ];
 
     /// The canonical `tl` spelling.
     pub fn name(self) -> &'static str {
@@ -119,7 +128,10 @@ pub fn numel(shape: &[Dim]) -> Option<u64> {
 }
 
 pub fn shape_string(shape: &[Dim]) -> String {
-    let dims: Vec<String> = shape.iter().map(|d| d.map_or("?".to_string(), |d| d.to_string())).collect();
+    let dims: Vec<String> = shape
+        .iter()
+        .map(|d| d.map_or("?".to_string(), |d| d.to_string()))
+        .collect();
     format!("[{}]", dims.join(", "))
 }
 
@@ -193,7 +205,11 @@ impl Konst {
     /// The type a constant has when used as a value.
     pub fn ty(&self) -> Ty {
         match self {
-            Konst::Int(v) => Ty::Scalar(Elem::Num(if i32::try_from(*v).is_ok() { DType::I32 } else { DType::I64 })),
+            Konst::Int(v) => Ty::Scalar(Elem::Num(if i32::try_from(*v).is_ok() {
+                DType::I32
+            } else {
+                DType::I64
+            })),
             Konst::Float(_) => Ty::Scalar(Elem::Num(DType::F32)),
             Konst::Bool(_) => Ty::Scalar(Elem::Num(DType::Bool)),
             Konst::DType(_) => Ty::DType,

@@ -28,24 +28,52 @@ pub struct Stmt {
 pub enum StmtKind {
     Expr(Expr),
     /// `a = e` or `a, b = e`.
-    Assign { target: Target, value: Expr },
+    Assign {
+        target: Target,
+        value: Expr,
+    },
     /// `a += e`.
-    AugAssign { target: Ident, op: BinOp, op_span: Span, value: Expr },
+    AugAssign {
+        target: Ident,
+        op: BinOp,
+        op_span: Span,
+        value: Expr,
+    },
     /// `NAME: annotation = value` (a module constant or a local constexpr).
-    AnnAssign { target: Ident, annotation: Expr, value: Option<Expr> },
-    If { branches: Vec<(Expr, Vec<Stmt>)>, orelse: Option<Vec<Stmt>> },
+    AnnAssign {
+        target: Ident,
+        annotation: Expr,
+        value: Option<Expr>,
+    },
+    If {
+        branches: Vec<(Expr, Vec<Stmt>)>,
+        orelse: Option<Vec<Stmt>>,
+    },
     /// `for var in iter:` where `iter` is `range(…)` or `tl.static_range(…)`.
-    For { var: Ident, iter: Expr, body: Vec<Stmt> },
-    While { cond: Expr, body: Vec<Stmt> },
+    For {
+        var: Ident,
+        iter: Expr,
+        body: Vec<Stmt>,
+    },
+    While {
+        cond: Expr,
+        body: Vec<Stmt>,
+    },
     Break,
     Continue,
     Pass,
     Return(Option<Expr>),
     Def(FunctionDef),
     /// `from a.b import c, d as e`.
-    FromImport { module: Vec<Ident>, names: Vec<ImportName> },
+    FromImport {
+        module: Vec<Ident>,
+        names: Vec<ImportName>,
+    },
     /// `import a.b as c`.
-    Import { module: Vec<Ident>, alias: Option<Ident> },
+    Import {
+        module: Vec<Ident>,
+        alias: Option<Ident>,
+    },
     /// A block indented where no block may start; reported by the parser's
     /// caller unless it directly follows a statement that failed to parse.
     UnexpectedIndent(Vec<Stmt>),
@@ -114,12 +142,28 @@ pub enum ExprKind {
     /// `a and b`, `a or b`.
     Logic(LogicOp, Box<Expr>, Box<Expr>),
     /// `a < b`, or a chain `a < b < c` (rejected by the checker, E0014).
-    Compare { first: Box<Expr>, rest: Vec<(CmpOp, Span, Expr)> },
+    Compare {
+        first: Box<Expr>,
+        rest: Vec<(CmpOp, Span, Expr)>,
+    },
     /// `then if cond else otherwise`.
-    IfExp { cond: Box<Expr>, then: Box<Expr>, otherwise: Box<Expr> },
-    Call { func: Box<Expr>, args: Vec<Arg> },
-    Attribute { value: Box<Expr>, attr: Ident },
-    Subscript { value: Box<Expr>, indices: Vec<Index> },
+    IfExp {
+        cond: Box<Expr>,
+        then: Box<Expr>,
+        otherwise: Box<Expr>,
+    },
+    Call {
+        func: Box<Expr>,
+        args: Vec<Arg>,
+    },
+    Attribute {
+        value: Box<Expr>,
+        attr: Ident,
+    },
+    Subscript {
+        value: Box<Expr>,
+        indices: Vec<Index>,
+    },
     /// An expression that did not parse; its error is already reported.
     Error,
 }

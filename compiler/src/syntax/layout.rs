@@ -56,7 +56,12 @@ pub fn lex(src: &str, file: FileId) -> Lexed<'_> {
     let mut l = Layout {
         src,
         file,
-        out: Lexed { tokens: Vec::new(), diags: Vec::new(), recovery_newlines: Vec::new(), unclosed_at_eof: false },
+        out: Lexed {
+            tokens: Vec::new(),
+            diags: Vec::new(),
+            recovery_newlines: Vec::new(),
+            unclosed_at_eof: false,
+        },
         indents: vec![0],
         open: Vec::new(),
         at_line_start: true,
@@ -104,7 +109,11 @@ impl<'s> Layout<'s> {
 
     fn invalid_chars(&mut self, span: Span) {
         let text = &self.src[span.range()];
-        let what = if text.chars().count() == 1 { "character" } else { "characters" };
+        let what = if text.chars().count() == 1 {
+            "character"
+        } else {
+            "characters"
+        };
         let mut d = Diagnostic::new(
             Code::E0001,
             format!("invalid {what} `{}` in source", text.escape_debug()),
@@ -139,8 +148,13 @@ impl<'s> Layout<'s> {
             }
             Tok::UnterminatedStr(_) => {
                 self.out.diags.push(
-                    Diagnostic::new(Code::E0004, "unterminated string literal", self.loc(span), "this string never ends")
-                        .with_help("close it with a matching quote on the same line"),
+                    Diagnostic::new(
+                        Code::E0004,
+                        "unterminated string literal",
+                        self.loc(span),
+                        "this string never ends",
+                    )
+                    .with_help("close it with a matching quote on the same line"),
                 );
             }
             _ => {}
@@ -154,7 +168,10 @@ impl<'s> Layout<'s> {
 
     fn indent_width(&self, pos: u32) -> usize {
         let start = self.line_start(pos) as usize;
-        self.src[start..].chars().take_while(|c| *c == ' ' || *c == '\t').count()
+        self.src[start..]
+            .chars()
+            .take_while(|c| *c == ' ' || *c == '\t')
+            .count()
     }
 
     /// Inside an open bracket, a line that starts a statement cannot be a
@@ -173,7 +190,9 @@ impl<'s> Layout<'s> {
     }
 
     fn first_on_line(&self, pos: u32) -> bool {
-        self.src[self.line_start(pos) as usize..pos as usize].chars().all(|c| c == ' ' || c == '\t' || c == '\x0c')
+        self.src[self.line_start(pos) as usize..pos as usize]
+            .chars()
+            .all(|c| c == ' ' || c == '\t' || c == '\x0c')
     }
 
     /// Reports every open bracket as unclosed and resumes at `pos` as if a
@@ -181,8 +200,13 @@ impl<'s> Layout<'s> {
     fn close_all_open(&mut self, pos: u32) {
         if let Some((tok, span)) = self.open.first().copied() {
             self.out.diags.push(
-                Diagnostic::new(Code::E0012, format!("this `{tok}` is never closed"), self.loc(span), "unclosed delimiter")
-                    .with_help(format!("add the matching `{}`", closer(tok))),
+                Diagnostic::new(
+                    Code::E0012,
+                    format!("this `{tok}` is never closed"),
+                    self.loc(span),
+                    "unclosed delimiter",
+                )
+                .with_help(format!("add the matching `{}`", closer(tok))),
             );
         }
         self.open.clear();
@@ -204,8 +228,13 @@ impl<'s> Layout<'s> {
             if c == '\t' {
                 let at = start + i as u32;
                 self.out.diags.push(
-                    Diagnostic::new(Code::E0002, "tab character in indentation", self.loc(Span::new(at, at + 1)), "tab here")
-                        .with_help("indent with spaces (4 per level is the convention)"),
+                    Diagnostic::new(
+                        Code::E0002,
+                        "tab character in indentation",
+                        self.loc(Span::new(at, at + 1)),
+                        "tab here",
+                    )
+                    .with_help("indent with spaces (4 per level is the convention)"),
                 );
                 // Keep the current level: guessing a width would only add
                 // indentation errors on top of this one.
@@ -243,8 +272,13 @@ impl<'s> Layout<'s> {
         let end = self.src.len() as u32;
         if let Some((tok, span)) = self.open.first().copied() {
             self.out.diags.push(
-                Diagnostic::new(Code::E0012, format!("this `{tok}` is never closed"), self.loc(span), "unclosed delimiter")
-                    .with_help(format!("add the matching `{}`", closer(tok))),
+                Diagnostic::new(
+                    Code::E0012,
+                    format!("this `{tok}` is never closed"),
+                    self.loc(span),
+                    "unclosed delimiter",
+                )
+                .with_help(format!("add the matching `{}`", closer(tok))),
             );
             self.out.unclosed_at_eof = true;
         }

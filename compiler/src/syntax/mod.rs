@@ -45,7 +45,10 @@ impl<'s> ParseSink<'s> {
             ExprKind::Tuple(items) | ExprKind::List(items) => {
                 Target::Tuple(items.into_iter().map(|i| self.target(i)).collect(), e.span)
             }
-            ExprKind::Error => Target::Name(ast::Ident { name: "_".into(), span: e.span }),
+            ExprKind::Error => Target::Name(ast::Ident {
+                name: "_".into(),
+                span: e.span,
+            }),
             ref other => {
                 let (what, help) = match other {
                     ExprKind::Subscript { .. } => (
@@ -57,10 +60,18 @@ impl<'s> ParseSink<'s> {
                     _ => ("this expression", "assign to a plain name or a tuple of names"),
                 };
                 self.diags.push(
-                    Diagnostic::new(Code::E0015, format!("cannot assign to {what}"), self.loc(e.span), "not assignable")
-                        .with_help(help),
+                    Diagnostic::new(
+                        Code::E0015,
+                        format!("cannot assign to {what}"),
+                        self.loc(e.span),
+                        "not assignable",
+                    )
+                    .with_help(help),
                 );
-                Target::Name(ast::Ident { name: "_".into(), span: e.span })
+                Target::Name(ast::Ident {
+                    name: "_".into(),
+                    span: e.span,
+                })
             }
         }
     }
@@ -101,8 +112,13 @@ impl<'s> ParseSink<'s> {
             Ok(v) => Expr::new(ExprKind::Int(Some(v)), span),
             Err(_) => {
                 self.diags.push(
-                    Diagnostic::new(Code::E0005, format!("integer literal `{text}` is out of range"), self.loc(span), "does not fit in 64 bits")
-                        .with_note("integer constants are 64-bit signed: -2**63 to 2**63 - 1"),
+                    Diagnostic::new(
+                        Code::E0005,
+                        format!("integer literal `{text}` is out of range"),
+                        self.loc(span),
+                        "does not fit in 64 bits",
+                    )
+                    .with_note("integer constants are 64-bit signed: -2**63 to 2**63 - 1"),
                 );
                 Expr::new(ExprKind::Int(None), span)
             }
@@ -115,8 +131,13 @@ impl<'s> ParseSink<'s> {
             Ok(v) if v.is_finite() => Expr::new(ExprKind::Float(v), span),
             _ => {
                 self.diags.push(
-                    Diagnostic::new(Code::E0005, format!("float literal `{text}` is out of range"), self.loc(span), "overflows to infinity")
-                        .with_help("write `float(\"inf\")` for infinity"),
+                    Diagnostic::new(
+                        Code::E0005,
+                        format!("float literal `{text}` is out of range"),
+                        self.loc(span),
+                        "overflows to infinity",
+                    )
+                    .with_help("write `float(\"inf\")` for infinity"),
                 );
                 Expr::new(ExprKind::Float(f64::INFINITY), span)
             }
@@ -154,7 +175,11 @@ pub(crate) fn unquote(lit: &str) -> String {
 pub fn parse(src: &str, file: FileId) -> (Module, Vec<Diagnostic>) {
     let lexed = layout::lex(src, file);
     let mut diags = lexed.diags;
-    let mut sink = ParseSink { file, recovered: Vec::new(), diags: Vec::new() };
+    let mut sink = ParseSink {
+        file,
+        recovered: Vec::new(),
+        diags: Vec::new(),
+    };
     let tokens = lexed.tokens.into_iter().map(Ok::<_, SyntaxIssue>);
     let result = grammar::ModuleParser::new().parse(&mut sink, tokens);
     let mut errors: Vec<ParseError<u32, Tok, SyntaxIssue>> = sink.recovered.drain(..).map(|r| r.error).collect();
@@ -166,8 +191,11 @@ pub fn parse(src: &str, file: FileId) -> (Module, Vec<Diagnostic>) {
         }
     };
     // A line with a lexical error would only add a confusing syntax error.
-    let lexical_lines: std::collections::HashSet<u32> =
-        diags.iter().filter(|d| d.code != Code::E0012).map(|d| line_of(src, d.primary.loc.span.lo)).collect();
+    let lexical_lines: std::collections::HashSet<u32> = diags
+        .iter()
+        .filter(|d| d.code != Code::E0012)
+        .map(|d| line_of(src, d.primary.loc.span.lo))
+        .collect();
     let mut last_line_reported: Option<u32> = None;
     for e in errors {
         let Some(d) = syntax_error(e, src, file, &lexed.recovery_newlines, lexed.unclosed_at_eof) else {
@@ -187,7 +215,10 @@ pub fn parse(src: &str, file: FileId) -> (Module, Vec<Diagnostic>) {
 }
 
 fn line_of(src: &str, pos: u32) -> u32 {
-    src.as_bytes()[..(pos as usize).min(src.len())].iter().filter(|&&b| b == b'\n').count() as u32
+    src.as_bytes()[..(pos as usize).min(src.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count() as u32
 }
 
 /// `UnexpectedIndent` blocks are errors unless they follow a statement that
@@ -199,8 +230,13 @@ fn report_unexpected_indents(body: &[Stmt], file: FileId, diags: &mut Vec<Diagno
             StmtKind::UnexpectedIndent(inner) => {
                 if !prev_was_error {
                     diags.push(
-                        Diagnostic::new(Code::E0013, "unexpected indent", Loc::new(file, Span::new(s.span.lo, s.span.lo)), "this line is indented more than the one before")
-                            .with_help("only the body of `def`, `if`, `for` and `while` is indented"),
+                        Diagnostic::new(
+                            Code::E0013,
+                            "unexpected indent",
+                            Loc::new(file, Span::new(s.span.lo, s.span.lo)),
+                            "this line is indented more than the one before",
+                        )
+                        .with_help("only the body of `def`, `if`, `for` and `while` is indented"),
                     );
                 }
                 report_unexpected_indents(inner, file, diags);
@@ -238,7 +274,20 @@ fn describe_expected(expected: &[String]) -> String {
         if expression_start
             && matches!(
                 t.as_str(),
-                "name" | "int" | "float" | "string" | "unterminated string" | "(" | "[" | "-" | "+" | "~" | "not" | "True" | "False" | "None"
+                "name"
+                    | "int"
+                    | "float"
+                    | "string"
+                    | "unterminated string"
+                    | "("
+                    | "["
+                    | "-"
+                    | "+"
+                    | "~"
+                    | "not"
+                    | "True"
+                    | "False"
+                    | "None"
             )
         {
             continue;
@@ -258,7 +307,10 @@ fn describe_expected(expected: &[String]) -> String {
     }
     // Binary operators are always possible after an expression; listing all
     // of them buries the useful alternatives.
-    let operators = ["`+`", "`-`", "`*`", "`/`", "`//`", "`%`", "`**`", "`<<`", "`>>`", "`&`", "`|`", "`^`", "`<`", "`>`", "`<=`", "`>=`", "`==`", "`!=`", "`is`", "`and`", "`or`", "`if`", "`.`", "`(`", "`[`"];
+    let operators = [
+        "`+`", "`-`", "`*`", "`/`", "`//`", "`%`", "`**`", "`<<`", "`>>`", "`&`", "`|`", "`^`", "`<`", "`>`", "`<=`",
+        "`>=`", "`==`", "`!=`", "`is`", "`and`", "`or`", "`if`", "`.`", "`(`", "`[`",
+    ];
     let n_ops = words.iter().filter(|w| operators.contains(&w.as_str())).count();
     if n_ops > 4 {
         words.retain(|w| !operators.contains(&w.as_str()));
@@ -286,7 +338,10 @@ fn syntax_error(
     unclosed_at_eof: bool,
 ) -> Option<Diagnostic> {
     match e {
-        ParseError::UnrecognizedToken { token: (lo, tok, hi), expected } => {
+        ParseError::UnrecognizedToken {
+            token: (lo, tok, hi),
+            expected,
+        } => {
             if tok == Tok::Newline && recovery_newlines.contains(&lo) {
                 return None;
             }
@@ -296,8 +351,13 @@ fn syntax_error(
             let span = Span::new(lo, hi);
             if let Tok::Reserved(kw) = tok {
                 return Some(
-                    Diagnostic::new(Code::E0017, format!("`{kw}` is not supported in tl"), Loc::new(file, span), "Python keyword without a tl meaning")
-                        .with_note("tl kernels use a subset of Python: see docs/language.md"),
+                    Diagnostic::new(
+                        Code::E0017,
+                        format!("`{kw}` is not supported in tl"),
+                        Loc::new(file, span),
+                        "Python keyword without a tl meaning",
+                    )
+                    .with_note("tl kernels use a subset of Python: see docs/language.md"),
                 );
             }
             let wanted = describe_expected(&expected);
@@ -310,7 +370,12 @@ fn syntax_error(
                 }
                 _ => (span, tok.describe()),
             };
-            let mut d = Diagnostic::new(Code::E0010, format!("expected {wanted}, found {found}"), Loc::new(file, span), format!("expected {wanted}"));
+            let mut d = Diagnostic::new(
+                Code::E0010,
+                format!("expected {wanted}, found {found}"),
+                Loc::new(file, span),
+                format!("expected {wanted}"),
+            );
             if wanted.contains("`:`") && !wanted.contains(',') {
                 d = d.with_help("a `def`, `if`, `elif`, `else`, `for` or `while` line ends with `:`");
             } else if tok == Tok::Indent {

@@ -12,7 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "tlc", version, about = "Compile, check and simulate tl kernels for the AHBM machine")]
+#[command(
+    name = "tlc",
+    version,
+    about = "Compile, check and simulate tl kernels for the AHBM machine"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -57,7 +61,13 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { paths, define, color, format, stdlib } => check(&paths, &define, color, format, stdlib),
+        Command::Check {
+            paths,
+            define,
+            color,
+            format,
+            stdlib,
+        } => check(&paths, &define, color, format, stdlib),
     }
 }
 
@@ -83,7 +93,10 @@ fn parse_defines(defines: &[String]) -> Result<std::collections::BTreeMap<String
             return Err(format!("invalid -D `{d}`: expected NAME=VALUE"));
         };
         let name = name.trim();
-        if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') || name.starts_with(|c: char| c.is_ascii_digit()) {
+        if name.is_empty()
+            || !name.chars().all(|c| c.is_alphanumeric() || c == '_')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
             return Err(format!("invalid -D `{d}`: `{name}` is not a parameter name"));
         }
         out.insert(name.to_string(), Konst::parse_define(value));
@@ -94,7 +107,9 @@ fn parse_defines(defines: &[String]) -> Result<std::collections::BTreeMap<String
 /// Every `.tl` file named or under a named folder, in a stable order.
 fn collect_tl_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
         entries.sort();
         for p in entries {
             if p.is_dir() {
@@ -141,7 +156,10 @@ fn check(paths: &[PathBuf], define: &[String], color: Color, format: Format, std
         Ok(f) => f,
         Err(e) => return usage_error(&e),
     };
-    let options = sema::Options { defines, stdlib_root: stdlib.or_else(default_stdlib) };
+    let options = sema::Options {
+        defines,
+        stdlib_root: stdlib.or_else(default_stdlib),
+    };
     let mut session = sema::Session::new(options);
     for file in &files {
         let source = match std::fs::read(file) {
