@@ -50,6 +50,7 @@ codes! {
     E0015 = "E0015", "invalid assignment target";
     E0016 = "E0016", "positional argument after keyword argument";
     E0017 = "E0017", "Python syntax that tl does not support";
+    E0018 = "E0018", "statement too complex to check";
     // Names, items, modules.
     E0100 = "E0100", "unresolved name";
     E0101 = "E0101", "unknown `tl` built-in";
@@ -74,6 +75,8 @@ codes! {
     E0209 = "E0209", "value must be a compile-time constant";
     E0210 = "E0210", "return is not the last statement of a helper";
     E0211 = "E0211", "no constexpr parameter of that name";
+    E0212 = "E0212", "default value on a run-time kernel parameter";
+    E0213 = "E0213", "parameter without a default after one with a default";
     // Types and shapes.
     E0300 = "E0300", "mismatched operand types";
     E0301 = "E0301", "incompatible shapes";
@@ -86,7 +89,7 @@ codes! {
     E0308 = "E0308", "invalid conversion";
     E0309 = "E0309", "axis out of range";
     E0310 = "E0310", "bitwise operation on floating-point values";
-    E0311 = "E0311", "variable changes type in a loop";
+    E0311 = "E0311", "variable has different types on different paths";
     E0312 = "E0312", "variable possibly undefined";
     E0313 = "E0313", "wrong number of values to unpack";
     E0314 = "E0314", "reshape changes the number of elements";
@@ -102,6 +105,7 @@ codes! {
     E0324 = "E0324", "`for` over something other than a range";
     E0325 = "E0325", "unsupported subscript";
     E0326 = "E0326", "invalid argument value";
+    E0327 = "E0327", "program too large to check";
     // Control flow.
     E0400 = "E0400", "`break` outside a loop";
     E0401 = "E0401", "`continue` outside a loop";

@@ -109,6 +109,9 @@ pub(super) struct Frame {
     pub ret: Option<Val>,
     /// The current block ended in `break`, `continue` or `return`.
     pub terminated: bool,
+    /// The function has a syntax error: unresolved names are not reported
+    /// (the broken statement may have defined them).
+    pub lenient_names: bool,
 }
 
 impl Frame {
@@ -122,6 +125,7 @@ impl Frame {
             call_site: None,
             ret: None,
             terminated: false,
+            lenient_names: false,
         }
     }
 }
@@ -139,7 +143,15 @@ pub(super) struct Checker {
     pub kernels: Vec<KernelSummary>,
     /// `-D` names some kernel used.
     pub used_defines: HashSet<String>,
+    /// Statements checked so far (unrolled loops and inlined helpers
+    /// included); see [`MAX_CHECK_STEPS`].
+    pub steps: u64,
+    pub budget_exhausted: bool,
 }
+
+/// How many statements one run may check before giving up with E0327:
+/// nested `tl.static_range`s and helpers calling helpers multiply.
+const MAX_CHECK_STEPS: u64 = 2_000_000;
 
 /// How many helper calls may nest; deeper is reported as recursion.
 const MAX_CALL_DEPTH: usize = 64;
@@ -159,6 +171,8 @@ impl Checker {
             active: Vec::new(),
             kernels: Vec::new(),
             used_defines: HashSet::new(),
+            steps: 0,
+            budget_exhausted: false,
         }
     }
 
@@ -232,6 +246,7 @@ impl Checker {
         let func = self.funcs[fid.0 as usize].clone();
         let def = func.def.clone();
         let mut f = Frame::new(func.module, Some(fid), true);
+        f.lenient_names = func.has_syntax_errors;
         let mut constexprs = Vec::new();
         // Constexpr parameters first: other annotations (`ptr[T]`) may
         // refer to them.
@@ -291,7 +306,7 @@ impl Checker {
             if p.default.is_some() {
                 self.error(
                     &f,
-                    Code::E0208,
+                    Code::E0212,
                     format!(
                         "only constexpr parameters can have defaults; `{}` is a run-time argument",
                         p.name.name
@@ -302,7 +317,7 @@ impl Checker {
             }
             self.bind_param(&mut f, p, val, false);
         }
-        if let Some(r) = &def.returns {
+        if let Some(r) = def.returns.as_ref().filter(|r| !matches!(r.kind, ExprKind::NoneLit)) {
             self.error(
                 &f,
                 Code::E0206,
@@ -344,6 +359,7 @@ impl Checker {
         let func = self.funcs[fid.0 as usize].clone();
         let def = func.def.clone();
         let mut f = Frame::new(func.module, Some(fid), false);
+        f.lenient_names = func.has_syntax_errors;
         for p in &def.params {
             let (val, constexpr) = match &p.annotation {
                 Some(a) => match self.annotation(&mut f, a) {
@@ -413,12 +429,13 @@ impl Checker {
             return Val::unknown();
         };
         let mut f = Frame::new(func.module, Some(fid), false);
+        f.lenient_names = func.has_syntax_errors;
         f.call_site = Some(caller.call_site.unwrap_or(self.loc(caller, call)));
         for (p, arg) in def.params.iter().zip(bound.fixed) {
             let annot = p.annotation.as_ref().map(|a| self.annotation(&mut f, a));
             let val = match arg {
-                Some(a) => {
-                    if matches!(annot, Some(Annot::Constexpr)) && !a.val.is_const && !a.val.ty.is_unknown() {
+                Some(a) => match &annot {
+                    Some(Annot::Constexpr) if !a.val.is_const && !a.val.ty.is_unknown() => {
                         let d = Diagnostic::new(
                             Code::E0209,
                             format!(
@@ -433,9 +450,30 @@ impl Checker {
                             "declared constexpr here",
                         );
                         self.emit(caller, d);
+                        Val::unbound_const()
                     }
-                    a.val
-                }
+                    Some(Annot::Type(ty)) => {
+                        let ty = ty.clone();
+                        self.convert_to_declared(caller, a.val, &ty, a.span)
+                    }
+                    Some(Annot::PtrOf(e)) => {
+                        let e = e.clone();
+                        match self.dtype_expr(&mut f, &e).map(|d| Ty::Scalar(Elem::Ptr(d))) {
+                            Some(ty) if !a.val.ty.compatible(&ty) => {
+                                let d = Diagnostic::new(
+                                    Code::E0300,
+                                    format!("expected {ty}, found {}", a.val.ty),
+                                    self.loc(caller, a.span),
+                                    format!("this is {}", a.val.ty),
+                                );
+                                self.emit(caller, d);
+                                Val::runtime(ty)
+                            }
+                            _ => a.val,
+                        }
+                    }
+                    _ => a.val,
+                },
                 None => match &p.default {
                     Some(d) => {
                         let mut df = Frame::new(func.module, None, false);
@@ -457,7 +495,21 @@ impl Checker {
 
     pub fn block(&mut self, f: &mut Frame, stmts: &[Stmt]) {
         for s in stmts {
-            if f.terminated {
+            if f.terminated || self.budget_exhausted {
+                break;
+            }
+            self.steps += 1;
+            if self.steps > MAX_CHECK_STEPS {
+                self.budget_exhausted = true;
+                let d = Diagnostic::new(
+                    Code::E0327,
+                    format!("this program unrolls to more than {MAX_CHECK_STEPS} statements"),
+                    self.loc(f, s.span),
+                    "checking stopped here",
+                )
+                .with_note("every `tl.static_range` iteration and every helper call is checked separately")
+                .with_help("use `range(…)` for long loops; avoid helpers that call helpers many times");
+                self.emit(f, d);
                 break;
             }
             self.stmt(f, s);
@@ -913,6 +965,7 @@ impl Checker {
     fn for_loop(&mut self, f: &mut Frame, var: &ast::Ident, iter: &Expr, body: &[Stmt]) {
         let ExprKind::Call { func, args } = &iter.kind else {
             self.not_a_range(f, iter);
+            self.loop_body_unknown_var(f, var, body);
             return;
         };
         let is_static = func.as_dotted_pair() == Some(("tl", "static_range"))
@@ -920,6 +973,7 @@ impl Checker {
         let is_range = matches!(&func.kind, ExprKind::Name(n) if n == "range") && !f.vars.contains_key("range");
         if !is_static && !is_range {
             self.not_a_range(f, iter);
+            self.loop_body_unknown_var(f, var, body);
             return;
         }
         let argvals = self.arg_vals(f, args);
@@ -942,6 +996,7 @@ impl Checker {
             argvals,
             iter.span,
         ) else {
+            self.loop_body_unknown_var(f, var, body);
             return;
         };
         let present: Vec<super::expr::ArgVal> = bound.fixed.into_iter().flatten().collect();
@@ -978,6 +1033,7 @@ impl Checker {
                     iter.span,
                     "zero step",
                 );
+                self.loop_body_unknown_var(f, var, body);
                 return;
             }
             let iters: Option<Vec<i64>> = match (start, stop, step) {
@@ -1040,7 +1096,7 @@ impl Checker {
                 Some(d) if d.is_int() && !a.val.ty.is_block() => {
                     if !a.val.is_weak() {
                         dtype = if any_strong {
-                            super::types::promote(dtype, false, d, false, false)
+                            super::types::promote(dtype, false, d, false, false).unwrap_or(d)
                         } else {
                             d
                         };
@@ -1079,6 +1135,26 @@ impl Checker {
         self.exit_loop(f, before);
     }
 
+    /// Checks a loop body whose header was wrong, so its own mistakes are
+    /// still found.
+    fn loop_body_unknown_var(&mut self, f: &mut Frame, var: &ast::Ident, body: &[Stmt]) {
+        let before = self.enter_loop(f, body);
+        f.loops.push(LoopKind::Runtime);
+        f.vars.insert(
+            var.name.clone(),
+            Var {
+                val: Val::unknown(),
+                def: var.span,
+                constexpr: false,
+                state: VarState::Defined,
+            },
+        );
+        self.block(f, body);
+        f.terminated = false;
+        f.loops.pop();
+        self.exit_loop(f, before);
+    }
+
     fn not_a_range(&mut self, f: &mut Frame, iter: &Expr) {
         self.expr(f, iter);
         let d = Diagnostic::new(
@@ -1106,14 +1182,13 @@ impl Checker {
 }
 
 fn loop_type_help(before: &Ty, after: &Ty) -> String {
-    match (before, after) {
-        (Ty::Scalar(_), Ty::Block(_, shape)) => format!(
-            "initialize it as a block before the loop, e.g. `tl.zeros({}, dtype=…)`",
-            super::types::shape_string(shape).replace('[', "(").replace(']', ")")
-        ),
-        (_, t) if t.dtype().is_some() => format!(
-            "initialize it with the loop's type before the loop (`….to({})`)",
-            t.dtype().map_or("…".into(), |d| d.to_string())
+    match (before.dtype(), after.dtype(), after) {
+        (Some(a), Some(b), _) if a != b => {
+            format!("give it the loop's dtype before the loop (`….to({b})`), or convert inside it (`.to({a})`)")
+        }
+        (_, Some(d), Ty::Block(_, shape)) => format!(
+            "initialize it with its in-loop shape before the loop, e.g. `tl.zeros({}, dtype={d})`",
+            super::types::shape_tuple(shape)
         ),
         _ => "keep the same type and shape on every iteration".into(),
     }

@@ -169,6 +169,11 @@ impl Checker {
                 is_const: true,
             };
         }
+        if f.lenient_names {
+            // The function has a syntax error: the name may well be
+            // defined by the statement that did not parse.
+            return Val::unknown();
+        }
         let mut d = Diagnostic::new(
             Code::E0100,
             format!("cannot find `{name}` in this scope"),
@@ -306,7 +311,9 @@ impl Checker {
                         "unknown attribute",
                     )
                     .with_secondary(self.loc(f, value_span), format!("this is {}", v.ty));
-                    if let Some(h) = super::suggest::nearest(name, ["dtype", "shape", "to"]) {
+                    if matches!(name, "astype" | "type" | "cast") {
+                        d = d.with_help("convert with `.to(dtype)`");
+                    } else if let Some(h) = super::suggest::nearest(name, ["dtype", "shape", "to"]) {
                         d = d.with_help(format!("did you mean `{h}`?"));
                     }
                     self.emit(f, d);
@@ -347,12 +354,17 @@ impl Checker {
             Ty::ToMethod(src) => self.conversion_call(f, &src, argvals, span),
             Ty::Unknown => Val::unknown(),
             other => {
-                let d = Diagnostic::new(
+                let mut d = Diagnostic::new(
                     Code::E0204,
                     format!("{other} is not callable"),
                     self.loc(f, func.span),
                     "not a function",
                 );
+                if let crate::syntax::ast::ExprKind::Attribute { attr, .. } = &func.kind {
+                    if attr.name == "shape" {
+                        d = d.with_help("index the shape instead: `x.shape[0]`");
+                    }
+                }
                 self.emit(f, d);
                 Val::unknown()
             }
@@ -373,8 +385,12 @@ impl Checker {
         let mut extra = Vec::new();
         let mut ok = true;
         let mut positional = 0usize;
+        let mut keyword_seen = false;
         for a in args {
             match &a.keyword {
+                // Already reported by the parser (E0016); binding it would
+                // put it in the wrong slot.
+                None if keyword_seen => ok = false,
                 None => {
                     if positional < params.len() {
                         fixed[positional] = Some(a);
@@ -400,7 +416,11 @@ impl Checker {
                     }
                     positional += 1;
                 }
-                Some(k) => match params.iter().position(|p| p.0 == k.name) {
+                Some(k) => match params
+                    .iter()
+                    .inspect(|_| keyword_seen = true)
+                    .position(|p| p.0 == k.name)
+                {
                     Some(i) => {
                         if fixed[i].is_some() {
                             let d = Diagnostic::new(
@@ -638,7 +658,11 @@ impl Checker {
                         self.emit(f, d);
                         return Val::unknown();
                     }
-                    Elem::Num(promote(a, l.is_weak(), b, r.is_weak(), false))
+                    let Some(d) = self.promote_or_report(f, sym, (a, l.is_weak()), (b, r.is_weak()), false, span)
+                    else {
+                        return Val::unknown();
+                    };
+                    Elem::Num(d)
                 }
                 BinOp::Pow => {
                     let d = Diagnostic::new(
@@ -651,14 +675,48 @@ impl Checker {
                     self.emit(f, d);
                     return Val::unknown();
                 }
-                BinOp::Div => Elem::Num(promote(a, l.is_weak(), b, r.is_weak(), true)),
-                _ => Elem::Num(promote(a, l.is_weak(), b, r.is_weak(), false)),
+                _ => {
+                    let div_or_mod = matches!(op, BinOp::Div | BinOp::FloorDiv | BinOp::Mod);
+                    let Some(d) = self.promote_or_report(f, sym, (a, l.is_weak()), (b, r.is_weak()), div_or_mod, span)
+                    else {
+                        return Val::unknown();
+                    };
+                    // `/` is true division: integers divide as f32.
+                    Elem::Num(if op == BinOp::Div && d.is_int() { DType::F32 } else { d })
+                }
             },
         };
         Val {
             ty: Ty::with_shape(elem, shape),
             konst: None,
             is_const: both_const,
+        }
+    }
+
+    /// Triton's computation type of two operands, or E0300 when there is
+    /// none (`/`, `//`, `%` between signed and unsigned integers).
+    pub fn promote_or_report(
+        &mut self,
+        f: &Frame,
+        op: &str,
+        a: (DType, bool),
+        b: (DType, bool),
+        div_or_mod: bool,
+        span: Span,
+    ) -> Option<DType> {
+        match promote(a.0, a.1, b.0, b.1, div_or_mod) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                let d = Diagnostic::new(
+                    Code::E0300,
+                    format!("cannot use `{op}` here: {}", e.0),
+                    self.loc(f, span),
+                    "no common type",
+                )
+                .with_help("convert one operand with `.to(…)` so both have the same signedness");
+                self.emit(f, d);
+                None
+            }
         }
     }
 
@@ -831,10 +889,11 @@ impl Checker {
                 else {
                     return Val::unknown();
                 };
-                Val::runtime(Ty::with_shape(
-                    Elem::Num(promote(x, a.is_weak(), y, b.is_weak(), false)),
-                    shape,
-                ))
+                let Some(d) = self.promote_or_report(f, "`if`/`else`", (x, a.is_weak()), (y, b.is_weak()), false, span)
+                else {
+                    return Val::unknown();
+                };
+                Val::runtime(Ty::with_shape(Elem::Num(d), shape))
             }
             _ => {
                 let d = Diagnostic::new(

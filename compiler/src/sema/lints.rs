@@ -132,6 +132,19 @@ pub fn assigned_names(stmts: &[Stmt], out: &mut HashSet<String>) {
     );
 }
 
+/// Whether a statement list contains a statement or expression that did
+/// not parse.
+pub fn has_syntax_error(stmts: &[Stmt]) -> bool {
+    let mut bad_stmt = false;
+    let mut bad_expr = false;
+    walk_stmts(
+        stmts,
+        &mut |s| bad_stmt |= matches!(s.kind, StmtKind::Error),
+        &mut |e| bad_expr |= matches!(e.kind, ExprKind::Error),
+    );
+    bad_stmt || bad_expr
+}
+
 /// W0002: names a module imports and never mentions.
 pub fn module_lints(module: &Module, file: FileId, diags: &mut Diagnostics) {
     let mut imported: Vec<(&str, Span)> = Vec::new();
@@ -178,6 +191,14 @@ pub fn module_lints(module: &Module, file: FileId, diags: &mut Diagnostics) {
 
 /// W0001, W0004 and E0210 for one function.
 pub fn function_lints(def: &FunctionDef, file: FileId, is_kernel: bool, diags: &mut Diagnostics) {
+    unreachable(&def.body, file, diags);
+    if !is_kernel {
+        helper_returns(&def.body, true, file, diags);
+    }
+    if has_syntax_error(&def.body) {
+        // The statement that did not parse may read any variable.
+        return;
+    }
     // Unused variables: assigned somewhere, read nowhere.
     let mut assigned: BTreeMap<&str, Span> = BTreeMap::new();
     let mut aug_read: Vec<&str> = Vec::new();

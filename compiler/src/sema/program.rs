@@ -22,6 +22,8 @@ pub struct FuncData {
     pub module: ModId,
     pub def: FuncDef,
     pub kind: FuncKind,
+    /// Some statement of the body did not parse.
+    pub has_syntax_errors: bool,
 }
 
 /// What a module-level name refers to.
@@ -213,7 +215,26 @@ impl Checker {
             }
         }
         let mut seen: BTreeMap<&str, Span> = BTreeMap::new();
+        let mut first_default: Option<Span> = None;
         for p in &def.params {
+            match (&p.default, first_default) {
+                (Some(_), None) => first_default = Some(p.span),
+                (None, Some(d)) => {
+                    let diag = Diagnostic::new(
+                        Code::E0213,
+                        format!(
+                            "parameter `{}` has no default but follows a parameter with one",
+                            p.name.name
+                        ),
+                        Loc::new(file, p.span),
+                        "needs a default",
+                    )
+                    .with_secondary(Loc::new(file, d), "first parameter with a default")
+                    .with_help("put parameters with defaults last, as Python requires");
+                    self.diags.push(diag);
+                }
+                _ => {}
+            }
             if let Some(first) = seen.get(p.name.name.as_str()) {
                 let d = Diagnostic::new(
                     Code::E0105,
@@ -230,10 +251,12 @@ impl Checker {
         super::lints::function_lints(&def, file, kind == FuncKind::Kernel, &mut self.diags);
         let id = FuncId(self.funcs.len() as u32);
         let name = def.name.clone();
+        let has_syntax_errors = super::lints::has_syntax_error(&def.body);
         self.funcs.push(FuncData {
             module: m,
             def: Rc::new(def),
             kind,
+            has_syntax_errors,
         });
         self.modules[m.0 as usize].funcs.push(id);
         self.define(
@@ -410,7 +433,7 @@ impl Checker {
                     dotted.last().unwrap_or(&"m")
                 ));
                 self.diags.push(d);
-                return;
+                (ItemKind::Broken, path[0].clone())
             }
         };
         self.define(m, &bound, kind, "import");

@@ -4,7 +4,7 @@
 use super::builtins::{ArgDefault, Builtin};
 use super::check::{Checker, Frame, Val};
 use super::expr::{ArgVal, Bound};
-use super::types::{broadcast, numel, promote, shape_string, DType, Dim, Elem, Konst, Shape, Ty};
+use super::types::{broadcast, numel, shape_string, DType, Dim, Elem, Konst, Shape, Ty};
 use crate::diag::{Code, Diagnostic};
 use crate::span::Span;
 
@@ -210,8 +210,24 @@ impl Checker {
                         self.error(f, Code::E0315, "`tl.cdiv` by zero", a.span("div"), "zero divisor");
                         return Val::unknown();
                     }
-                    let q = xk.div_euclid(dk) + if xk.rem_euclid(dk) != 0 { 1 } else { 0 };
-                    return Val::konst(Konst::Int(q));
+                    // Triton's definition, `(x + div - 1) // div`, with
+                    // Python's floor division.
+                    let folded = xk.checked_add(dk - 1).map(Konst::Int).and_then(|n| {
+                        super::consteval::binary(crate::syntax::ast::BinOp::FloorDiv, &n, &Konst::Int(dk))
+                    });
+                    return match folded {
+                        Some(Ok(k)) => Val::konst(k),
+                        _ => {
+                            self.error(
+                                f,
+                                Code::E0315,
+                                "integer overflow in `tl.cdiv`",
+                                call,
+                                "in this constant",
+                            );
+                            Val::unknown()
+                        }
+                    };
                 }
                 for (name, v) in [("x", &x), ("div", &d)] {
                     if !v.ty.is_unknown() && !v.ty.dtype().is_some_and(DType::is_int) {
@@ -549,6 +565,16 @@ impl Checker {
         match &v.konst {
             Some(Konst::Int(i)) => Some(*i),
             _ if v.ty.is_unknown() => None,
+            Some(k) => {
+                self.error(
+                    f,
+                    Code::E0320,
+                    format!("{what} must be integers, found the constant {k}"),
+                    span,
+                    format!("{} constant", v.ty),
+                );
+                None
+            }
             _ => {
                 let name = self
                     .sources
@@ -719,7 +745,7 @@ impl Checker {
                 self.loc(f, a.span("pointer")),
                 "offsets computed from a block",
             )
-            .with_help("pass `mask=offs < n` unless every lane is in bounds by construction");
+            .with_help("pass a mask such as `mask=offsets < n` unless every lane is in bounds by construction");
             self.emit(f, d);
         }
         let data_param = if is_load && a.builtin == Builtin::Load {
@@ -1077,7 +1103,16 @@ impl Checker {
             acc = Some(match acc {
                 None => (d, v.is_weak(), s, a.span(name)),
                 Some((pd, pw, ps, pspan)) => {
-                    let dt = promote(pd, pw, d, v.is_weak(), false);
+                    let Some(dt) = self.promote_or_report(
+                        f,
+                        &a.builtin.qualified(),
+                        (pd, pw),
+                        (d, v.is_weak()),
+                        false,
+                        a.span(name),
+                    ) else {
+                        return Val::unknown();
+                    };
                     let shape = match broadcast(&ps, &s) {
                         Ok(sh) => sh,
                         Err(_) => {
@@ -1260,7 +1295,10 @@ impl Checker {
                 self.error(
                     f,
                     Code::E0309,
-                    format!("`dims` must be a permutation of 0..{}", shape.len()),
+                    format!(
+                        "`dims` must be a permutation of the axes {}",
+                        (0..shape.len()).map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+                    ),
                     span,
                     "not a permutation",
                 );

@@ -26,6 +26,10 @@ fn distance(a: &str, b: &str) -> usize {
 
 /// The closest candidate to `name`, if one is close enough to be a typo.
 pub fn nearest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    // A one-letter name is one edit from every other one: no suggestion.
+    if name.chars().count() < 2 {
+        return None;
+    }
     let limit = (name.chars().count() / 3).max(1);
     let mut best: Option<(usize, &'a str)> = None;
     for c in candidates {

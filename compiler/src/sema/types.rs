@@ -135,6 +135,19 @@ pub fn shape_string(shape: &[Dim]) -> String {
     format!("[{}]", dims.join(", "))
 }
 
+/// A shape as a Python tuple literal: `(64,)`, `(16, 32)`.
+pub fn shape_tuple(shape: &[Dim]) -> String {
+    let dims: Vec<String> = shape
+        .iter()
+        .map(|d| d.map_or("?".to_string(), |d| d.to_string()))
+        .collect();
+    if dims.len() == 1 {
+        format!("({},)", dims[0])
+    } else {
+        format!("({})", dims.join(", "))
+    }
+}
+
 /// A direction constant of the communicator layout (`tl.NEXT`, …).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Direction {
@@ -416,47 +429,56 @@ fn integer_promote(a: DType, b: DType) -> DType {
     }
 }
 
-/// The dtype an arithmetic operation computes in (Triton's
-/// `computation_type_impl`). A *weak* operand is a Python scalar or
-/// constexpr: it adopts the other operand's type rather than widening it
-/// (`x_f16 * 2.0` stays f16; `i8_block + 1` stays i8).
-/// `true_div` is Python's `/`, which turns integers into f32.
-pub fn promote(a: DType, a_weak: bool, b: DType, b_weak: bool, true_div: bool) -> DType {
-    let (a, b) = match (a_weak, b_weak) {
-        (true, false) => return weak_with(a, b, true_div),
-        (false, true) => return weak_with(b, a, true_div),
-        _ => (a, b),
-    };
-    if a.is_float() || b.is_float() {
-        if a == DType::F32 || b == DType::F32 {
-            return DType::F32;
-        }
-        if a == b {
-            return a;
-        }
-        if a.is_float() && b.is_float() {
-            // f16 with bf16: neither holds the other.
-            return DType::F32;
-        }
-        return if a.is_float() { a } else { b };
+/// Triton's kinds, ordered: a weak scalar of a kind no higher than the
+/// other operand's does not take part in promotion.
+fn kind(d: DType) -> u8 {
+    match d {
+        DType::Bool => 0,
+        DType::U8 | DType::U32 => 1,
+        DType::I8 | DType::I32 | DType::I64 => 2,
+        DType::F16 | DType::BF16 | DType::F32 => 3,
     }
-    if true_div {
-        return DType::F32;
-    }
-    integer_promote(a, b)
 }
 
-fn weak_with(weak: DType, strong: DType, true_div: bool) -> DType {
-    if strong.is_float() {
-        return strong;
+/// Why two operands have no common type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromoteError(pub String);
+
+/// The dtype an arithmetic operation computes in: Triton's
+/// `computation_type_impl`, rule for rule.
+///
+/// 0. A *weak* operand (a Python scalar or constexpr) whose kind
+///    (bool < unsigned < signed < float) is no higher than the other's
+///    adopts the other operand's type (`x_f16 * 2.0` is f16, `x_i8 + 1` is
+///    i8); for `/`, `//` and `%` on f16/bf16 that type is f32.
+/// 1. Either f32 → f32.
+/// 2. Either f16 → f16 (f32 for `/`, `//`, `%`).
+/// 3. Either bf16 → bf16 if both are, else f32 (f32 for `/`, `//`, `%`).
+/// 4. Both integers → the wider; at equal width the unsigned one;
+///    `/`, `//`, `%` between signed and unsigned are an error.
+pub fn promote(a: DType, a_weak: bool, b: DType, b_weak: bool, div_or_mod: bool) -> Result<DType, PromoteError> {
+    if a_weak != b_weak {
+        let (scalar, tensor) = if a_weak { (a, b) } else { (b, a) };
+        if kind(scalar) <= kind(tensor) {
+            if div_or_mod && matches!(tensor, DType::F16 | DType::BF16) {
+                return Ok(DType::F32);
+            }
+            return Ok(tensor);
+        }
     }
-    if weak.is_float() || true_div {
-        return DType::F32;
+    if a == DType::F32 || b == DType::F32 {
+        return Ok(DType::F32);
     }
-    if strong == DType::Bool && weak != DType::Bool {
-        return DType::I32;
+    if a == DType::F16 || b == DType::F16 {
+        return Ok(if div_or_mod { DType::F32 } else { DType::F16 });
     }
-    strong
+    if a == DType::BF16 || b == DType::BF16 {
+        return Ok(if !div_or_mod && a == b { DType::BF16 } else { DType::F32 });
+    }
+    if div_or_mod && a != DType::Bool && b != DType::Bool && a.is_signed() != b.is_signed() {
+        return Err(PromoteError(format!("{a} and {b} have different signedness")));
+    }
+    Ok(integer_promote(a, b))
 }
 
 /// NumPy broadcasting of two shapes; `Err` names the first axis (counted
@@ -482,20 +504,29 @@ mod tests {
     use super::*;
     use DType::*;
 
+    fn p(a: DType, aw: bool, b: DType, bw: bool, div: bool) -> DType {
+        promote(a, aw, b, bw, div).unwrap()
+    }
+
     #[test]
     fn promotion_follows_triton() {
-        assert_eq!(promote(F16, false, F32, false, false), F32);
-        assert_eq!(promote(F16, false, BF16, false, false), F32);
-        assert_eq!(promote(F16, false, F32, true, false), F16);
-        assert_eq!(promote(I32, false, F32, true, false), F32);
-        assert_eq!(promote(I8, false, I32, true, false), I8);
-        assert_eq!(promote(I8, false, I32, false, false), I32);
-        assert_eq!(promote(I32, false, U32, false, false), U32);
-        assert_eq!(promote(I64, false, U32, false, false), I64);
-        assert_eq!(promote(I32, false, I32, false, true), F32);
-        assert_eq!(promote(Bool, false, Bool, false, false), Bool);
-        assert_eq!(promote(Bool, false, I32, true, false), I32);
-        assert_eq!(promote(F16, false, I64, false, false), F16);
+        assert_eq!(p(F16, false, F32, false, false), F32);
+        assert_eq!(p(F16, false, BF16, false, false), F16);
+        assert_eq!(p(BF16, false, I32, false, false), F32);
+        assert_eq!(p(BF16, false, BF16, false, false), BF16);
+        assert_eq!(p(F16, false, F16, false, true), F32);
+        assert_eq!(p(F16, false, F32, true, false), F16);
+        assert_eq!(p(F16, false, F32, true, true), F32);
+        assert_eq!(p(I32, false, F32, true, false), F32);
+        assert_eq!(p(I8, false, I32, true, false), I8);
+        assert_eq!(p(U8, false, I32, true, false), I32);
+        assert_eq!(p(I8, false, I32, false, false), I32);
+        assert_eq!(p(I32, false, U32, false, false), U32);
+        assert_eq!(p(I64, false, U32, false, false), I64);
+        assert_eq!(p(Bool, false, Bool, false, false), Bool);
+        assert_eq!(p(Bool, false, I32, true, false), I32);
+        assert_eq!(p(F16, false, I64, false, false), F16);
+        assert!(promote(I32, false, U32, false, true).is_err());
     }
 
     #[test]

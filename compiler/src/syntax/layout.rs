@@ -14,6 +14,12 @@ use logos::Logos;
 
 pub type Spanned<'s> = (u32, Tok<'s>, u32);
 
+/// A logical line with more tokens than this, or brackets nested deeper,
+/// is replaced by one `TooComplex` token (E0018): the tree it would build
+/// is too deep for the checker's recursive walks.
+const MAX_LINE_TOKENS: usize = 4000;
+const MAX_BRACKET_DEPTH: usize = 200;
+
 pub struct Lexed<'s> {
     pub tokens: Vec<Spanned<'s>>,
     pub diags: Vec<Diagnostic>,
@@ -50,6 +56,10 @@ struct Layout<'s> {
     indents: Vec<u32>,
     open: Vec<(Tok<'s>, Span)>,
     at_line_start: bool,
+    /// Tokens emitted on the current logical line.
+    line_tokens: usize,
+    /// Skipping the rest of an over-complex line.
+    skipping: bool,
 }
 
 pub fn lex(src: &str, file: FileId) -> Lexed<'_> {
@@ -65,12 +75,20 @@ pub fn lex(src: &str, file: FileId) -> Lexed<'_> {
         indents: vec![0],
         open: Vec::new(),
         at_line_start: true,
+        line_tokens: 0,
+        skipping: false,
     };
-    let mut lexer = Tok::lexer(src);
+    // A UTF-8 byte-order mark is not part of the program (Python skips it).
+    let bom = if src.starts_with('\u{feff}') {
+        '\u{feff}'.len_utf8()
+    } else {
+        0
+    };
+    let mut lexer = Tok::lexer(&src[bom..]);
     let mut bad: Option<Span> = None;
     while let Some(result) = lexer.next() {
         let r = lexer.span();
-        let span = Span::new(r.start as u32, r.end as u32);
+        let span = Span::new((r.start + bom) as u32, (r.end + bom) as u32);
         match result {
             Ok(tok) => {
                 if let Some(b) = bad.take() {
@@ -127,11 +145,39 @@ impl<'s> Layout<'s> {
     }
 
     fn token(&mut self, tok: Tok<'s>, span: Span) {
+        if self.skipping {
+            if tok != Tok::Newline {
+                return;
+            }
+            self.skipping = false;
+            self.open.clear();
+        }
         if tok == Tok::Newline {
             if self.open.is_empty() && !self.at_line_start {
                 self.push(Tok::Newline, span);
                 self.at_line_start = true;
+                self.line_tokens = 0;
             }
+            return;
+        }
+        self.line_tokens += 1;
+        if self.line_tokens > MAX_LINE_TOKENS || self.open.len() >= MAX_BRACKET_DEPTH {
+            let why = if self.open.len() >= MAX_BRACKET_DEPTH {
+                format!("brackets nested more than {MAX_BRACKET_DEPTH} deep")
+            } else {
+                format!("more than {MAX_LINE_TOKENS} tokens in one statement")
+            };
+            self.out.diags.push(
+                Diagnostic::new(
+                    Code::E0018,
+                    format!("statement too complex to check: {why}"),
+                    self.loc(span),
+                    "the limit is reached here",
+                )
+                .with_help("split it into several statements with intermediate variables"),
+            );
+            self.push(Tok::TooComplex, span);
+            self.skipping = true;
             return;
         }
         if !self.open.is_empty() && self.first_on_line(span.lo) && self.looks_like_new_statement(&tok, span) {
@@ -156,6 +202,9 @@ impl<'s> Layout<'s> {
                     )
                     .with_help("close it with a matching quote on the same line"),
                 );
+                // The string swallowed the rest of the line, closing
+                // brackets included: do not report them as unclosed too.
+                self.open.clear();
             }
             _ => {}
         }

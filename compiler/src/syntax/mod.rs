@@ -110,6 +110,23 @@ impl<'s> ParseSink<'s> {
         };
         match parsed {
             Ok(v) => Expr::new(ExprKind::Int(Some(v)), span),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::num::IntErrorKind::Empty | std::num::IntErrorKind::InvalidDigit
+                ) =>
+            {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::E0005,
+                        format!("invalid number literal `{text}`"),
+                        self.loc(span),
+                        "no digits",
+                    )
+                    .with_help("write digits after the prefix, e.g. `0x1f` or `0b101`"),
+                );
+                Expr::new(ExprKind::Int(None), span)
+            }
             Err(_) => {
                 self.diags.push(
                     Diagnostic::new(
@@ -145,8 +162,19 @@ impl<'s> ParseSink<'s> {
     }
 }
 
+/// Where a statement list ends (the end of its last statement), so that
+/// a compound statement's span does not run on to the next one.
+pub(crate) fn end_of(stmts: &[Stmt], fallback: u32) -> u32 {
+    stmts.last().map_or(fallback, |s| s.span.hi)
+}
+
 /// The text of a string literal without quotes, with escapes resolved.
 pub(crate) fn unquote(lit: &str) -> String {
+    for q in ["\"\"\"", "'''"] {
+        if let Some(inner) = lit.strip_prefix(q) {
+            return inner.strip_suffix(q).unwrap_or(inner).to_string();
+        }
+    }
     let mut chars = lit.chars();
     let quote = chars.next();
     let mut body: String = chars.collect();
@@ -349,6 +377,9 @@ fn syntax_error(
                 return None;
             }
             let span = Span::new(lo, hi);
+            if tok == Tok::TooComplex {
+                return None;
+            }
             if let Tok::Reserved(kw) = tok {
                 return Some(
                     Diagnostic::new(

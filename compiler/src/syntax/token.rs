@@ -60,15 +60,17 @@ pub enum Tok<'s> {
     #[regex("[A-Za-z_][A-Za-z0-9_]*")]
     Ident(&'s str),
     #[regex("[0-9][0-9_]*")]
-    #[regex("0[xX][0-9a-fA-F_]+")]
-    #[regex("0[bB][01_]+")]
+    #[regex("0[xX][0-9a-fA-F_]*")]
+    #[regex("0[bB][01_]*")]
     Int(&'s str),
     #[regex(r"[0-9][0-9_]*\.[0-9_]*([eE][+-]?[0-9_]+)?")]
     #[regex(r"\.[0-9][0-9_]*([eE][+-]?[0-9_]+)?")]
     #[regex(r"[0-9][0-9_]*[eE][+-]?[0-9_]+")]
     Float(&'s str),
-    /// A string literal, quotes included.
+    /// A string literal, quotes included (triple-quoted ones may span
+    /// lines: docstrings).
     #[regex(r#""([^"\\\n]|\\.)*""#)]
+    #[regex(r#""""([^"]|"[^"]|""[^"])*""""#)]
     #[regex(r#"'([^'\\\n]|\\.)*'"#)]
     Str(&'s str),
     /// A string literal whose closing quote is missing on its line.
@@ -171,6 +173,9 @@ pub enum Tok<'s> {
     Indent,
     /// Synthesized by the layout pass: an indented block ends.
     Dedent,
+    /// Synthesized by the layout pass in place of a logical line that is
+    /// too long or too deeply nested to check (E0018).
+    TooComplex,
 }
 
 impl Tok<'_> {
@@ -184,6 +189,7 @@ impl Tok<'_> {
             Tok::Newline => "end of line".to_string(),
             Tok::Indent => "indented block".to_string(),
             Tok::Dedent => "end of indented block".to_string(),
+            Tok::TooComplex => "an over-complex line".to_string(),
             other => format!("`{other}`"),
         }
     }
@@ -262,6 +268,7 @@ impl fmt::Display for Tok<'_> {
             Tok::Newline => "\\n",
             Tok::Indent => "<indent>",
             Tok::Dedent => "<dedent>",
+            Tok::TooComplex => "<too complex>",
         };
         f.write_str(s)
     }
