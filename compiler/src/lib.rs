@@ -7,6 +7,7 @@
 //! simulated machine; it turns text into checked programs and diagnostics.
 
 pub mod diag;
+pub mod ir;
 pub mod sema;
 pub mod span;
 pub mod syntax;

@@ -77,6 +77,7 @@ codes! {
     E0211 = "E0211", "no constexpr parameter of that name";
     E0212 = "E0212", "default value on a run-time kernel parameter";
     E0213 = "E0213", "parameter without a default after one with a default";
+    E0214 = "E0214", "kernel compiled with an unbound constexpr";
     // Types and shapes.
     E0300 = "E0300", "mismatched operand types";
     E0301 = "E0301", "incompatible shapes";

@@ -21,6 +21,11 @@ pub struct Val {
     /// A compile-time value (literal, constexpr, or folded from them), even
     /// if its value is not bound yet. Such scalars are *weak* in promotion.
     pub is_const: bool,
+    /// The IR value computing it, when lowering (never for constants that
+    /// no instruction has needed yet).
+    pub ir: Option<crate::ir::Value>,
+    /// The elements of a tuple of run-time values (`return a, b`).
+    pub parts: Vec<Val>,
 }
 
 impl Val {
@@ -29,6 +34,8 @@ impl Val {
             ty: Ty::Unknown,
             konst: None,
             is_const: false,
+            ir: None,
+            parts: Vec::new(),
         }
     }
 
@@ -38,6 +45,8 @@ impl Val {
             ty: Ty::Unknown,
             konst: None,
             is_const: true,
+            ir: None,
+            parts: Vec::new(),
         }
     }
 
@@ -46,6 +55,8 @@ impl Val {
             ty,
             konst: None,
             is_const: false,
+            ir: None,
+            parts: Vec::new(),
         }
     }
 
@@ -54,6 +65,8 @@ impl Val {
             ty: k.ty(),
             konst: Some(k),
             is_const: true,
+            ir: None,
+            parts: Vec::new(),
         }
     }
 
@@ -112,6 +125,9 @@ pub(super) struct Frame {
     /// The function has a syntax error: unresolved names are not reported
     /// (the broken statement may have defined them).
     pub lenient_names: bool,
+    /// When lowering: the carried variables of each enclosing run-time loop
+    /// (what `break` and `continue` pass on).
+    pub loop_carried: Vec<Vec<(String, crate::ir::Type)>>,
 }
 
 impl Frame {
@@ -126,6 +142,7 @@ impl Frame {
             ret: None,
             terminated: false,
             lenient_names: false,
+            loop_carried: Vec::new(),
         }
     }
 }
@@ -147,6 +164,10 @@ pub(super) struct Checker {
     /// included); see [`MAX_CHECK_STEPS`].
     pub steps: u64,
     pub budget_exhausted: bool,
+    /// Present while lowering a kernel to IR (see `emit.rs`).
+    pub builder: Option<crate::ir::Builder>,
+    /// Lowering met a value it could not emit.
+    pub emit_failed: bool,
 }
 
 /// How many statements one run may check before giving up with E0327:
@@ -173,6 +194,8 @@ impl Checker {
             used_defines: HashSet::new(),
             steps: 0,
             budget_exhausted: false,
+            builder: None,
+            emit_failed: false,
         }
     }
 
@@ -200,6 +223,11 @@ impl Checker {
         for r in self.roots.clone() {
             self.check_module_functions(r);
         }
+        self.finish_without_recheck()
+    }
+
+    /// The output, once every root module has been checked.
+    fn finish_without_recheck(mut self) -> CheckOutput {
         for (name, _) in self.options.defines.clone() {
             if !self.used_defines.contains(&name) && !self.kernels.is_empty() {
                 let names: Vec<String> = self
@@ -235,14 +263,18 @@ impl Checker {
         let funcs: Vec<FuncId> = self.modules[m.0 as usize].funcs.clone();
         for fid in funcs {
             match self.funcs[fid.0 as usize].kind {
-                FuncKind::Kernel => self.check_kernel(fid),
+                FuncKind::Kernel => {
+                    self.check_kernel(fid, false);
+                }
                 FuncKind::Helper => self.check_helper_alone(fid),
             }
         }
     }
 
     /// Checks a kernel with its constexprs bound from defaults and `-D`.
-    fn check_kernel(&mut self, fid: FuncId) {
+    /// Checks a kernel with its constexprs bound from defaults and `-D`;
+    /// with `lower`, also builds its IR (all constexprs must be bound).
+    fn check_kernel(&mut self, fid: FuncId, lower: bool) -> Option<crate::ir::Function> {
         let func = self.funcs[fid.0 as usize].clone();
         let def = func.def.clone();
         let mut f = Frame::new(func.module, Some(fid), true);
@@ -293,6 +325,38 @@ impl Checker {
             let val = bound.unwrap_or_else(Val::unbound_const);
             self.bind_param(&mut f, p, val, true);
         }
+        if lower {
+            let unbound: Vec<&str> = constexprs
+                .iter()
+                .filter(|c| c.1.is_none())
+                .map(|c| c.0.as_str())
+                .collect();
+            if !unbound.is_empty() {
+                let list = unbound.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+                let flags = unbound
+                    .iter()
+                    .map(|n| format!("-D {n}=…"))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let d = Diagnostic::new(
+                    Code::E0214,
+                    format!(
+                        "kernel `{}` cannot be compiled: constexpr {list} has no value",
+                        def.name.name
+                    ),
+                    self.loc(&f, def.name.span),
+                    "needs a specialization",
+                )
+                .with_help(format!("give it a default in the signature, or pass {flags}"));
+                self.emit(&f, d);
+                return None;
+            }
+            let bound: Vec<(String, Konst)> = constexprs
+                .iter()
+                .filter_map(|(n, k)| Some((n.clone(), k.clone()?)))
+                .collect();
+            self.builder = Some(crate::ir::Builder::new(&def.name.name, bound));
+        }
         for (p, annot) in def.params.iter().zip(annots) {
             let val = match annot {
                 Annot::Constexpr => continue,
@@ -315,7 +379,11 @@ impl Checker {
                     "default on a run-time parameter",
                 );
             }
-            self.bind_param(&mut f, p, val, false);
+            let ir = match (Self::ir_type(&val.ty), self.builder.as_mut()) {
+                (Some(t), Some(b)) => Some(b.add_param(&p.name.name, t)),
+                _ => None,
+            };
+            self.bind_param(&mut f, p, val.with_ir(ir), false);
         }
         if let Some(r) = def.returns.as_ref().filter(|r| !matches!(r.kind, ExprKind::NoneLit)) {
             self.error(
@@ -327,6 +395,14 @@ impl Checker {
             )
         }
         self.block(&mut f, &def.body);
+        if let Some(mut b) = self.builder.take() {
+            let body = b.func().body;
+            if !b.is_terminated(body) {
+                let loc = self.loc(&f, Span::new(def.name.span.lo, def.name.span.lo));
+                b.push(crate::ir::Op::Return, vec![], vec![], vec![], loc);
+            }
+            return Some(b.finish());
+        }
         let file = self.sources.name(self.modules[func.module.0 as usize].file).to_string();
         if self.roots.contains(&func.module) {
             self.kernels.push(KernelSummary {
@@ -334,6 +410,65 @@ impl Checker {
                 file,
                 constexprs,
             });
+        }
+        None
+    }
+
+    /// Checks everything, then lowers kernel `name` of the root files.
+    pub fn lower(mut self, name: &str) -> (CheckOutput, Result<crate::ir::Function, String>) {
+        let roots = self.roots.clone();
+        let mut found = None;
+        let mut names = Vec::new();
+        for m in &roots {
+            for &fid in &self.modules[m.0 as usize].funcs {
+                let fd = &self.funcs[fid.0 as usize];
+                if fd.kind == FuncKind::Kernel {
+                    names.push(fd.def.name.name.clone());
+                    if fd.def.name.name == name && found.is_none() {
+                        found = Some(fid);
+                    }
+                }
+            }
+        }
+        let Some(fid) = found else {
+            let out = self.finish();
+            let available = if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            };
+            return (
+                out,
+                Err(format!("no kernel named `{name}` (kernels in the file: {available})")),
+            );
+        };
+        // Check everything first: lowering is for programs without errors.
+        for r in roots {
+            self.check_module_functions(r);
+        }
+        if self.diags.has_errors() {
+            let out = self.finish_without_recheck();
+            return (out, Err("the program has errors".into()));
+        }
+        let lowered = self.check_kernel(fid, true);
+        let failed = self.emit_failed;
+        let out = self.finish_without_recheck();
+        match lowered {
+            _ if out.has_errors() => (out, Err("the program has errors".into())),
+            Some(func) if !failed => match crate::ir::verify(&func) {
+                Ok(()) => (out, Ok(func)),
+                Err(errs) => (
+                    out,
+                    Err(format!(
+                        "internal compiler error: invalid IR for `{name}`:\n{}",
+                        errs.join("\n")
+                    )),
+                ),
+            },
+            _ => (
+                out,
+                Err(format!("internal compiler error: `{name}` could not be lowered")),
+            ),
         }
     }
 
@@ -609,7 +744,18 @@ impl Checker {
                         .with_help("use `range(…)` for a loop that can exit early");
                         self.emit(f, d);
                     }
-                    Some(LoopKind::Runtime) => {}
+                    Some(LoopKind::Runtime) => {
+                        if let Some(r) = self.builder.as_ref().map(|b| b.current()) {
+                            let carried = f.loop_carried.last().cloned().unwrap_or_default();
+                            let vars = f.vars.clone();
+                            let op = if is_break {
+                                crate::ir::Op::Break
+                            } else {
+                                crate::ir::Op::Continue
+                            };
+                            self.yield_vars(f, r, &vars, &carried, op, s.span);
+                        }
+                    }
                 }
                 f.terminated = true;
             }
@@ -617,6 +763,11 @@ impl Checker {
             StmtKind::Return(value) => {
                 let v = value.as_ref().map(|e| (self.expr(f, e), e.span));
                 if f.is_kernel {
+                    if let Some(r) = self.builder.as_ref().map(|b| b.current()) {
+                        if self.builder.as_ref().is_some_and(|b| !b.is_terminated(r)) {
+                            self.emit_effect(f, crate::ir::Op::Return, vec![], s.span);
+                        }
+                    }
                     if let Some((_, span)) = v {
                         let d = Diagnostic::new(
                             Code::E0206,
@@ -769,11 +920,11 @@ impl Checker {
         Val::runtime(ty.clone())
     }
 
-    /// Evaluates a scalar condition; `Some(b)` when known at compile time.
-    pub fn condition(&mut self, f: &mut Frame, cond: &Expr, what: &str) -> Option<bool> {
+    /// A condition's compile-time truth (if known) and its value.
+    pub fn condition_val(&mut self, f: &mut Frame, cond: &Expr, what: &str) -> (Option<bool>, Val) {
         let v = self.expr(f, cond);
         if let Some(k) = &v.konst {
-            return super::consteval::truthy(k);
+            return (super::consteval::truthy(k), v);
         }
         match &v.ty {
             Ty::Block(_, shape) => {
@@ -797,7 +948,7 @@ impl Checker {
             }
             _ => {}
         }
-        None
+        (None, v)
     }
 
     fn if_chain(&mut self, f: &mut Frame, branches: &[(Expr, Vec<Stmt>)], orelse: Option<&[Stmt]>) {
@@ -807,27 +958,106 @@ impl Checker {
             }
             return;
         };
-        match self.condition(f, cond, "if") {
-            Some(true) => self.block(f, body),
-            Some(false) => self.if_chain(f, rest, orelse),
-            None => {
+        match self.condition_val(f, cond, "if") {
+            (Some(true), _) => self.block(f, body),
+            (Some(false), _) => self.if_chain(f, rest, orelse),
+            (None, cv) => {
+                // Lowering: an `if` with two regions; its results are the
+                // variables either branch changes, known after both.
+                let lowered = if self.emitting() {
+                    let c = self.bool_scalar(f, &cv, cond.span);
+                    let loc = self.loc(f, cond.span);
+                    self.builder.as_mut().zip(c).map(|(b, c)| {
+                        let (t, _) = b.new_region(&[]);
+                        let (e, _) = b.new_region(&[]);
+                        let (inst, _) = b.push(crate::ir::Op::If, vec![c], vec![], vec![t, e], loc);
+                        (inst, t, e)
+                    })
+                } else {
+                    None
+                };
                 let before = f.vars.clone();
                 let was_terminated = f.terminated;
+                self.enter_region(lowered.map(|l| l.1));
                 self.block(f, body);
+                self.leave_region(lowered.map(|l| l.1));
                 let then_vars = std::mem::replace(&mut f.vars, before.clone());
                 let then_term = f.terminated;
                 f.terminated = was_terminated;
+                self.enter_region(lowered.map(|l| l.2));
                 self.if_chain(f, rest, orelse);
+                self.leave_region(lowered.map(|l| l.2));
                 let else_vars = std::mem::take(&mut f.vars);
                 let else_term = f.terminated;
                 f.terminated = was_terminated || (then_term && else_term);
-                f.vars = match (then_term, else_term) {
-                    (true, false) => else_vars,
-                    (false, true) => then_vars,
-                    _ => self.merge(f, &before, then_vars, else_vars),
+                let mut merged = match (then_term, else_term) {
+                    (true, false) => else_vars.clone(),
+                    (false, true) => then_vars.clone(),
+                    _ => self.merge(f, &before, then_vars.clone(), else_vars.clone()),
                 };
+                if let Some((inst, t, e)) = lowered {
+                    let names = changed_runtime_vars(&before, &merged);
+                    let tys: Vec<crate::ir::Type> =
+                        names.iter().filter_map(|n| Self::ir_type(&merged[n].val.ty)).collect();
+                    if tys.len() != names.len() {
+                        self.emit_failed = true;
+                        return;
+                    }
+                    let carried: Vec<(String, crate::ir::Type)> =
+                        names.iter().cloned().zip(tys.iter().cloned()).collect();
+                    for (region, vars) in [(t, &then_vars), (e, &else_vars)] {
+                        self.yield_vars(f, region, vars, &carried, crate::ir::Op::Yield, cond.span);
+                    }
+                    let results = self
+                        .builder
+                        .as_mut()
+                        .map(|b| b.set_results(inst, tys))
+                        .unwrap_or_default();
+                    for (n, r) in names.iter().zip(results) {
+                        if let Some(v) = merged.get_mut(n) {
+                            v.val = Val::runtime(v.val.ty.clone()).with_ir(Some(r));
+                        }
+                    }
+                }
+                f.vars = merged;
             }
         }
+    }
+
+    fn enter_region(&mut self, r: Option<crate::ir::Region>) {
+        if let (Some(b), Some(r)) = (self.builder.as_mut(), r) {
+            b.enter(r);
+        }
+    }
+
+    fn leave_region(&mut self, r: Option<crate::ir::Region>) {
+        if let (Some(b), Some(_)) = (self.builder.as_mut(), r) {
+            b.leave();
+        }
+    }
+
+    /// Ends region `r` (unless it already ends in `break`, `return`, …)
+    /// with `op` (`yield`, `break`, `continue`) carrying `names` from `vars`.
+    fn yield_vars(
+        &mut self,
+        f: &Frame,
+        r: crate::ir::Region,
+        vars: &HashMap<String, Var>,
+        carried: &[(String, crate::ir::Type)],
+        op: crate::ir::Op,
+        span: Span,
+    ) {
+        if self.builder.as_ref().is_none_or(|b| b.is_terminated(r)) {
+            return;
+        }
+        self.enter_region(Some(r));
+        let mut args = Vec::new();
+        for (n, t) in carried {
+            let v = vars.get(n).map(|v| v.val.clone()).unwrap_or_else(Val::unknown);
+            args.push(self.operand(f, &v, t, span));
+        }
+        self.emit_effect(f, op, args, span);
+        self.leave_region(Some(r));
     }
 
     /// Joins the variables of two paths (the branches of an `if`).
@@ -904,18 +1134,40 @@ impl Checker {
         }
     }
 
-    /// Before a loop body: variables the body assigns become run-time values.
-    fn enter_loop(&mut self, f: &mut Frame, body: &[Stmt]) -> HashMap<String, Var> {
+    /// Before a loop body: variables the body assigns become run-time
+    /// values. Returns the variables before the loop and the carried ones
+    /// (with their IR types, when lowering).
+    fn enter_loop(&mut self, f: &mut Frame, body: &[Stmt]) -> (HashMap<String, Var>, Vec<(String, crate::ir::Type)>) {
         let mut assigned = HashSet::new();
         super::lints::assigned_names(body, &mut assigned);
-        for name in &assigned {
-            if let Some(var) = f.vars.get_mut(name) {
-                if !var.constexpr && var.val.is_const {
-                    var.val = var.val.materialized();
+        let mut names: Vec<&String> = assigned.iter().collect();
+        names.sort();
+        let mut carried = Vec::new();
+        for name in names {
+            let Some(var) = f.vars.get(name).cloned() else { continue };
+            if var.constexpr || !matches!(var.state, VarState::Defined) {
+                continue;
+            }
+            if var.val.is_const {
+                let m = self.materialize(f, &var.val, var.def);
+                if let Some(v) = f.vars.get_mut(name) {
+                    v.val = m;
                 }
             }
+            if let Some(t) = Self::ir_type(&var.val.ty) {
+                carried.push((name.clone(), t));
+            }
         }
-        f.vars.clone()
+        (f.vars.clone(), carried)
+    }
+
+    /// Rebinds the carried variables to region parameters or results.
+    fn bind_carried(f: &mut Frame, carried: &[(String, crate::ir::Type)], values: &[crate::ir::Value]) {
+        for ((n, _), v) in carried.iter().zip(values) {
+            if let Some(var) = f.vars.get_mut(n) {
+                var.val = Val::runtime(var.val.ty.clone()).with_ir(Some(*v));
+            }
+        }
     }
 
     /// After a loop body: carried variables must keep their types; names
@@ -960,6 +1212,31 @@ impl Checker {
             }
         }
         f.vars = out;
+    }
+
+    /// Lowers a run-time loop's body into `region` (whose parameters are
+    /// `params`: the carried values, after `lead` leading ones such as the
+    /// induction variable), ending it with a `yield` of the carried values.
+    fn loop_body(
+        &mut self,
+        f: &mut Frame,
+        body: &[Stmt],
+        carried: &[(String, crate::ir::Type)],
+        region: Option<crate::ir::Region>,
+        span: Span,
+    ) {
+        f.loops.push(LoopKind::Runtime);
+        f.loop_carried.push(carried.to_vec());
+        self.enter_region(region);
+        self.block(f, body);
+        self.leave_region(region);
+        if let Some(r) = region {
+            let vars = f.vars.clone();
+            self.yield_vars(f, r, &vars, carried, crate::ir::Op::Yield, span);
+        }
+        f.terminated = false;
+        f.loop_carried.pop();
+        f.loops.pop();
     }
 
     fn for_loop(&mut self, f: &mut Frame, var: &ast::Ident, iter: &Expr, body: &[Stmt]) {
@@ -1043,7 +1320,9 @@ impl Checker {
                     } else {
                         (a - b - s - 1).max(0) / (-s)
                     };
-                    (n <= MAX_UNROLL_CHECK).then(|| (0..n).map(|i| a + i * s).collect())
+                    // Lowering unrolls every iteration (the step budget
+                    // bounds the work); checking alone caps it.
+                    (n <= MAX_UNROLL_CHECK || self.emitting()).then(|| (0..n).map(|i| a + i * s).collect())
                 }
                 _ => None,
             };
@@ -1065,7 +1344,7 @@ impl Checker {
                     }
                 }
                 None => {
-                    let before = self.enter_loop(f, body);
+                    let (before, _) = self.enter_loop(f, body);
                     f.vars.insert(
                         var.name.clone(),
                         Var {
@@ -1073,6 +1352,8 @@ impl Checker {
                                 ty: Ty::num(DType::I32),
                                 konst: None,
                                 is_const: true,
+                                ir: None,
+                                parts: Vec::new(),
                             },
                             def: var.span,
                             constexpr: false,
@@ -1118,27 +1399,70 @@ impl Checker {
                 self.error(f, Code::E0317, "`range` step cannot be zero", a.span, "zero step");
             }
         }
-        let before = self.enter_loop(f, body);
-        f.loops.push(LoopKind::Runtime);
+        let (before, carried) = self.enter_loop(f, body);
+        let iv_ty = crate::ir::Type::Scalar(Elem::Num(dtype));
+        let lowered = if self.emitting() {
+            let bound = |k: usize| present.get(k).map(|a| (a.val.clone(), a.span));
+            let (lb, ub, step) = match present.len() {
+                1 => (None, bound(0), None),
+                2 => (bound(0), bound(1), None),
+                _ => (bound(0), bound(1), bound(2)),
+            };
+            let zero = (Val::konst(Konst::Int(0)), iter.span);
+            let one = (Val::konst(Konst::Int(1)), iter.span);
+            let mut args = Vec::new();
+            for (v, sp) in [
+                lb.unwrap_or(zero),
+                ub.unwrap_or_else(|| (Val::unknown(), iter.span)),
+                step.unwrap_or(one),
+            ] {
+                args.push(self.operand(f, &v, &iv_ty, sp));
+            }
+            for (n, t) in &carried {
+                let v = f.vars[n].val.clone();
+                args.push(self.operand(f, &v, t, iter.span));
+            }
+            let mut param_tys = vec![iv_ty.clone()];
+            param_tys.extend(carried.iter().map(|c| c.1.clone()));
+            let loc = self.loc(f, iter.span);
+            let result_tys: Vec<crate::ir::Type> = carried.iter().map(|c| c.1.clone()).collect();
+            match args.into_iter().collect::<Option<Vec<_>>>() {
+                Some(args) => self.builder.as_mut().map(|b| {
+                    let (r, params) = b.new_region(&param_tys);
+                    let (_, results) = b.push(crate::ir::Op::For, args, result_tys, vec![r], loc);
+                    (r, params, results)
+                }),
+                None => {
+                    self.emit_failed = true;
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if let Some((_, params, _)) = &lowered {
+            Self::bind_carried(f, &carried, &params[1..]);
+        }
         f.vars.insert(
             var.name.clone(),
             Var {
-                val: Val::runtime(Ty::num(dtype)),
+                val: Val::runtime(Ty::num(dtype)).with_ir(lowered.as_ref().map(|l| l.1[0])),
                 def: var.span,
                 constexpr: false,
                 state: VarState::Defined,
             },
         );
-        self.block(f, body);
-        f.terminated = false;
-        f.loops.pop();
+        self.loop_body(f, body, &carried, lowered.as_ref().map(|l| l.0), iter.span);
         self.exit_loop(f, before);
+        if let Some((_, _, results)) = &lowered {
+            Self::bind_carried(f, &carried, results);
+        }
     }
 
     /// Checks a loop body whose header was wrong, so its own mistakes are
     /// still found.
     fn loop_body_unknown_var(&mut self, f: &mut Frame, var: &ast::Ident, body: &[Stmt]) {
-        let before = self.enter_loop(f, body);
+        let (before, _) = self.enter_loop(f, body);
         f.loops.push(LoopKind::Runtime);
         f.vars.insert(
             var.name.clone(),
@@ -1168,16 +1492,54 @@ impl Checker {
     }
 
     fn while_loop(&mut self, f: &mut Frame, cond: &Expr, body: &[Stmt]) {
-        let before = self.enter_loop(f, body);
-        if self.condition(f, cond, "while") == Some(false) {
+        let (before, carried) = self.enter_loop(f, body);
+        let tys: Vec<crate::ir::Type> = carried.iter().map(|c| c.1.clone()).collect();
+        // Lowering: `while` with a before-region computing the condition and
+        // a body-region, both taking the carried values.
+        let lowered = if self.emitting() {
+            let mut inits = Vec::new();
+            for (n, t) in &carried {
+                let v = f.vars[n].val.clone();
+                inits.push(self.operand(f, &v, t, cond.span));
+            }
+            let loc = self.loc(f, cond.span);
+            match inits.into_iter().collect::<Option<Vec<_>>>() {
+                Some(inits) => self.builder.as_mut().map(|b| {
+                    let (cr, cparams) = b.new_region(&tys);
+                    let (br, bparams) = b.new_region(&tys);
+                    let (_, results) = b.push(crate::ir::Op::While, inits, tys.clone(), vec![cr, br], loc);
+                    (cr, cparams, br, bparams, results)
+                }),
+                None => {
+                    self.emit_failed = true;
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if let Some((cr, cparams, ..)) = &lowered {
+            Self::bind_carried(f, &carried, cparams);
+            self.enter_region(Some(*cr));
+        }
+        let (known, cv) = self.condition_val(f, cond, "while");
+        if let Some((cr, ..)) = &lowered {
+            let c = self.bool_scalar(f, &cv, cond.span);
+            self.emit_effect(f, crate::ir::Op::Condition, vec![c], cond.span);
+            self.leave_region(Some(*cr));
+        }
+        if known == Some(false) && lowered.is_none() {
             f.vars = before;
             return;
         }
-        f.loops.push(LoopKind::Runtime);
-        self.block(f, body);
-        f.terminated = false;
-        f.loops.pop();
+        if let Some((_, _, _, bparams, _)) = &lowered {
+            Self::bind_carried(f, &carried, bparams);
+        }
+        self.loop_body(f, body, &carried, lowered.as_ref().map(|l| l.2), cond.span);
         self.exit_loop(f, before);
+        if let Some((.., results)) = &lowered {
+            Self::bind_carried(f, &carried, results);
+        }
     }
 }
 
@@ -1293,3 +1655,22 @@ pub(super) fn duplicate(first: Loc, second: Loc, what: &str, name: &str) -> Diag
 }
 
 pub(super) type FuncDef = Rc<ast::FunctionDef>;
+
+/// Variables whose run-time value differs from before an `if`: what the
+/// `if` must yield.
+fn changed_runtime_vars(before: &HashMap<String, Var>, after: &HashMap<String, Var>) -> Vec<String> {
+    let mut names: Vec<String> = after
+        .iter()
+        .filter(|(_, v)| {
+            matches!(v.state, VarState::Defined) && v.val.konst.is_none() && Checker::ir_type(&v.val.ty).is_some()
+        })
+        .filter(|(n, v)| {
+            before
+                .get(*n)
+                .is_none_or(|b| b.val.ir != v.val.ir || v.val.ir.is_none())
+        })
+        .map(|(n, _)| n.clone())
+        .collect();
+    names.sort();
+    names
+}

@@ -8,6 +8,7 @@ use super::consteval;
 use super::program::ItemKind;
 use super::types::{broadcast, promote, shape_string, DType, Dim, Elem, Konst, Namespace, Shape, Ty};
 use crate::diag::{Code, Diagnostic};
+use crate::ir::{self, Op};
 use crate::span::Span;
 use crate::syntax::ast::{BinOp, CmpOp, Expr, ExprKind, Ident, Index, LogicOp, UnOp};
 
@@ -60,8 +61,10 @@ impl Checker {
                     Some(ks) => Val::konst(Konst::Tuple(ks)),
                     None => Val {
                         is_const: vals.iter().all(|v| v.is_const),
-                        ty: Ty::Tuple(vals.into_iter().map(|v| v.ty).collect()),
+                        ty: Ty::Tuple(vals.iter().map(|v| v.ty.clone()).collect()),
                         konst: None,
+                        ir: None,
+                        parts: vals,
                     },
                 }
             }
@@ -81,13 +84,25 @@ impl Checker {
                 self.logic(f, *op, (a, va), (b, vb))
             }
             ExprKind::Compare { first, rest } => self.compare_chain(f, first, rest, e.span),
-            ExprKind::IfExp { cond, then, otherwise } => match self.condition(f, cond, "… if … else …") {
-                Some(true) => self.expr(f, then),
-                Some(false) => self.expr(f, otherwise),
-                None => {
+            ExprKind::IfExp { cond, then, otherwise } => match self.condition_val(f, cond, "… if … else …") {
+                (Some(true), _) => self.expr(f, then),
+                (Some(false), _) => self.expr(f, otherwise),
+                (None, c) => {
                     let a = self.expr(f, then);
                     let b = self.expr(f, otherwise);
-                    self.join_values(f, (then, a), (otherwise, b), e.span)
+                    let joined = self.join_values(f, (then, a.clone()), (otherwise, b.clone()), e.span);
+                    // Both sides are computed; `select` picks one (tl has no
+                    // side effects in expressions, so this is exact).
+                    let ir = match Self::ir_type(&joined.ty) {
+                        Some(t) if self.emitting() => {
+                            let cv = self.bool_scalar(f, &c, cond.span);
+                            let av = self.operand(f, &a, &t, then.span);
+                            let bv = self.operand(f, &b, &t, otherwise.span);
+                            self.emit_typed(f, crate::ir::Op::Select, vec![cv, av, bv], t, e.span)
+                        }
+                        _ => None,
+                    };
+                    joined.with_ir(ir)
                 }
             },
             ExprKind::Call { func, args } => self.call(f, func, args, e.span),
@@ -131,6 +146,8 @@ impl Checker {
                     ty: Ty::Func(*id),
                     konst: None,
                     is_const: true,
+                    ir: None,
+                    parts: Vec::new(),
                 },
                 ItemKind::Const(Some(k)) => Val::konst(k.clone()),
                 ItemKind::Const(None) | ItemKind::Broken => Val::unknown(),
@@ -138,6 +155,8 @@ impl Checker {
                     ty: Ty::Namespace(*ns),
                     konst: None,
                     is_const: true,
+                    ir: None,
+                    parts: Vec::new(),
                 },
             };
         }
@@ -147,6 +166,8 @@ impl Checker {
                     ty: Ty::Namespace(Namespace::Tl),
                     konst: None,
                     is_const: true,
+                    ir: None,
+                    parts: Vec::new(),
                 }
             }
             "triton" => {
@@ -154,6 +175,8 @@ impl Checker {
                     ty: Ty::Namespace(Namespace::Triton),
                     konst: None,
                     is_const: true,
+                    ir: None,
+                    parts: Vec::new(),
                 }
             }
             "bool" => return Val::konst(Konst::DType(DType::Bool)),
@@ -167,6 +190,8 @@ impl Checker {
                 ty: Ty::Builtin(b),
                 konst: None,
                 is_const: true,
+                ir: None,
+                parts: Vec::new(),
             };
         }
         if f.lenient_names {
@@ -211,6 +236,8 @@ impl Checker {
                         ty: Ty::Builtin(b),
                         konst: None,
                         is_const: true,
+                        ir: None,
+                        parts: Vec::new(),
                     };
                 }
                 if let Some(k) = builtins::tl_constant(name) {
@@ -240,11 +267,15 @@ impl Checker {
                     ty: Ty::Namespace(Namespace::Tl),
                     konst: None,
                     is_const: true,
+                    ir: None,
+                    parts: Vec::new(),
                 },
                 "cdiv" => Val {
                     ty: Ty::Builtin(Builtin::Cdiv),
                     konst: None,
                     is_const: true,
+                    ir: None,
+                    parts: Vec::new(),
                 },
                 _ => {
                     let d = Diagnostic::new(
@@ -266,6 +297,8 @@ impl Checker {
                             ty: Ty::Func(*id),
                             konst: None,
                             is_const: true,
+                            ir: None,
+                            parts: Vec::new(),
                         },
                         ItemKind::Const(Some(k)) => Val::konst(k.clone()),
                         ItemKind::Const(None) | ItemKind::Broken => Val::unknown(),
@@ -273,6 +306,8 @@ impl Checker {
                             ty: Ty::Namespace(*ns),
                             konst: None,
                             is_const: true,
+                            ir: None,
+                            parts: Vec::new(),
                         },
                     },
                     None => {
@@ -302,6 +337,8 @@ impl Checker {
                     ty: Ty::ToMethod(Box::new(v.ty.clone())),
                     konst: None,
                     is_const: false,
+                    ir: None,
+                    parts: Vec::new(),
                 },
                 _ => {
                     let mut d = Diagnostic::new(
@@ -335,7 +372,14 @@ impl Checker {
     }
 
     fn call(&mut self, f: &mut Frame, func: &Expr, args: &[crate::syntax::ast::Arg], span: Span) -> Val {
-        let callee = self.expr(f, func);
+        // `x.to(…)` needs the receiver's value, not just its type.
+        let (callee, receiver) = match &func.kind {
+            ExprKind::Attribute { value, attr } if attr.name == "to" => {
+                let recv = self.expr(f, value);
+                (self.attribute(f, recv.clone(), attr, value.span), Some(recv))
+            }
+            _ => (self.expr(f, func), None),
+        };
         let argvals = self.arg_vals(f, args);
         match callee.ty {
             Ty::Builtin(b @ (Builtin::PyRange | Builtin::StaticRange)) => {
@@ -351,7 +395,7 @@ impl Checker {
             }
             Ty::Builtin(b) => self.builtin_call(f, b, argvals, span, func.span),
             Ty::Func(id) => self.call_helper(f, id, argvals, span, func.span),
-            Ty::ToMethod(src) => self.conversion_call(f, &src, argvals, span),
+            Ty::ToMethod(_) => self.conversion_call(f, &receiver.unwrap_or_else(Val::unknown), argvals, span),
             Ty::Unknown => Val::unknown(),
             other => {
                 let mut d = Diagnostic::new(
@@ -512,14 +556,33 @@ impl Checker {
                 self.emit(f, d);
                 Val::unknown()
             }
-            (UnOp::Not, Some(Elem::Num(_))) => Val {
-                ty: Ty::num(DType::Bool),
-                konst: None,
-                is_const: v.is_const,
-            },
+            (UnOp::Not, Some(Elem::Num(_))) => {
+                let b = self.bool_scalar(f, &v, operand);
+                let ir = self.emit_value(f, Op::Unary(ir::UnaryOp::Not), vec![b], &Ty::num(DType::Bool), span);
+                Val {
+                    ty: Ty::num(DType::Bool),
+                    konst: None,
+                    is_const: v.is_const,
+                    ir,
+                    parts: Vec::new(),
+                }
+            }
             (UnOp::Pos, Some(Elem::Num(_))) => v,
-            (UnOp::Neg, Some(Elem::Num(d))) if d != DType::Bool => v,
-            (UnOp::Invert, Some(Elem::Num(d))) if d.is_int() => v,
+            (UnOp::Neg, Some(Elem::Num(d))) if d != DType::Bool => {
+                let x = v.ir;
+                let ir = self.emit_value(f, Op::Unary(ir::UnaryOp::Neg), vec![x], &ty, span);
+                Val::runtime(ty).with_ir(ir)
+            }
+            (UnOp::Invert, Some(Elem::Num(d))) if d.is_int() => {
+                let op = if d == DType::Bool {
+                    ir::UnaryOp::Not
+                } else {
+                    ir::UnaryOp::Invert
+                };
+                let x = v.ir;
+                let ir = self.emit_value(f, Op::Unary(op), vec![x], &ty, span);
+                Val::runtime(ty).with_ir(ir)
+            }
             (UnOp::Invert, Some(Elem::Num(_))) => {
                 self.error(
                     f,
@@ -625,8 +688,12 @@ impl Checker {
             return Val::unknown();
         };
         let elem = match (el, er) {
-            (Elem::Ptr(p), Elem::Num(i)) if i.is_int() && matches!(op, BinOp::Add | BinOp::Sub) => Elem::Ptr(p),
-            (Elem::Num(i), Elem::Ptr(p)) if i.is_int() && op == BinOp::Add => Elem::Ptr(p),
+            (Elem::Ptr(p), Elem::Num(i)) if i.is_int() && matches!(op, BinOp::Add | BinOp::Sub) => {
+                return self.ptr_add(f, (l, p), (r, i), op == BinOp::Sub, shape, span);
+            }
+            (Elem::Num(i), Elem::Ptr(p)) if i.is_int() && op == BinOp::Add => {
+                return self.ptr_add(f, (r, p), (l, i), false, shape, span);
+            }
             (Elem::Ptr(_), _) | (_, Elem::Ptr(_)) => {
                 let d = Diagnostic::new(
                     Code::E0300,
@@ -686,10 +753,55 @@ impl Checker {
                 }
             },
         };
+        let ty = Ty::with_shape(elem, shape);
+        let ir = match Self::ir_type(&ty) {
+            Some(t) if self.emitting() => {
+                let lv = self.operand(f, &l, &t, le.span);
+                let rv = self.operand(f, &r, &t, re.span);
+                self.emit_typed(f, Op::Binary(ir_binary(op)), vec![lv, rv], t, span)
+            }
+            _ => None,
+        };
         Val {
-            ty: Ty::with_shape(elem, shape),
+            ty,
             konst: None,
             is_const: both_const,
+            ir,
+            parts: Vec::new(),
+        }
+    }
+
+    /// `ptr ± offsets`: offsets stay integers (their own dtype) and are
+    /// scaled by the element size when executed.
+    fn ptr_add(
+        &mut self,
+        f: &Frame,
+        (p, pd): (Val, DType),
+        (o, od): (Val, DType),
+        negate: bool,
+        shape: Shape,
+        span: Span,
+    ) -> Val {
+        let ty = Ty::with_shape(Elem::Ptr(pd), shape);
+        let ir = match Self::ir_type(&ty) {
+            Some(t) if self.emitting() => {
+                let off_dtype = if od == DType::Bool { DType::I32 } else { od };
+                let pv = self.operand(f, &p, &t, span);
+                let ot = t.with_elem(Elem::Num(off_dtype));
+                let mut ov = self.operand(f, &o, &ot, span);
+                if negate {
+                    ov = self.emit_typed(f, Op::Unary(ir::UnaryOp::Neg), vec![ov], ot, span);
+                }
+                self.emit_typed(f, Op::PtrAdd, vec![pv, ov], t, span)
+            }
+            _ => None,
+        };
+        Val {
+            ty,
+            konst: None,
+            is_const: false,
+            ir,
+            parts: Vec::new(),
         }
     }
 
@@ -800,6 +912,8 @@ impl Checker {
                     ty: Ty::num(DType::Bool),
                     konst: None,
                     is_const: both_const,
+                    ir: None,
+                    parts: Vec::new(),
                 };
             }
             let d = Diagnostic::new(
@@ -817,10 +931,33 @@ impl Checker {
         else {
             return Val::unknown();
         };
+        let (Some(a), Some(b)) = (l.ty.dtype(), r.ty.dtype()) else {
+            return Val::unknown();
+        };
+        let Some(d) = self.promote_or_report(f, op.symbol(), (a, l.is_weak()), (b, r.is_weak()), false, span) else {
+            return Val::unknown();
+        };
+        let ty = Ty::with_shape(Elem::Num(DType::Bool), shape.clone());
+        let ir = match Self::ir_type(&Ty::with_shape(Elem::Num(d), shape)) {
+            Some(t) if self.emitting() => {
+                let lv = self.operand(f, &l, &t, le.span);
+                let rv = self.operand(f, &r, &t, re.span);
+                self.emit_typed(
+                    f,
+                    Op::Cmp(ir_cmp(op)),
+                    vec![lv, rv],
+                    t.with_elem(Elem::Num(DType::Bool)),
+                    span,
+                )
+            }
+            _ => None,
+        };
         Val {
-            ty: Ty::with_shape(Elem::Num(DType::Bool), shape),
+            ty,
             konst: None,
             is_const: both_const,
+            ir,
+            parts: Vec::new(),
         }
     }
 
@@ -868,10 +1005,32 @@ impl Checker {
                 return Val::unknown();
             }
         }
+        // Both operands are evaluated (no short-circuit for run-time
+        // values; operands have no side effects).
+        let ir = if self.emitting() {
+            let a = self.bool_scalar(f, &l, le.span);
+            let b = self.bool_scalar(f, &r, re.span);
+            let op = if op == LogicOp::And {
+                ir::BinaryOp::And
+            } else {
+                ir::BinaryOp::Or
+            };
+            self.emit_value(
+                f,
+                Op::Binary(op),
+                vec![a, b],
+                &Ty::num(DType::Bool),
+                le.span.to(re.span),
+            )
+        } else {
+            None
+        };
         Val {
             ty: Ty::num(DType::Bool),
             konst: None,
             is_const: l.is_const && r.is_const,
+            ir,
+            parts: Vec::new(),
         }
     }
 
@@ -1004,10 +1163,62 @@ impl Checker {
             }
         }
         out.extend_from_slice(&shape[axis..]);
+        let ty = Ty::with_shape(elem, out);
+        // Adding unit axes keeps the elements in order: a reshape (or a
+        // splat, for a scalar).
+        let ir = match Self::ir_type(&ty) {
+            Some(t) if self.emitting() => {
+                let x = match (v.ir, &v.konst) {
+                    (Some(x), _) => Some(x),
+                    (None, Some(k)) => match elem {
+                        Elem::Num(d) => self.const_of(f, k, d, value_span),
+                        Elem::Ptr(_) => None,
+                    },
+                    (None, None) => None,
+                };
+                let op = if matches!(v.ty, Ty::Scalar(_)) {
+                    Op::Splat
+                } else {
+                    Op::Reshape
+                };
+                self.emit_typed(f, op, vec![x], t, span)
+            }
+            _ => None,
+        };
         Val {
-            ty: Ty::with_shape(elem, out),
+            ty,
             konst: None,
             is_const: v.is_const,
+            ir,
+            parts: Vec::new(),
         }
+    }
+}
+
+/// The IR operation of a source binary operator (`**` never reaches IR).
+fn ir_binary(op: BinOp) -> ir::BinaryOp {
+    match op {
+        BinOp::Add | BinOp::Pow => ir::BinaryOp::Add,
+        BinOp::Sub => ir::BinaryOp::Sub,
+        BinOp::Mul => ir::BinaryOp::Mul,
+        BinOp::Div => ir::BinaryOp::Div,
+        BinOp::FloorDiv => ir::BinaryOp::FloorDiv,
+        BinOp::Mod => ir::BinaryOp::Mod,
+        BinOp::Shl => ir::BinaryOp::Shl,
+        BinOp::Shr => ir::BinaryOp::Shr,
+        BinOp::BitAnd => ir::BinaryOp::And,
+        BinOp::BitOr => ir::BinaryOp::Or,
+        BinOp::BitXor => ir::BinaryOp::Xor,
+    }
+}
+
+fn ir_cmp(op: CmpOp) -> ir::CmpOp {
+    match op {
+        CmpOp::Lt => ir::CmpOp::Lt,
+        CmpOp::Le => ir::CmpOp::Le,
+        CmpOp::Gt => ir::CmpOp::Gt,
+        CmpOp::Ge => ir::CmpOp::Ge,
+        CmpOp::Eq | CmpOp::Is => ir::CmpOp::Eq,
+        CmpOp::Ne | CmpOp::IsNot => ir::CmpOp::Ne,
     }
 }

@@ -17,12 +17,15 @@
 pub mod builtins;
 mod check;
 mod consteval;
+mod emit;
 mod expr;
 mod lints;
+mod lower;
 mod program;
 mod rules;
 mod suggest;
 pub mod types;
+pub use types::Direction;
 
 pub use check::Val;
 pub use types::{DType, Dim, Elem, Konst, Shape, Ty};
@@ -69,24 +72,60 @@ pub struct KernelSummary {
 
 /// Checks a set of root files; imports are read from disk as needed.
 pub struct Session {
-    checker: check::Checker,
+    options: Options,
+    roots: Vec<(String, Option<PathBuf>, String)>,
 }
+
+/// Stack for the checking thread. The AST and the checker recurse over
+/// expressions; the layout pass bounds their depth (E0018), and this bound
+/// leaves ample room for it. Untouched stack pages cost nothing.
+const CHECK_STACK_BYTES: usize = 256 << 20;
 
 impl Session {
     pub fn new(options: Options) -> Session {
         Session {
-            checker: check::Checker::new(options),
+            options,
+            roots: Vec::new(),
         }
     }
 
     /// Adds a root file. `path` (when the file is on disk) resolves its
     /// relative imports; `name` is how diagnostics print it.
     pub fn add_file(&mut self, name: &str, path: Option<PathBuf>, source: String) {
-        self.checker.add_root(name, path, source);
+        self.roots.push((name.to_string(), path, source));
     }
 
+    /// Parses and checks everything added, on a thread with a large stack.
     pub fn finish(self) -> CheckOutput {
-        self.checker.finish()
+        self.run(|checker| checker.finish())
+    }
+
+    /// Checks everything added, then lowers kernel `name` to IR (with the
+    /// session's `-D` constexprs). The IR is `Err` when the program has
+    /// errors (they are in the diagnostics) or no such kernel exists.
+    pub fn lower(self, name: &str) -> (CheckOutput, Result<crate::ir::Function, String>) {
+        let name = name.to_string();
+        self.run(move |checker| checker.lower(&name))
+    }
+
+    fn run<T: Send + 'static>(self, job: impl FnOnce(check::Checker) -> T + Send + 'static) -> T {
+        let Session { options, roots } = self;
+        let work = move || {
+            let mut checker = check::Checker::new(options);
+            for (name, path, source) in roots {
+                checker.add_root(&name, path, source);
+            }
+            job(checker)
+        };
+        let spawned = std::thread::Builder::new()
+            .name("tl-check".into())
+            .stack_size(CHECK_STACK_BYTES)
+            .spawn(work);
+        match spawned.map(|h| h.join()) {
+            Ok(Ok(out)) => out,
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            Err(e) => panic!("cannot start the checking thread: {e}"),
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use super::check::{Checker, Frame, Val};
 use super::expr::{ArgVal, Bound};
 use super::types::{broadcast, numel, shape_string, DType, Dim, Elem, Konst, Shape, Ty};
 use crate::diag::{Code, Diagnostic};
+use crate::ir::Op;
 use crate::span::Span;
 
 /// Largest block the checker accepts (elements). A PE's TCM holds far less;
@@ -13,14 +14,14 @@ use crate::span::Span;
 const MAX_BLOCK_ELEMS: u64 = 1 << 24;
 
 /// A built-in's arguments, by parameter name.
-struct Args {
-    builtin: Builtin,
-    bound: Bound,
-    call: Span,
+pub(super) struct Args {
+    pub builtin: Builtin,
+    pub bound: Bound,
+    pub call: Span,
 }
 
 impl Args {
-    fn index(&self, name: &str) -> usize {
+    pub fn index(&self, name: &str) -> usize {
         self.builtin
             .signature()
             .params
@@ -29,12 +30,12 @@ impl Args {
             .unwrap_or(usize::MAX)
     }
 
-    fn get(&self, name: &str) -> Option<&ArgVal> {
+    pub fn get(&self, name: &str) -> Option<&ArgVal> {
         self.bound.fixed.get(self.index(name)).and_then(|a| a.as_ref())
     }
 
     /// The argument's value, or its default.
-    fn val(&self, name: &str) -> Val {
+    pub fn val(&self, name: &str) -> Val {
         if let Some(a) = self.get(name) {
             return a.val.clone();
         }
@@ -48,11 +49,11 @@ impl Args {
         }
     }
 
-    fn span(&self, name: &str) -> Span {
+    pub fn span(&self, name: &str) -> Span {
         self.get(name).map_or(self.call, |a| a.span)
     }
 
-    fn given(&self, name: &str) -> bool {
+    pub fn given(&self, name: &str) -> bool {
         self.get(name).is_some_and(|a| a.val.konst != Some(Konst::None))
     }
 }
@@ -75,20 +76,27 @@ impl Checker {
             call,
         };
         let _ = callee;
+        let result = self.builtin_rule(f, &a);
+        self.lower_builtin(f, &a, result)
+    }
+
+    /// The typing rule: checks the arguments, returns the result's type.
+    fn builtin_rule(&mut self, f: &mut Frame, a: &Args) -> Val {
+        let (b, call) = (a.builtin, a.call);
         use Builtin as B;
         match b {
             B::ProgramId | B::NumPrograms => {
-                self.axis_const(f, &a, "axis", 3);
+                self.axis_const(f, a, "axis", 3);
                 Val::runtime(Ty::num(DType::I32))
             }
             B::MeshId | B::MeshSize => {
-                self.axis_const(f, &a, "axis", 2);
+                self.axis_const(f, a, "axis", 2);
                 Val::runtime(Ty::num(DType::I32))
             }
             B::Rank | B::WorldSize => Val::runtime(Ty::num(DType::I32)),
             B::Arange => {
-                let start = self.shape_int(f, &a, "start", "`tl.arange` bounds");
-                let end = self.shape_int(f, &a, "end", "`tl.arange` bounds");
+                let start = self.shape_int(f, a, "start", "`tl.arange` bounds");
+                let end = self.shape_int(f, a, "end", "`tl.arange` bounds");
                 let (Some(s), Some(e)) = (start, end) else {
                     return Val::runtime(Ty::Block(Elem::Num(DType::I32), vec![None]));
                 };
@@ -129,14 +137,14 @@ impl Checker {
                     _ => Val::unknown(),
                 }
             }
-            B::Load => self.load_store(f, &a, true),
+            B::Load => self.load_store(f, a, true),
             B::Store => {
-                self.load_store(f, &a, false);
+                self.load_store(f, a, false);
                 Val::none()
             }
-            B::AtomicAdd => self.load_store(f, &a, true),
-            B::Dot => self.dot(f, &a),
-            B::Sum | B::Max | B::Min | B::Argmax | B::Argmin => self.reduction(f, &a),
+            B::AtomicAdd => self.load_store(f, a, true),
+            B::Dot => self.dot(f, a),
+            B::Sum | B::Max | B::Min | B::Argmax | B::Argmin => self.reduction(f, a),
             B::Exp
             | B::Exp2
             | B::Log
@@ -147,9 +155,9 @@ impl Checker {
             | B::Cos
             | B::Sigmoid
             | B::Floor
-            | B::Ceil => self.float_unary(f, &a, "x"),
+            | B::Ceil => self.float_unary(f, a, "x"),
             B::Softmax => {
-                let v = self.float_unary(f, &a, "x");
+                let v = self.float_unary(f, a, "x");
                 if matches!(v.ty, Ty::Scalar(_)) {
                     self.error(f, Code::E0322, "`tl.softmax` needs a block", a.span("x"), "a scalar");
                 }
@@ -172,9 +180,9 @@ impl Checker {
                     }
                 }
             }
-            B::Maximum | B::Minimum => self.elementwise(f, &a, &["x", "y"], false),
-            B::Clamp => self.elementwise(f, &a, &["x", "min", "max"], false),
-            B::Fma => self.elementwise(f, &a, &["x", "y", "z"], true),
+            B::Maximum | B::Minimum => self.elementwise(f, a, &["x", "y"], false),
+            B::Clamp => self.elementwise(f, a, &["x", "min", "max"], false),
+            B::Fma => self.elementwise(f, a, &["x", "y", "z"], true),
             B::Where => {
                 let c = a.val("condition");
                 if let Some(d) = c.ty.dtype() {
@@ -188,7 +196,7 @@ impl Checker {
                         );
                     }
                 }
-                let v = self.elementwise(f, &a, &["x", "y"], false);
+                let v = self.elementwise(f, a, &["x", "y"], false);
                 if v.ty.is_unknown() || c.ty.is_unknown() {
                     return Val::unknown();
                 }
@@ -241,10 +249,10 @@ impl Checker {
                         return Val::unknown();
                     }
                 }
-                self.elementwise(f, &a, &["x", "div"], false)
+                self.elementwise(f, a, &["x", "div"], false)
             }
-            B::Reshape | B::BroadcastTo => self.reshape_like(f, &a),
-            B::Trans => self.trans(f, &a),
+            B::Reshape | B::BroadcastTo => self.reshape_like(f, a),
+            B::Trans => self.trans(f, a),
             B::StaticRange | B::PyRange => Val::unknown(),
             B::StaticAssert => {
                 let c = a.val("cond");
@@ -303,9 +311,9 @@ impl Checker {
                 }
                 Val::none()
             }
-            B::Gemm => self.gemm(f, &a),
+            B::Gemm => self.gemm(f, a),
             B::Send => {
-                self.peer(f, &a, "dst");
+                self.peer(f, a, "dst");
                 let v = a.val("value");
                 if !v.ty.is_unknown() && !matches!(v.ty.elem(), Some(Elem::Num(_))) {
                     self.error(
@@ -319,7 +327,7 @@ impl Checker {
                 Val::none()
             }
             B::Recv | B::RecvAsync => {
-                self.peer(f, &a, "src");
+                self.peer(f, a, "src");
                 let shape = self.shape_arg(f, a.get("shape"));
                 let dtype = self.dtype_arg(f, a.get("dtype"));
                 match (shape, dtype) {
@@ -347,7 +355,7 @@ impl Checker {
             }
             B::SymmAt => {
                 let p = a.val("pointer");
-                self.int_scalar(f, &a, "rank");
+                self.int_scalar(f, a, "rank");
                 match p.ty {
                     Ty::Scalar(Elem::Ptr(_)) | Ty::Block(Elem::Ptr(_), _) => Val::runtime(p.ty),
                     Ty::Unknown => Val::unknown(),
@@ -376,9 +384,9 @@ impl Checker {
                     }
                 }
                 if b == B::Notify {
-                    self.int_scalar(f, &a, "rank");
+                    self.int_scalar(f, a, "rank");
                 }
-                self.int_scalar(f, &a, "value");
+                self.int_scalar(f, a, "value");
                 Val::none()
             }
             B::Barrier => Val::none(),
@@ -1144,6 +1152,8 @@ impl Checker {
             ty: Ty::with_shape(Elem::Num(d), shape),
             konst: None,
             is_const: false,
+            ir: None,
+            parts: Vec::new(),
         }
     }
 
@@ -1408,7 +1418,8 @@ impl Checker {
     }
 
     /// `x.to(dtype, bitcast=False)`.
-    pub fn conversion_call(&mut self, f: &mut Frame, src: &Ty, args: Vec<ArgVal>, call: Span) -> Val {
+    pub fn conversion_call(&mut self, f: &mut Frame, recv: &Val, args: Vec<ArgVal>, call: Span) -> Val {
+        let src = &recv.ty;
         let params = [("dtype", true), ("bitcast", false)];
         let Some(bound) = self.bind_args(f, "`to`", &params, None, args, call) else {
             return Val::unknown();
@@ -1436,7 +1447,17 @@ impl Checker {
                     return Val::unknown();
                 }
                 let shape = src.shape().map(|s| s.to_vec()).unwrap_or_default();
-                Val::runtime(Ty::with_shape(Elem::Num(target), shape))
+                let ty = Ty::with_shape(Elem::Num(target), shape);
+                let x = match recv.ir {
+                    Some(x) => Some(x),
+                    None => recv.konst.as_ref().and_then(|k| self.const_of(f, k, d, call)),
+                };
+                let ir = if d == target {
+                    x
+                } else {
+                    self.emit_value(f, Op::Cast { bitcast }, vec![x], &ty, call)
+                };
+                Val::runtime(ty).with_ir(ir)
             }
             Some(Elem::Ptr(_)) => {
                 let d = Diagnostic::new(

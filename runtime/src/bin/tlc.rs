@@ -56,6 +56,20 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         stdlib: Option<PathBuf>,
     },
+    /// Print the per-PE IR of a kernel (all kernels when --kernel is absent).
+    EmitIr {
+        file: PathBuf,
+        /// The kernel to lower.
+        #[arg(long, short = 'k')]
+        kernel: Option<String>,
+        /// Bind a constexpr: -D BLOCK=128.
+        #[arg(short = 'D', value_name = "NAME=VALUE")]
+        define: Vec<String>,
+        #[arg(long, value_enum, default_value = "auto")]
+        color: Color,
+        #[arg(long, value_name = "DIR")]
+        stdlib: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -68,6 +82,13 @@ fn main() -> ExitCode {
             format,
             stdlib,
         } => check(&paths, &define, color, format, stdlib),
+        Command::EmitIr {
+            file,
+            kernel,
+            define,
+            color,
+            stdlib,
+        } => emit_ir(&file, kernel.as_deref(), &define, color, stdlib),
     }
 }
 
@@ -145,6 +166,74 @@ fn color_mode(color: Color) -> ColorMode {
             }
         }
     }
+}
+
+/// Reads one source file for a command that takes a single file.
+fn read_source(file: &Path) -> Result<String, String> {
+    let bytes = std::fs::read(file).map_err(|e| format!("cannot read `{}`: {e}", file.display()))?;
+    String::from_utf8(bytes).map_err(|_| format!("`{}` is not UTF-8 text", file.display()))
+}
+
+/// Checks `file` and lowers kernel `name`: the IR, or the exit code after
+/// printing why not.
+fn lower_kernel(
+    file: &Path,
+    source: &str,
+    name: &str,
+    options: &sema::Options,
+    color: Color,
+) -> Result<(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap), (ExitCode, String)> {
+    let mut session = sema::Session::new(options.clone());
+    session.add_file(
+        &file.display().to_string(),
+        Some(file.to_path_buf()),
+        source.to_string(),
+    );
+    let (out, ir) = session.lower(name);
+    let text = render_human(&out.diagnostics, &out.sources, color_mode(color));
+    eprint!("{text}{}", render_summary(&out.diagnostics));
+    match ir {
+        Ok(f) => Ok((f, out.sources)),
+        Err(_) if out.has_errors() => Err((ExitCode::from(1), String::new())),
+        Err(msg) => Err((ExitCode::from(1), msg)),
+    }
+}
+
+fn emit_ir(file: &Path, kernel: Option<&str>, define: &[String], color: Color, stdlib: Option<PathBuf>) -> ExitCode {
+    let defines = match parse_defines(define) {
+        Ok(d) => d,
+        Err(e) => return usage_error(&e),
+    };
+    let source = match read_source(file) {
+        Ok(s) => s,
+        Err(e) => return usage_error(&e),
+    };
+    let options = sema::Options {
+        defines,
+        stdlib_root: stdlib.or_else(default_stdlib),
+    };
+    let names: Vec<String> = match kernel {
+        Some(k) => vec![k.to_string()],
+        None => {
+            let mut s = sema::Session::new(options.clone());
+            s.add_file(&file.display().to_string(), Some(file.to_path_buf()), source.clone());
+            s.finish().kernels.into_iter().map(|k| k.name).collect()
+        }
+    };
+    let mut text = String::new();
+    for name in &names {
+        match lower_kernel(file, &source, name, &options, color) {
+            Ok((func, sources)) => text.push_str(&kernbench_compiler::ir::print_function(&func, &sources)),
+            Err((code, msg)) => {
+                if !msg.is_empty() {
+                    eprintln!("error: {msg}");
+                }
+                return code;
+            }
+        }
+    }
+    print!("{text}");
+    ExitCode::SUCCESS
 }
 
 fn check(paths: &[PathBuf], define: &[String], color: Color, format: Format, stdlib: Option<PathBuf>) -> ExitCode {
