@@ -6,6 +6,7 @@
 //! **Architecture invariant:** this crate knows nothing of the runtime or the
 //! simulated machine; it turns text into checked programs and diagnostics.
 
+pub mod datapath;
 pub mod diag;
 pub mod ir;
 pub mod sema;

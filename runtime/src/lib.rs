@@ -1,1 +1,9 @@
-//! The kernbench runtime.
+//! The kernbench runtime: executing compiled kernels on data.
+//!
+//! - `exec`: functional execution of a launch (all program instances,
+//!   flat memory, no timing).
+//! - `args`: tensor and scalar arguments as `tlc run` takes them
+//!   (`.npy` files, `rand(...)`, `zeros(...)`, values).
+
+pub mod args;
+pub mod exec;

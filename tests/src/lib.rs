@@ -50,14 +50,59 @@ pub fn check_output(rel: &Path) -> String {
         defines: flags_of(&source).into_iter().collect(),
         stdlib_root: Some(PathBuf::from("stdlib")),
     };
+    let lower = directive(&source, "# tlc-lower:");
     let mut session = sema::Session::new(options);
     session.add_file(&rel.display().to_string(), Some(rel.to_path_buf()), source);
-    let out = session.finish();
+    let out = match lower {
+        // Diagnostics that only lowering reports (E0214).
+        Some(kernel) => session.lower(&kernel).0,
+        None => session.finish(),
+    };
     format!(
         "{}{}",
         render_human(&out.diagnostics, &out.sources, ColorMode::Never),
         render_summary(&out.diagnostics)
     )
+}
+
+/// The value of a `# name: value` header line.
+pub fn directive(source: &str, prefix: &str) -> Option<String> {
+    source
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .find_map(|l| l.strip_prefix(prefix).map(|v| v.trim().to_string()))
+}
+
+/// The IR text of every kernel of a file (or of `# kernel: NAME`), as
+/// `tlc emit-ir` prints it, or the diagnostics if lowering fails.
+pub fn ir_output(rel: &Path) -> String {
+    let source = std::fs::read_to_string(rel).unwrap_or_else(|e| panic!("reading {}: {e}", rel.display()));
+    let options = sema::Options {
+        defines: flags_of(&source).into_iter().collect(),
+        stdlib_root: Some(PathBuf::from("stdlib")),
+    };
+    let names: Vec<String> = match directive(&source, "# kernel:") {
+        Some(k) => vec![k],
+        None => {
+            let mut s = sema::Session::new(options.clone());
+            s.add_file(&rel.display().to_string(), Some(rel.to_path_buf()), source.clone());
+            s.finish().kernels.into_iter().map(|k| k.name).collect()
+        }
+    };
+    let mut text = String::new();
+    for name in names {
+        let mut s = sema::Session::new(options.clone());
+        s.add_file(&rel.display().to_string(), Some(rel.to_path_buf()), source.clone());
+        let (out, ir) = s.lower(&name);
+        match ir {
+            Ok(f) => text.push_str(&kernbench_compiler::ir::print_function(&f, &out.sources)),
+            Err(e) => {
+                text.push_str(&render_human(&out.diagnostics, &out.sources, ColorMode::Never));
+                text.push_str(&format!("error: {e}\n"));
+            }
+        }
+    }
+    text
 }
 
 /// Makes relative paths in diagnostics start at the repository root.

@@ -134,7 +134,8 @@ impl Engine {
     }
 }
 
-/// A scalar constant's bits, interpreted by the value's dtype.
+/// A scalar constant, already converted to the value's dtype (an integer
+/// dtype holds `Int`, a float dtype `Float` of exactly representable value).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ConstVal {
     Int(i64),
@@ -463,7 +464,15 @@ pub fn engine_of(op: &Op, result_is_block: bool) -> Engine {
         Op::Arange { .. } | Op::Splat | Op::Broadcast | Op::Reshape | Op::Trans { .. } | Op::Reduce { .. } => {
             Engine::Math
         }
-        Op::Binary(_) | Op::Cmp(_) | Op::Unary(_) | Op::Cast { .. } | Op::Select | Op::Fma | Op::PtrAdd
+        Op::Binary(_)
+        | Op::Cmp(_)
+        | Op::Unary(_)
+        | Op::Cast { .. }
+        | Op::Select
+        | Op::Fma
+        | Op::PtrAdd
+        | Op::Assert { .. }
+        | Op::Print { .. }
             if result_is_block =>
         {
             Engine::Math

@@ -215,6 +215,16 @@ impl Verifier<'_> {
                 for &r in &d.regions {
                     self.region(r, scope, Some(&tys));
                 }
+                // Results must come from somewhere: a branch that yields.
+                let yields = d.regions.iter().any(|r| {
+                    self.f.regions[*r]
+                        .insts
+                        .last()
+                        .is_some_and(|l| self.f.insts[*l].op == Op::Yield)
+                });
+                if !tys.is_empty() && !yields {
+                    self.err(i, "`if` has results but no branch yields".into());
+                }
             }
             Op::For => {
                 if d.args.len() < 3 || d.regions.len() != 1 {
@@ -242,6 +252,14 @@ impl Verifier<'_> {
                 let carried: Vec<Type> = d.args.iter().map(|v| self.ty(*v).clone()).collect();
                 if d.regions.len() != 2 {
                     return self.err(i, "`while` needs a before- and a body-region".into());
+                }
+                let results: Vec<Type> = d.results.iter().map(|v| self.ty(*v).clone()).collect();
+                if results != carried {
+                    self.err(i, "results must match the carried values".into());
+                }
+                for r in [d.regions[0], d.regions[1]] {
+                    let params = self.f.regions[r].params.clone();
+                    self.check_types(i, &params, &carried, "region parameters");
                 }
                 self.loops.push(carried.clone());
                 self.region(d.regions[0], scope, None);

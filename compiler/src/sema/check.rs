@@ -861,6 +861,7 @@ impl Checker {
             Target::Tuple(items, span) => {
                 let parts: Option<Vec<Val>> = match (&v.ty, &v.konst) {
                     (_, Some(Konst::Tuple(ks))) => Some(ks.iter().cloned().map(Val::konst).collect()),
+                    (Ty::Tuple(ts), _) if v.parts.len() == ts.len() => Some(v.parts.clone()),
                     (Ty::Tuple(ts), _) => Some(ts.iter().cloned().map(Val::runtime).collect()),
                     (Ty::Unknown, _) => None,
                     _ => {
@@ -908,7 +909,9 @@ impl Checker {
             return Val { ty: ty.clone(), ..v };
         }
         if v.is_weak() && matches!(ty, Ty::Scalar(Elem::Num(_))) {
-            return Val::runtime(ty.clone());
+            // The constant becomes a run-time value of the declared dtype.
+            let as_declared = Val { ty: ty.clone(), ..v };
+            return self.materialize(f, &as_declared, span);
         }
         self.error(
             f,
@@ -993,9 +996,12 @@ impl Checker {
                 let mut merged = match (then_term, else_term) {
                     (true, false) => else_vars.clone(),
                     (false, true) => then_vars.clone(),
+                    // Both branches leave: what follows is unreachable, and
+                    // the variables keep their values from before the `if`.
+                    (true, true) => before.clone(),
                     _ => self.merge(f, &before, then_vars.clone(), else_vars.clone()),
                 };
-                if let Some((inst, t, e)) = lowered {
+                if let Some((inst, t, e)) = lowered.filter(|_| !(then_term && else_term)) {
                     let names = changed_runtime_vars(&before, &merged);
                     let tys: Vec<crate::ir::Type> =
                         names.iter().filter_map(|n| Self::ir_type(&merged[n].val.ty)).collect();

@@ -10,6 +10,7 @@
 
 use super::check::{Checker, Frame, Val};
 use super::types::{DType, Elem, Konst, Ty};
+use crate::datapath::elem;
 use crate::ir::{self, ConstVal, Op, Type, Value};
 use crate::span::Span;
 
@@ -76,15 +77,22 @@ impl Checker {
         }
     }
 
-    /// A scalar constant of dtype `d` (Const semantics: the literal's
-    /// natural value — i64 or f32 — converted to `d`).
+    /// A scalar constant of dtype `d`: the literal's natural value (i64 or
+    /// f32) converted to `d`, as a cast would.
     pub fn const_of(&mut self, f: &Frame, k: &Konst, d: DType, span: Span) -> Option<Value> {
         self.builder.as_ref()?;
-        let c = match k {
-            Konst::Int(v) => ConstVal::Int(*v),
-            Konst::Bool(b) => ConstVal::Int(*b as i64),
-            Konst::Float(v) => ConstVal::Float(*v),
+        // The constant is stored already converted to `d` (ints wrap,
+        // floats round through f32), so the IR text shows the exact value.
+        let bits = match k {
+            Konst::Int(v) => elem::const_int(d, *v),
+            Konst::Bool(b) => elem::const_int(d, *b as i64),
+            Konst::Float(v) => elem::const_float(d, *v),
             _ => return self.lost(),
+        };
+        let c = if d.is_float() {
+            ConstVal::Float(elem::to_f32(d, bits) as f64)
+        } else {
+            ConstVal::Int(elem::to_i64(d, bits))
         };
         self.emit_typed(f, Op::Const(c), vec![], Type::Scalar(Elem::Num(d)), span)
     }

@@ -95,7 +95,9 @@ impl Checker {
                     // side effects in expressions, so this is exact).
                     let ir = match Self::ir_type(&joined.ty) {
                         Some(t) if self.emitting() => {
-                            let cv = self.bool_scalar(f, &c, cond.span);
+                            let cv = self
+                                .bool_scalar(f, &c, cond.span)
+                                .and_then(|c| self.broadcast_value(f, c, t.shape(), cond.span));
                             let av = self.operand(f, &a, &t, then.span);
                             let bv = self.operand(f, &b, &t, otherwise.span);
                             self.emit_typed(f, crate::ir::Op::Select, vec![cv, av, bv], t, e.span)
@@ -788,6 +790,9 @@ impl Checker {
                 let off_dtype = if od == DType::Bool { DType::I32 } else { od };
                 let pv = self.operand(f, &p, &t, span);
                 let ot = t.with_elem(Elem::Num(off_dtype));
+                // Subtraction negates the offset, in i64 so that unsigned
+                // and minimal offsets negate exactly.
+                let ot = if negate { t.with_elem(Elem::Num(DType::I64)) } else { ot };
                 let mut ov = self.operand(f, &o, &ot, span);
                 if negate {
                     ov = self.emit_typed(f, Op::Unary(ir::UnaryOp::Neg), vec![ov], ot, span);

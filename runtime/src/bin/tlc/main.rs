@@ -4,6 +4,8 @@
 //! its arguments (clap), calls the library, and turns results into output
 //! and an exit code: 0 ok, 1 user error (diagnostics printed), 2 bad usage.
 
+mod run;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use kernbench_compiler::diag::{render_human, render_json, render_summary, ColorMode};
 use kernbench_compiler::sema::{self, Konst};
@@ -23,10 +25,18 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum Color {
+pub(crate) enum Color {
     Auto,
     Always,
     Never,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq)]
+pub(crate) enum Backend {
+    /// Cranelift-compiled native code.
+    Jit,
+    /// The reference interpreter (slow, the oracle).
+    Interp,
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
@@ -53,6 +63,32 @@ enum Command {
         format: Format,
         /// The stdlib folder imports fall back to (default: the one shipped
         /// with tlc, or $KERNBENCH_STDLIB).
+        #[arg(long, value_name = "DIR")]
+        stdlib: Option<PathBuf>,
+    },
+    /// Run a kernel on data: every program of the grid, then write the tensors.
+    Run {
+        file: PathBuf,
+        /// The kernel to run.
+        #[arg(long, short = 'k')]
+        kernel: String,
+        /// Programs per grid axis: G or G0,G1[,G2].
+        #[arg(long, default_value = "1")]
+        grid: String,
+        /// NAME=@file.npy | NAME=rand(SHAPE,DTYPE[,SEED]) | NAME=zeros(SHAPE,DTYPE) | NAME=VALUE
+        #[arg(long = "arg", value_name = "NAME=SPEC")]
+        args: Vec<String>,
+        /// Bind a constexpr: -D BLOCK=128.
+        #[arg(short = 'D', value_name = "NAME=VALUE")]
+        define: Vec<String>,
+        /// Write every tensor argument to DIR/NAME.npy after the run.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Which data path executes block operations.
+        #[arg(long, value_enum, default_value = "jit")]
+        backend: Backend,
+        #[arg(long, value_enum, default_value = "auto")]
+        color: Color,
         #[arg(long, value_name = "DIR")]
         stdlib: Option<PathBuf>,
     },
@@ -89,16 +125,37 @@ fn main() -> ExitCode {
             color,
             stdlib,
         } => emit_ir(&file, kernel.as_deref(), &define, color, stdlib),
+        Command::Run {
+            file,
+            kernel,
+            grid,
+            args,
+            define,
+            out,
+            backend,
+            color,
+            stdlib,
+        } => run::run(run::RunArgs {
+            file,
+            kernel,
+            grid,
+            args,
+            define,
+            out,
+            backend,
+            color,
+            stdlib,
+        }),
     }
 }
 
 /// Prints a usage error the way clap does and returns exit code 2.
-fn usage_error(msg: &str) -> ExitCode {
+pub(crate) fn usage_error(msg: &str) -> ExitCode {
     eprintln!("error: {msg}");
     ExitCode::from(2)
 }
 
-fn default_stdlib() -> Option<PathBuf> {
+pub(crate) fn default_stdlib() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("KERNBENCH_STDLIB") {
         return Some(PathBuf::from(dir));
     }
@@ -107,7 +164,7 @@ fn default_stdlib() -> Option<PathBuf> {
 }
 
 /// Parses `-D NAME=VALUE` flags.
-fn parse_defines(defines: &[String]) -> Result<std::collections::BTreeMap<String, Konst>, String> {
+pub(crate) fn parse_defines(defines: &[String]) -> Result<std::collections::BTreeMap<String, Konst>, String> {
     let mut out = std::collections::BTreeMap::new();
     for d in defines {
         let Some((name, value)) = d.split_once('=') else {
@@ -154,7 +211,7 @@ fn collect_tl_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
-fn color_mode(color: Color) -> ColorMode {
+pub(crate) fn color_mode(color: Color) -> ColorMode {
     match color {
         Color::Always => ColorMode::Always,
         Color::Never => ColorMode::Never,
@@ -169,14 +226,14 @@ fn color_mode(color: Color) -> ColorMode {
 }
 
 /// Reads one source file for a command that takes a single file.
-fn read_source(file: &Path) -> Result<String, String> {
+pub(crate) fn read_source(file: &Path) -> Result<String, String> {
     let bytes = std::fs::read(file).map_err(|e| format!("cannot read `{}`: {e}", file.display()))?;
     String::from_utf8(bytes).map_err(|_| format!("`{}` is not UTF-8 text", file.display()))
 }
 
 /// Checks `file` and lowers kernel `name`: the IR, or the exit code after
 /// printing why not.
-fn lower_kernel(
+pub(crate) fn lower_kernel(
     file: &Path,
     source: &str,
     name: &str,

@@ -1,0 +1,212 @@
+//! Execution plans: which instructions run on the executor (scalars,
+//! control flow, communication) and which on the data path, grouped.
+//!
+//! With fusion, consecutive elementwise block operations over one
+//! iteration space form one group — compiled by the JIT into one loop —
+//! together with their loads. A store ends a group only if the group has
+//! no load (a fused loop would interleave the store with later lanes'
+//! loads, which program order forbids); otherwise it gets a group of its
+//! own. Reductions, `dot`, `trans` and `gemm` are groups of their own;
+//! `reshape` is a relabelling the executor does itself. Without fusion
+//! every data-path instruction is its own group (the simulator times each).
+
+use crate::ir::{Function, Inst, Op, Region, Type, Value};
+use cranelift_entity::SecondaryMap;
+use std::collections::HashSet;
+
+pub type GroupId = usize;
+
+/// Data-path instructions executed as one unit.
+#[derive(Clone, Debug, Default)]
+pub struct Group {
+    pub insts: Vec<Inst>,
+    /// Values defined outside and read inside, in first-use order.
+    pub inputs: Vec<Value>,
+    /// Values defined inside and needed after the group.
+    pub outputs: Vec<Value>,
+}
+
+/// What the executor does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A scalar instruction, communication, or an effect (assert/print).
+    Inst(Inst),
+    /// A reshape: the same elements under a new shape.
+    Relabel(Inst),
+    Group(GroupId),
+    /// `for`, `if`, `while`, or a terminator.
+    Control(Inst),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub groups: Vec<Group>,
+    pub steps: SecondaryMap<Region, Vec<Step>>,
+}
+
+/// How an instruction participates in fusion.
+#[derive(PartialEq, Eq)]
+enum Kind {
+    /// Elementwise over its result's shape; may join a group.
+    Elementwise,
+    Load,
+    Store,
+    /// A data-path operation that is a group of its own.
+    Alone,
+    Relabel,
+    Executor,
+    Control,
+}
+
+fn kind(func: &Function, i: Inst) -> Kind {
+    let d = func.inst(i);
+    let block_result = d.results.first().is_some_and(|r| func.ty(*r).is_block());
+    match &d.op {
+        Op::For | Op::If | Op::While | Op::Yield | Op::Break | Op::Continue | Op::Return | Op::Condition => {
+            Kind::Control
+        }
+        Op::Load { .. } => Kind::Load,
+        Op::Store { .. } => Kind::Store,
+        Op::AtomicAdd { .. } | Op::Reduce { .. } | Op::Dot { .. } | Op::Trans { .. } | Op::Gemm { .. } => Kind::Alone,
+        Op::Reshape => Kind::Relabel,
+        Op::Arange { .. } | Op::Splat | Op::Broadcast => Kind::Elementwise,
+        Op::Binary(_) | Op::Cmp(_) | Op::Unary(_) | Op::Cast { .. } | Op::Select | Op::Fma | Op::PtrAdd
+            if block_result =>
+        {
+            Kind::Elementwise
+        }
+        _ => Kind::Executor,
+    }
+}
+
+/// The iteration space of an elementwise or memory instruction.
+fn space(func: &Function, i: Inst) -> Vec<u64> {
+    let d = func.inst(i);
+    match (&d.op, d.results.first()) {
+        (Op::Store { .. }, _) => d.args.first().map(|a| func.ty(*a).shape().to_vec()).unwrap_or_default(),
+        (_, Some(r)) => func.ty(*r).shape().to_vec(),
+        _ => Vec::new(),
+    }
+}
+
+struct Planner<'f> {
+    func: &'f Function,
+    fuse: bool,
+    plan: Plan,
+    /// Every use of each value, to compute group outputs.
+    uses: SecondaryMap<Value, Vec<Inst>>,
+}
+
+/// Plans `func`'s execution; `fuse` groups elementwise chains.
+pub fn plan(func: &Function, fuse: bool) -> Plan {
+    let mut uses: SecondaryMap<Value, Vec<Inst>> = SecondaryMap::new();
+    for (i, d) in func.insts.iter() {
+        for a in &d.args {
+            uses[*a].push(i);
+        }
+    }
+    let mut p = Planner {
+        func,
+        fuse,
+        plan: Plan::default(),
+        uses,
+    };
+    p.region(func.body);
+    p.plan
+}
+
+impl Planner<'_> {
+    fn region(&mut self, r: Region) {
+        let insts = self.func.region(r).insts.clone();
+        let mut steps = Vec::new();
+        // The open group: members, their shape, whether it has a load.
+        let mut open: Vec<Inst> = Vec::new();
+        let mut open_space: Vec<u64> = Vec::new();
+        let mut open_has_load = false;
+        for i in insts {
+            let k = kind(self.func, i);
+            let fusible = self.fuse && matches!(k, Kind::Elementwise | Kind::Load | Kind::Store);
+            if !open.is_empty() {
+                let same_space = space(self.func, i) == open_space;
+                let joins = fusible && same_space && !(k == Kind::Store && open_has_load);
+                let uses_open = self
+                    .func
+                    .inst(i)
+                    .args
+                    .iter()
+                    .any(|a| open.iter().any(|o| self.func.inst(*o).results.contains(a)));
+                if !joins && (k != Kind::Executor || uses_open) {
+                    self.close(&mut open, &mut steps);
+                    open_has_load = false;
+                }
+            }
+            match k {
+                Kind::Executor => steps.push(Step::Inst(i)),
+                Kind::Relabel => steps.push(Step::Relabel(i)),
+                Kind::Control => {
+                    for &sub in &self.func.inst(i).regions.clone() {
+                        self.region(sub);
+                    }
+                    steps.push(Step::Control(i));
+                }
+                Kind::Alone => {
+                    let g = self.group(vec![i]);
+                    steps.push(Step::Group(g));
+                }
+                _ if !self.fuse => {
+                    let g = self.group(vec![i]);
+                    steps.push(Step::Group(g));
+                }
+                _ => {
+                    if open.is_empty() {
+                        open_space = space(self.func, i);
+                    }
+                    open.push(i);
+                    open_has_load |= k == Kind::Load;
+                    if k == Kind::Store {
+                        self.close(&mut open, &mut steps);
+                        open_has_load = false;
+                    }
+                }
+            }
+        }
+        self.close(&mut open, &mut steps);
+        self.plan.steps[r] = steps;
+    }
+
+    fn close(&mut self, open: &mut Vec<Inst>, steps: &mut Vec<Step>) {
+        if open.is_empty() {
+            return;
+        }
+        let g = self.group(std::mem::take(open));
+        steps.push(Step::Group(g));
+    }
+
+    fn group(&mut self, insts: Vec<Inst>) -> GroupId {
+        let members: HashSet<Inst> = insts.iter().copied().collect();
+        let defined: HashSet<Value> = insts.iter().flat_map(|i| self.func.inst(*i).results.clone()).collect();
+        let mut inputs = Vec::new();
+        for &i in &insts {
+            for &a in &self.func.inst(i).args {
+                if !defined.contains(&a) && !inputs.contains(&a) {
+                    inputs.push(a);
+                }
+            }
+        }
+        let mut outputs = Vec::new();
+        for &i in &insts {
+            for &r in &self.func.inst(i).results {
+                if self.uses[r].iter().any(|u| !members.contains(u)) {
+                    outputs.push(r);
+                }
+            }
+        }
+        self.plan.groups.push(Group { insts, inputs, outputs });
+        self.plan.groups.len() - 1
+    }
+}
+
+/// Whether a value is a block (as opposed to a scalar) in `func`.
+pub fn is_block(func: &Function, v: Value) -> bool {
+    matches!(func.ty(v), Type::Block(..))
+}

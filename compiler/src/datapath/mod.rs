@@ -1,0 +1,114 @@
+//! The data path: executing block operations on real data.
+//!
+//! One interface ([`DataPath`]) with two implementations: the Cranelift
+//! JIT (`jit`), which compiles each group of fused operations to native
+//! code specialized on shapes and dtypes, and the reference interpreter
+//! (`interp`), written plainly over ndarray, which is the oracle. Both
+//! follow the element semantics of [`elem`] and must agree bit for bit.
+//!
+//! A [`Group`] is a set of block instructions of one function executed as
+//! a unit (see [`fuse`]); its inputs and outputs are IR values. Memory is
+//! reached through the [`Memory`] trait, so the functional executor's
+//! flat address space and the simulator's memory model both plug in.
+
+pub mod elem;
+pub mod fuse;
+pub mod interp;
+pub mod jit;
+mod tensor;
+
+pub use fuse::{plan, Group, GroupId, Plan, Step};
+pub use tensor::{elem_size, Tensor};
+
+use crate::ir::{Function, Inst};
+use std::fmt;
+
+/// A run-time value of the executor: a scalar's bits (dtype from the IR
+/// type), or a block.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RtValue {
+    Scalar(elem::Bits),
+    Block(std::rc::Rc<Tensor>),
+}
+
+impl RtValue {
+    pub fn scalar(&self) -> elem::Bits {
+        match self {
+            RtValue::Scalar(b) => *b,
+            RtValue::Block(t) => t.get_bits(0),
+        }
+    }
+}
+
+/// A memory access that did not hit allocated memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemFault {
+    pub addr: u64,
+    pub bytes: u64,
+    pub write: bool,
+}
+
+/// Byte-addressed memory as the data path sees it.
+pub trait Memory {
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemFault>;
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemFault>;
+    /// The allocation containing `addr`: its first address and its bytes.
+    /// Compiled code keeps the last one and checks bounds against it.
+    fn segment(&mut self, addr: u64) -> Option<(u64, &mut [u8])>;
+}
+
+/// Why executing a block operation failed; `inst` locates it in the source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecError {
+    pub inst: Inst,
+    pub kind: ExecErrorKind,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExecErrorKind {
+    /// An access outside every allocation.
+    OutOfBounds(MemFault),
+    DivisionByZero,
+    AssertionFailed(String),
+    /// The data path cannot execute this (e.g. communication outside the
+    /// simulator).
+    Unsupported(String),
+}
+
+impl fmt::Display for ExecErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExecErrorKind::OutOfBounds(m) => write!(
+                f,
+                "{} of {} byte{} at address {:#x} is outside every allocation",
+                if m.write { "write" } else { "read" },
+                m.bytes,
+                if m.bytes == 1 { "" } else { "s" },
+                m.addr
+            ),
+            ExecErrorKind::DivisionByZero => f.write_str("integer division by zero"),
+            ExecErrorKind::AssertionFailed(m) if m.is_empty() => f.write_str("device assertion failed"),
+            ExecErrorKind::AssertionFailed(m) => write!(f, "device assertion failed: {m}"),
+            ExecErrorKind::Unsupported(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Executes groups of block operations.
+pub trait DataPath {
+    fn name(&self) -> &'static str;
+
+    /// Prepares every group of `plan` (compiling them, for the JIT).
+    fn prepare(&mut self, func: &Function, plan: &Plan) -> Result<(), String>;
+
+    /// Runs group `g`: `inputs` are the values of `plan.groups[g].inputs`;
+    /// returns the values of its `outputs`.
+    fn run(
+        &mut self,
+        func: &Function,
+        plan: &Plan,
+        g: GroupId,
+        inputs: &[&RtValue],
+        mem: &mut dyn Memory,
+    ) -> Result<Vec<RtValue>, ExecError>;
+}

@@ -1,0 +1,113 @@
+//! Block values: contiguous, row-major elements of one type, stored as raw
+//! little-endian bytes in an 8-byte-aligned buffer (so compiled code can
+//! address them directly and memory transfers are plain copies).
+
+use super::elem::Bits;
+use crate::sema::types::{DType, Elem};
+use ndarray::{ArrayD, IxDyn};
+
+#[derive(Clone, PartialEq)]
+pub struct Tensor {
+    pub elem: Elem,
+    pub shape: Vec<usize>,
+    words: Vec<u64>,
+    nbytes: usize,
+}
+
+/// Bytes per element (pointers are 8-byte addresses).
+pub fn elem_size(e: Elem) -> usize {
+    match e {
+        Elem::Num(d) => d.size_bytes() as usize,
+        Elem::Ptr(_) => 8,
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor({} {:?}, {} bytes)", self.elem, self.shape, self.nbytes)
+    }
+}
+
+impl Tensor {
+    pub fn zeros(elem: Elem, shape: &[usize]) -> Tensor {
+        let n: usize = shape.iter().product();
+        let nbytes = n * elem_size(elem);
+        Tensor {
+            elem,
+            shape: shape.to_vec(),
+            words: vec![0; nbytes.div_ceil(8)],
+            nbytes,
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` owns at least `nbytes` initialized bytes; u8 has no
+        // alignment or validity requirements.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.nbytes) }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, with exclusive access through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.nbytes) }
+    }
+
+    pub fn as_ptr(&self) -> *const u8 {
+        self.words.as_ptr() as *const u8
+    }
+
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.words.as_mut_ptr() as *mut u8
+    }
+
+    /// Element `i`'s bits, zero-extended.
+    pub fn get_bits(&self, i: usize) -> Bits {
+        let size = elem_size(self.elem);
+        let b = &self.bytes()[i * size..(i + 1) * size];
+        let mut w = [0u8; 8];
+        w[..size].copy_from_slice(b);
+        u64::from_le_bytes(w)
+    }
+
+    pub fn set_bits(&mut self, i: usize, bits: Bits) {
+        let size = elem_size(self.elem);
+        let w = bits.to_le_bytes();
+        self.bytes_mut()[i * size..(i + 1) * size].copy_from_slice(&w[..size]);
+    }
+
+    /// A tensor from raw little-endian bytes (`bytes.len()` must be
+    /// `numel * elem_size`).
+    pub fn from_bytes(elem: Elem, shape: &[usize], bytes: &[u8]) -> Option<Tensor> {
+        let mut t = Tensor::zeros(elem, shape);
+        if t.nbytes != bytes.len() {
+            return None;
+        }
+        t.bytes_mut().copy_from_slice(bytes);
+        Some(t)
+    }
+
+    /// The elements' bits as an ndarray (the interpreter's working form).
+    pub fn to_array(&self) -> ArrayD<Bits> {
+        let data: Vec<Bits> = (0..self.numel()).map(|i| self.get_bits(i)).collect();
+        ArrayD::from_shape_vec(IxDyn(&self.shape), data).unwrap_or_else(|_| ArrayD::zeros(IxDyn(&[0])))
+    }
+
+    pub fn from_array(elem: Elem, a: &ArrayD<Bits>) -> Tensor {
+        let mut t = Tensor::zeros(elem, a.shape());
+        for (i, b) in a.iter().enumerate() {
+            t.set_bits(i, *b);
+        }
+        t
+    }
+
+    /// The numeric dtype (pointers count as i64 addresses).
+    pub fn dtype(&self) -> DType {
+        match self.elem {
+            Elem::Num(d) => d,
+            Elem::Ptr(_) => DType::I64,
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! A flat virtual address space for functional execution: named
+//! allocations at fixed, well-separated addresses. An access that is not
+//! entirely inside one allocation is a fault (reported with the source
+//! location by the executor), never a crash and never silent garbage.
+
+use kernbench_compiler::datapath::{MemFault, Memory};
+
+/// Where the first allocation starts, and the unmapped gap between
+/// allocations (so an overrun of one does not land in the next).
+const BASE_ADDR: u64 = 0x1000_0000;
+const GAP_BYTES: u64 = 1 << 20;
+const ALIGN_BYTES: u64 = 4096;
+
+pub struct Segment {
+    pub name: String,
+    pub base: u64,
+    pub data: Vec<u8>,
+}
+
+#[derive(Default)]
+pub struct FlatMemory {
+    /// Sorted by base address.
+    segs: Vec<Segment>,
+}
+
+impl FlatMemory {
+    pub fn new() -> Self {
+        FlatMemory::default()
+    }
+
+    /// Allocates `data` and returns its address.
+    pub fn alloc(&mut self, name: &str, data: Vec<u8>) -> u64 {
+        let base = match self.segs.last() {
+            Some(s) => (s.base + s.data.len() as u64 + GAP_BYTES).div_ceil(ALIGN_BYTES) * ALIGN_BYTES,
+            None => BASE_ADDR,
+        };
+        self.segs.push(Segment {
+            name: name.to_string(),
+            base,
+            data,
+        });
+        base
+    }
+
+    pub fn segment_named(&self, name: &str) -> Option<&Segment> {
+        self.segs.iter().find(|s| s.name == name)
+    }
+
+    fn find(&mut self, addr: u64, len: u64) -> Option<(&mut Segment, usize)> {
+        let idx = self.segs.partition_point(|s| s.base <= addr).checked_sub(1)?;
+        let s = &mut self.segs[idx];
+        let off = addr - s.base;
+        (off.checked_add(len)? <= s.data.len() as u64).then_some((s, off as usize))
+    }
+}
+
+impl Memory for FlatMemory {
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemFault> {
+        let len = out.len();
+        match self.find(addr, len as u64) {
+            Some((s, off)) => {
+                out.copy_from_slice(&s.data[off..off + len]);
+                Ok(())
+            }
+            None => Err(MemFault {
+                addr,
+                bytes: len as u64,
+                write: false,
+            }),
+        }
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemFault> {
+        match self.find(addr, data.len() as u64) {
+            Some((s, off)) => {
+                s.data[off..off + data.len()].copy_from_slice(data);
+                Ok(())
+            }
+            None => Err(MemFault {
+                addr,
+                bytes: data.len() as u64,
+                write: true,
+            }),
+        }
+    }
+
+    fn segment(&mut self, addr: u64) -> Option<(u64, &mut [u8])> {
+        let (s, _) = self.find(addr, 0)?;
+        Some((s.base, s.data.as_mut_slice()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accesses_must_fit_one_allocation() {
+        let mut m = FlatMemory::new();
+        let a = m.alloc("a", vec![1, 2, 3, 4]);
+        let b = m.alloc("b", vec![5; 8]);
+        assert!(b > a + 4 + GAP_BYTES - 1);
+        let mut buf = [0u8; 4];
+        assert!(m.read(a, &mut buf).is_ok());
+        assert_eq!(buf, [1, 2, 3, 4]);
+        assert!(m.read(a + 1, &mut buf).is_err(), "runs past the end");
+        assert!(m.read(a - 4, &mut buf).is_err(), "before the first allocation");
+        assert!(m.write(b + 4, &[9; 4]).is_ok());
+        assert_eq!(m.segment_named("b").map(|s| s.data[7]), Some(9));
+    }
+}
