@@ -10,16 +10,29 @@ use std::path::Path;
 fn ir_golden_files() {
     enter_repo_root();
     let cases = files_with_ext(Path::new("tests/ir"), "tl");
-    assert!(cases.len() >= 25, "expected at least 25 IR cases, found {}", cases.len());
+    assert!(
+        cases.len() >= 25,
+        "expected at least 25 IR cases, found {}",
+        cases.len()
+    );
     let mut failures = Vec::new();
     for case in &cases {
         let actual = ir_output(case);
-        assert!(actual.starts_with("kernel @"), "{} does not lower:\n{actual}", case.display());
+        assert!(
+            actual.starts_with("kernel @"),
+            "{} does not lower:\n{actual}",
+            case.display()
+        );
         if let Err(diff) = compare_or_bless(&case.with_extension("ir"), &actual) {
             failures.push(diff);
         }
     }
-    assert!(failures.is_empty(), "{} IR case(s) differ (BLESS=1 to accept):\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} IR case(s) differ (BLESS=1 to accept):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// Every stdlib kernel lowers (the verifier runs inside lowering) to the
@@ -31,7 +44,11 @@ fn stdlib_kernels_lower() {
     for dir in ["kernels", "ccl"] {
         for f in files_with_ext(&Path::new("stdlib").join(dir), "tl") {
             let out = ir_output(&f);
-            assert!(out.starts_with("kernel @") && !out.contains("error"), "{}:\n{out}", f.display());
+            assert!(
+                out.starts_with("kernel @") && !out.contains("error"),
+                "{}:\n{out}",
+                f.display()
+            );
             let stem = f.file_stem().and_then(|s| s.to_str()).unwrap_or_default();
             let golden = Path::new("tests/ir/stdlib").join(format!("{dir}-{stem}.ir"));
             if let Err(diff) = compare_or_bless(&golden, &out) {
@@ -39,5 +56,9 @@ fn stdlib_kernels_lower() {
             }
         }
     }
-    assert!(failures.is_empty(), "stdlib IR differs (BLESS=1 to accept):\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "stdlib IR differs (BLESS=1 to accept):\n{}",
+        failures.join("\n")
+    );
 }

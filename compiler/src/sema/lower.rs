@@ -40,7 +40,7 @@ impl Checker {
 
     pub(super) fn lower_builtin(&mut self, f: &mut Frame, a: &Args, res: Val) -> Val {
         // Folded at compile time (`tl.cdiv(8, 4)`): a constant needs no code.
-        if !self.emitting() || res.ty.is_unknown() || res.konst.is_some() {
+        if !self.emitting() || res.ty.is_unknown() || res.konst.as_ref().is_some_and(|k| *k != Konst::None) {
             return res;
         }
         let span = a.call;

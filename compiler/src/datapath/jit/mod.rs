@@ -1,20 +1,249 @@
 //! The Cranelift JIT data path: each group of a plan compiled to one
-//! native function specialized on its shapes and dtypes.
+//! native function specialized on its shapes and dtypes, cached by the
+//! group's signature (operations, types, shapes) so later launches of the
+//! same specialization compile nothing.
+//!
+//! Covered natively: fused elementwise chains (arithmetic, comparisons,
+//! casts, `where`, `arange`, splat/broadcast, pointer arithmetic, masked
+//! loads and stores), reductions, `trans` and `dot`. `atomic_add` and the
+//! `tl.gemm` composite run on the reference interpreter (they are rare and
+//! memory-bound).
+
+mod codegen;
+mod dot;
+mod runtime;
 
 use super::interp::Interpreter;
-use super::{DataPath, ExecError, GroupId, Memory, Plan, RtValue};
-use crate::ir::Function;
+use super::{elem, DataPath, ExecError, ExecErrorKind, Group, GroupId, Memory, Plan, RtValue, Tensor};
+use crate::ir::{Function, Op, Type};
+use crate::sema::types::{DType, Elem};
+use codegen::{helper_signatures, Gen, HelperRefs};
+use cranelift_codegen::ir::{types, AbiParam, UserFuncName};
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
+use runtime::JitCtx;
+use std::collections::HashMap;
+use std::rc::Rc;
 
-/// Until groups are compiled, the JIT delegates to the interpreter.
-#[derive(Default)]
+/// How `run` calls a compiled group.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// Inputs and outputs passed as they are.
+    Direct,
+    /// A float `dot`: operands widened to f32 first, the f32 result
+    /// converted to the output dtype after.
+    DotF32,
+    /// Executed by the reference interpreter.
+    Interp,
+}
+
+struct Compiled {
+    ptr: *const u8,
+    kind: Kind,
+}
+
+type GroupFn = unsafe extern "C" fn(*const u64, *mut JitCtx) -> u32;
+
 pub struct Jit {
-    fallback: Interpreter,
+    module: JITModule,
+    helpers: Vec<(&'static str, FuncId)>,
+    cache: HashMap<String, Compiled>,
+    /// For the plan last prepared: each group's cache key.
+    keys: Vec<String>,
+    fctx: FunctionBuilderContext,
+    interp: Interpreter,
+    /// Functions compiled so far (for statistics and benchmarks).
+    pub compiled_count: usize,
+}
+
+impl Default for Jit {
+    fn default() -> Self {
+        Jit::new()
+    }
 }
 
 impl Jit {
+    /// A JIT for the host CPU.
+    ///
+    /// # Panics
+    /// When the host CPU is not supported by Cranelift (not x86-64 or
+    /// aarch64) — a build-time property, not a user input.
     pub fn new() -> Jit {
-        Jit::default()
+        let mut flags = settings::builder();
+        for (k, v) in [
+            ("opt_level", "speed"),
+            ("is_pic", "false"),
+            ("use_colocated_libcalls", "false"),
+        ] {
+            flags.set(k, v).expect("a known Cranelift setting");
+        }
+        let isa = cranelift_native::builder()
+            .expect("Cranelift supports this host CPU")
+            .finish(settings::Flags::new(flags))
+            .expect("host ISA flags are valid");
+        let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
+        for (name, ptr) in runtime::symbols() {
+            builder.symbol(name, ptr);
+        }
+        let mut module = JITModule::new(builder);
+        let call_conv = module.isa().default_call_conv();
+        let mut helpers = Vec::new();
+        for (name, sig) in helper_signatures(call_conv) {
+            if let Ok(id) = module.declare_function(name, Linkage::Import, &sig) {
+                helpers.push((name, id));
+            }
+        }
+        Jit {
+            module,
+            helpers,
+            cache: HashMap::new(),
+            keys: Vec::new(),
+            fctx: FunctionBuilderContext::new(),
+            interp: Interpreter,
+            compiled_count: 0,
+        }
     }
+
+    fn helper(&self, name: &str) -> Option<FuncId> {
+        self.helpers.iter().find(|(n, _)| *n == name).map(|(_, id)| *id)
+    }
+
+    fn compile(&mut self, func: &Function, group: &Group) -> Result<(FuncId, Kind), String> {
+        let first = func.inst(group.insts[0]);
+        let kind = match &first.op {
+            Op::AtomicAdd { .. } | Op::Gemm { .. } => return Err("interp".into()),
+            Op::Dot { .. }
+                if func.ty(first.args[0]).elem() != Elem::Num(DType::I8)
+                    && dtype_of(func.ty(first.args[0])).is_float() =>
+            {
+                Kind::DotF32
+            }
+            _ => Kind::Direct,
+        };
+        let mut sig = self.module.make_signature();
+        sig.params.push(AbiParam::new(types::I64));
+        sig.params.push(AbiParam::new(types::I64));
+        sig.returns.push(AbiParam::new(types::I32));
+        let name = format!("group{}", self.compiled_count);
+        let id = self
+            .module
+            .declare_function(&name, Linkage::Local, &sig)
+            .map_err(|e| e.to_string())?;
+        let mut ctx = self.module.make_context();
+        ctx.func.signature = sig;
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        let refs = {
+            let mut get = |n: &str| -> Result<cranelift_codegen::ir::FuncRef, String> {
+                let hid = self.helper(n).ok_or_else(|| format!("helper {n} missing"))?;
+                Ok(self.module.declare_func_in_func(hid, &mut ctx.func))
+            };
+            HelperRefs {
+                resolve: get("kb_resolve")?,
+                f16_to_f32: get("kb_f16_to_f32")?,
+                f32_to_f16: get("kb_f32_to_f16")?,
+                bf16_to_f32: get("kb_bf16_to_f32")?,
+                f32_to_bf16: get("kb_f32_to_bf16")?,
+                unary_f32: get("kb_unary_f32")?,
+                cast: get("kb_cast")?,
+                fma_f32: get("kb_fma_f32")?,
+            }
+        };
+        let config = self.module.target_config();
+        {
+            let builder = FunctionBuilder::new(&mut ctx.func, &mut self.fctx);
+            let mut gen = Gen::new(func, group, builder, refs);
+            match &first.op {
+                Op::Reduce { op, axis, .. } => gen.reduce(*op, *axis),
+                Op::Trans { perm } => gen.trans(perm),
+                Op::Dot { has_acc } => {
+                    let (m, k) = (
+                        func.ty(first.args[0]).shape()[0] as i64,
+                        func.ty(first.args[0]).shape()[1] as i64,
+                    );
+                    let n = func.ty(first.args[1]).shape()[1] as i64;
+                    let a = gen.inputs[&first.args[0]];
+                    let b = gen.inputs[&first.args[1]];
+                    let acc = has_acc.then(|| gen.inputs[&first.args[2]]);
+                    let out = gen.outputs.get(&first.results[0]).copied();
+                    if let Some(out) = out {
+                        match kind {
+                            Kind::DotF32 => gen.dot_f32(a, b, acc, out, (m, n, k)),
+                            _ => gen.dot_int(
+                                a,
+                                b,
+                                acc,
+                                out,
+                                (m, n, k),
+                                dtype_of(func.ty(first.args[0])),
+                                dtype_of(func.ty(first.results[0])),
+                            ),
+                        }
+                    }
+                }
+                _ => gen.elementwise(),
+            }
+            gen.finish(config);
+        }
+        self.module
+            .define_function(id, &mut ctx)
+            .map_err(|e| format!("{e:?}"))?;
+        self.module.clear_context(&mut ctx);
+        self.compiled_count += 1;
+        Ok((id, kind))
+    }
+}
+
+fn dtype_of(t: &Type) -> DType {
+    match t.elem() {
+        Elem::Num(d) => d,
+        Elem::Ptr(_) => DType::I64,
+    }
+}
+
+/// The cache key of a group: its operations, attributes, types and the
+/// wiring between them, with values renumbered locally.
+fn group_key(func: &Function, group: &Group) -> String {
+    let mut ids: HashMap<crate::ir::Value, String> = HashMap::new();
+    let mut key = String::new();
+    for (k, v) in group.inputs.iter().enumerate() {
+        ids.insert(*v, format!("i{k}"));
+        key.push_str(&format!("i{k}:{};", func.ty(*v)));
+    }
+    for (n, &i) in group.insts.iter().enumerate() {
+        let d = func.inst(i);
+        let args: Vec<&str> = d
+            .args
+            .iter()
+            .map(|a| ids.get(a).map(String::as_str).unwrap_or("?"))
+            .collect();
+        let tys: Vec<String> = d.results.iter().map(|r| func.ty(*r).to_string()).collect();
+        key.push_str(&format!("{:?}({})->{};", d.op, args.join(","), tys.join(",")));
+        for (q, r) in d.results.iter().enumerate() {
+            ids.insert(*r, format!("v{n}.{q}"));
+        }
+    }
+    let outs: Vec<&str> = group
+        .outputs
+        .iter()
+        .map(|o| ids.get(o).map(String::as_str).unwrap_or("?"))
+        .collect();
+    key.push_str(&format!("out({})", outs.join(",")));
+    key
+}
+
+/// A block as f32 (exact widening of f16/bf16).
+fn widened(t: &Tensor) -> Tensor {
+    let d = t.dtype();
+    if d == DType::F32 {
+        return t.clone();
+    }
+    let mut out = Tensor::zeros(Elem::Num(DType::F32), &t.shape);
+    for i in 0..t.numel() {
+        out.set_bits(i, elem::to_f32(d, t.get_bits(i)).to_bits() as u64);
+    }
+    out
 }
 
 impl DataPath for Jit {
@@ -23,7 +252,35 @@ impl DataPath for Jit {
     }
 
     fn prepare(&mut self, func: &Function, plan: &Plan) -> Result<(), String> {
-        self.fallback.prepare(func, plan)
+        let mut pending: Vec<(String, FuncId, Kind)> = Vec::new();
+        self.keys.clear();
+        for group in &plan.groups {
+            let key = group_key(func, group);
+            if !self.cache.contains_key(&key) && !pending.iter().any(|p| p.0 == key) {
+                match self.compile(func, group) {
+                    Ok((id, kind)) => pending.push((key.clone(), id, kind)),
+                    Err(e) if e == "interp" => {
+                        self.cache.insert(
+                            key.clone(),
+                            Compiled {
+                                ptr: std::ptr::null(),
+                                kind: Kind::Interp,
+                            },
+                        );
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            self.keys.push(key);
+        }
+        if !pending.is_empty() {
+            self.module.finalize_definitions().map_err(|e| e.to_string())?;
+            for (key, id, kind) in pending {
+                let ptr = self.module.get_finalized_function(id);
+                self.cache.insert(key, Compiled { ptr, kind });
+            }
+        }
+        Ok(())
     }
 
     fn run(
@@ -34,6 +291,85 @@ impl DataPath for Jit {
         inputs: &[&RtValue],
         mem: &mut dyn Memory,
     ) -> Result<Vec<RtValue>, ExecError> {
-        self.fallback.run(func, plan, g, inputs, mem)
+        let group = &plan.groups[g];
+        let Some(compiled) = self.keys.get(g).and_then(|k| self.cache.get(k)) else {
+            return self.interp.run(func, plan, g, inputs, mem);
+        };
+        let (ptr, kind) = (compiled.ptr, compiled.kind);
+        if let Kind::Interp = kind {
+            return self.interp.run(func, plan, g, inputs, mem);
+        }
+        // Inputs: scalars as bits, blocks as data pointers (f32 copies for
+        // a float dot).
+        let mut keep: Vec<Tensor> = Vec::new();
+        let mut words: Vec<u64> = Vec::with_capacity(group.inputs.len() + group.outputs.len());
+        for v in inputs {
+            match v {
+                RtValue::Scalar(b) => words.push(*b),
+                RtValue::Block(t) => {
+                    if let Kind::DotF32 = kind {
+                        keep.push(widened(t));
+                        words.push(keep[keep.len() - 1].as_ptr() as u64);
+                    } else {
+                        words.push(t.as_ptr() as u64);
+                    }
+                }
+            }
+        }
+        let mut outs: Vec<Tensor> = group
+            .outputs
+            .iter()
+            .map(|o| {
+                let t = func.ty(*o);
+                let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
+                let elem = match kind {
+                    Kind::DotF32 => Elem::Num(DType::F32),
+                    _ => t.elem(),
+                };
+                Tensor::zeros(elem, if shape.is_empty() { &[1] } else { &shape })
+            })
+            .collect();
+        for o in outs.iter_mut() {
+            words.push(o.as_mut_ptr() as u64);
+        }
+        let mut mref: &mut dyn Memory = mem;
+        let mut ctx = JitCtx::new(&mut mref as *mut &mut dyn Memory as *mut std::ffi::c_void);
+        // SAFETY: `ptr` is a finalized function of this module with the
+        // `GroupFn` signature; `words` holds one valid entry per input and
+        // output, block pointers into live tensors sized by the IR types the
+        // code was compiled for; `ctx.mem` points to `mref`, alive here.
+        let code = unsafe {
+            let f: GroupFn = std::mem::transmute::<*const u8, GroupFn>(ptr);
+            f(words.as_ptr(), &mut ctx)
+        };
+        drop(keep);
+        if code != 0 {
+            let inst = group.insts[(code - 1) as usize];
+            let kind = match func.inst(inst).op {
+                Op::Load { .. } | Op::Store { .. } => ExecErrorKind::OutOfBounds(ctx.fault()),
+                _ => ExecErrorKind::DivisionByZero,
+            };
+            return Err(ExecError { inst, kind });
+        }
+        let mut results = Vec::with_capacity(outs.len());
+        for (o, t) in group.outputs.iter().zip(outs) {
+            let ty = func.ty(*o);
+            let t = match kind {
+                Kind::DotF32 => {
+                    let d = dtype_of(ty);
+                    let mut out = Tensor::zeros(ty.elem(), &t.shape);
+                    for i in 0..t.numel() {
+                        out.set_bits(i, elem::from_f32(d, f32::from_bits(t.get_bits(i) as u32)));
+                    }
+                    out
+                }
+                _ => t,
+            };
+            results.push(match ty {
+                Type::Scalar(_) => RtValue::Scalar(t.get_bits(0)),
+                _ => RtValue::Block(Rc::new(t)),
+            });
+        }
+        Ok(results)
     }
 }

@@ -1,0 +1,268 @@
+//! Matrix products. `dot` groups are compiled to an f32 kernel: 4×8
+//! blocks of the output kept in f32x4 registers, with a scalar loop for
+//! the edges. Each output element is the accumulator plus the products
+//! `a[i,k]·b[k,j]` added for k = 0, 1, 2, … in order, each product and sum
+//! rounded to f32 (the interpreter's definition): vectors run across
+//! columns, never across the sum. f16/bf16 operands are widened to f32
+//! before the call; integer products use a scalar loop with wrapping sums.
+
+use super::codegen::Gen;
+use cranelift_codegen::ir::condcodes::IntCC;
+use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Value};
+
+const MR: i64 = 4;
+const NR: i64 = 8;
+
+fn flags() -> MemFlagsData {
+    MemFlagsData::new().with_notrap()
+}
+
+/// A counted loop `for var in start..end step` with `body` emitted by the
+/// caller between `begin` and `end`.
+struct Loop {
+    header: cranelift_codegen::ir::Block,
+    exit: cranelift_codegen::ir::Block,
+    var: Value,
+    step: i64,
+}
+
+impl Gen<'_, '_> {
+    fn begin_loop(&mut self, start: Value, end: Value, step: i64) -> Loop {
+        let header = self.b.create_block();
+        self.b.append_block_param(header, types::I64);
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.ins().jump(header, &[BlockArg::Value(start)]);
+        self.b.switch_to_block(header);
+        let var = self.b.block_params(header)[0];
+        let more = self.b.ins().icmp(IntCC::SignedLessThan, var, end);
+        self.b.ins().brif(more, body, &[], exit, &[]);
+        self.b.switch_to_block(body);
+        Loop {
+            header,
+            exit,
+            var,
+            step,
+        }
+    }
+
+    fn end_loop(&mut self, l: Loop) {
+        let next = self.b.ins().iadd_imm_s(l.var, l.step);
+        self.b.ins().jump(l.header, &[BlockArg::Value(next)]);
+        self.b.switch_to_block(l.exit);
+    }
+
+    fn addr(&mut self, base: Value, index: Value, scale: i64) -> Value {
+        let off = self.b.ins().imul_imm_s(index, scale);
+        self.b.ins().iadd(base, off)
+    }
+
+    /// `out[M,N] = init + a[M,K] @ b[K,N]` over f32 buffers; `init` is the
+    /// accumulator buffer (or zeros when absent).
+    pub fn dot_f32(&mut self, a: Value, b: Value, init: Option<Value>, out: Value, (m, n, k): (i64, i64, i64)) {
+        let (m4, n8) = (m / MR * MR, n / NR * NR);
+        let zero = self.b.ins().iconst(types::I64, 0);
+        let m4v = self.b.ins().iconst(types::I64, m4);
+        let n8v = self.b.ins().iconst(types::I64, n8);
+        let kv = self.b.ins().iconst(types::I64, k);
+        // Vector blocks.
+        let li = self.begin_loop(zero, m4v, MR);
+        let i0 = li.var;
+        let lj = self.begin_loop(zero, n8v, NR);
+        let j0 = lj.var;
+        let mut accs = Vec::new();
+        for r in 0..MR {
+            for v in 0..2 {
+                let row = self.b.ins().iadd_imm_s(i0, r);
+                let col = self.b.ins().iadd_imm_s(j0, v * 4);
+                let rn = self.b.ins().imul_imm_s(row, n);
+                let idx = self.b.ins().iadd(rn, col);
+                let x = match init {
+                    Some(p) => {
+                        let ad = self.addr(p, idx, 4);
+                        self.b.ins().load(types::F32X4, flags(), ad, 0)
+                    }
+                    None => {
+                        let z = self.b.ins().f32const(0.0);
+                        self.b.ins().splat(types::F32X4, z)
+                    }
+                };
+                accs.push(x);
+            }
+        }
+        // The k loop carries the accumulators as block parameters.
+        let header = self.b.create_block();
+        self.b.append_block_param(header, types::I64);
+        for _ in 0..accs.len() {
+            self.b.append_block_param(header, types::F32X4);
+        }
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let mut args = vec![BlockArg::Value(zero)];
+        args.extend(accs.iter().map(|v| BlockArg::Value(*v)));
+        self.b.ins().jump(header, &args);
+        self.b.switch_to_block(header);
+        let params = self.b.block_params(header).to_vec();
+        let kk = params[0];
+        let more = self.b.ins().icmp(IntCC::SignedLessThan, kk, kv);
+        self.b.ins().brif(more, body, &[], exit, &[]);
+        self.b.switch_to_block(body);
+        let kn = self.b.ins().imul_imm_s(kk, n);
+        let bidx = self.b.ins().iadd(kn, j0);
+        let bad = self.addr(b, bidx, 4);
+        let b0 = self.b.ins().load(types::F32X4, flags(), bad, 0);
+        let b1 = self.b.ins().load(types::F32X4, flags(), bad, 16);
+        let mut next = vec![BlockArg::Value(self.b.ins().iadd_imm_s(kk, 1))];
+        for r in 0..MR {
+            let row = self.b.ins().iadd_imm_s(i0, r);
+            let rk = self.b.ins().imul_imm_s(row, k);
+            let aidx = self.b.ins().iadd(rk, kk);
+            let aad = self.addr(a, aidx, 4);
+            let av = self.b.ins().load(types::F32, flags(), aad, 0);
+            let asplat = self.b.ins().splat(types::F32X4, av);
+            for (v, bv) in [b0, b1].into_iter().enumerate() {
+                let p = self.b.ins().fmul(asplat, bv);
+                let s = self.b.ins().fadd(params[1 + (r as usize) * 2 + v], p);
+                next.push(BlockArg::Value(s));
+            }
+        }
+        self.b.ins().jump(header, &next);
+        self.b.switch_to_block(exit);
+        for r in 0..MR {
+            for v in 0..2i64 {
+                let row = self.b.ins().iadd_imm_s(i0, r);
+                let col = self.b.ins().iadd_imm_s(j0, v * 4);
+                let rn = self.b.ins().imul_imm_s(row, n);
+                let idx = self.b.ins().iadd(rn, col);
+                let ad = self.addr(out, idx, 4);
+                let x = params[1 + (r as usize) * 2 + v as usize];
+                self.b.ins().store(flags(), x, ad, 0);
+            }
+        }
+        self.end_loop(lj);
+        self.end_loop(li);
+        // Edges: columns n8.. for the vector rows, then rows m4.. entirely.
+        let mv = self.b.ins().iconst(types::I64, m);
+        let nv = self.b.ins().iconst(types::I64, n);
+        self.dot_scalar_region(a, b, init, out, (zero, m4v), (n8v, nv), k, n);
+        self.dot_scalar_region(a, b, init, out, (m4v, mv), (zero, nv), k, n);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dot_scalar_region(
+        &mut self,
+        a: Value,
+        b: Value,
+        init: Option<Value>,
+        out: Value,
+        rows: (Value, Value),
+        cols: (Value, Value),
+        k: i64,
+        n: i64,
+    ) {
+        let li = self.begin_loop(rows.0, rows.1, 1);
+        let i = li.var;
+        let lj = self.begin_loop(cols.0, cols.1, 1);
+        let j = lj.var;
+        let rn = self.b.ins().imul_imm_s(i, n);
+        let oidx = self.b.ins().iadd(rn, j);
+        let s0 = match init {
+            Some(p) => {
+                let ad = self.addr(p, oidx, 4);
+                self.b.ins().load(types::F32, flags(), ad, 0)
+            }
+            None => self.b.ins().f32const(0.0),
+        };
+        let header = self.b.create_block();
+        self.b.append_block_param(header, types::I64);
+        self.b.append_block_param(header, types::F32);
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        let zero = self.b.ins().iconst(types::I64, 0);
+        self.b.ins().jump(header, &[BlockArg::Value(zero), BlockArg::Value(s0)]);
+        self.b.switch_to_block(header);
+        let (kk, s) = (self.b.block_params(header)[0], self.b.block_params(header)[1]);
+        let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, kk, k);
+        self.b.ins().brif(more, body, &[], exit, &[]);
+        self.b.switch_to_block(body);
+        let ik = self.b.ins().imul_imm_s(i, k);
+        let aidx = self.b.ins().iadd(ik, kk);
+        let aad = self.addr(a, aidx, 4);
+        let av = self.b.ins().load(types::F32, flags(), aad, 0);
+        let kn = self.b.ins().imul_imm_s(kk, n);
+        let bidx = self.b.ins().iadd(kn, j);
+        let bad = self.addr(b, bidx, 4);
+        let bv = self.b.ins().load(types::F32, flags(), bad, 0);
+        let p = self.b.ins().fmul(av, bv);
+        let s2 = self.b.ins().fadd(s, p);
+        let k2 = self.b.ins().iadd_imm_s(kk, 1);
+        self.b.ins().jump(header, &[BlockArg::Value(k2), BlockArg::Value(s2)]);
+        self.b.switch_to_block(exit);
+        let oad = self.addr(out, oidx, 4);
+        self.b.ins().store(flags(), s, oad, 0);
+        self.end_loop(lj);
+        self.end_loop(li);
+    }
+
+    /// Integer products: i8/u8/i32/… operands, sums wrapping in i64 and
+    /// truncated to the i32 (or requested) output by the caller's element
+    /// type; `elem_bytes`: operand and output element sizes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dot_int(
+        &mut self,
+        a: Value,
+        b: Value,
+        init: Option<Value>,
+        out: Value,
+        (m, n, k): (i64, i64, i64),
+        in_dt: crate::sema::types::DType,
+        out_dt: crate::sema::types::DType,
+    ) {
+        use crate::sema::types::Elem;
+        let (ie, oe) = (Elem::Num(in_dt), Elem::Num(out_dt));
+        let zero = self.b.ins().iconst(types::I64, 0);
+        let mv = self.b.ins().iconst(types::I64, m);
+        let nv = self.b.ins().iconst(types::I64, n);
+        let li = self.begin_loop(zero, mv, 1);
+        let i = li.var;
+        let lj = self.begin_loop(zero, nv, 1);
+        let j = lj.var;
+        let rn = self.b.ins().imul_imm_s(i, n);
+        let oidx = self.b.ins().iadd(rn, j);
+        let s0 = match init {
+            Some(p) => {
+                let x = self.load_at(p, oidx, oe);
+                self.widen(out_dt, x)
+            }
+            None => self.b.ins().iconst(types::I64, 0),
+        };
+        let header = self.b.create_block();
+        self.b.append_block_param(header, types::I64);
+        self.b.append_block_param(header, types::I64);
+        let body = self.b.create_block();
+        let exit = self.b.create_block();
+        self.b.ins().jump(header, &[BlockArg::Value(zero), BlockArg::Value(s0)]);
+        self.b.switch_to_block(header);
+        let (kk, s) = (self.b.block_params(header)[0], self.b.block_params(header)[1]);
+        let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, kk, k);
+        self.b.ins().brif(more, body, &[], exit, &[]);
+        self.b.switch_to_block(body);
+        let ik = self.b.ins().imul_imm_s(i, k);
+        let aidx = self.b.ins().iadd(ik, kk);
+        let av = self.load_at(a, aidx, ie);
+        let av = self.widen(in_dt, av);
+        let kn = self.b.ins().imul_imm_s(kk, n);
+        let bidx = self.b.ins().iadd(kn, j);
+        let bv = self.load_at(b, bidx, ie);
+        let bv = self.widen(in_dt, bv);
+        let p = self.b.ins().imul(av, bv);
+        let s2 = self.b.ins().iadd(s, p);
+        let k2 = self.b.ins().iadd_imm_s(kk, 1);
+        self.b.ins().jump(header, &[BlockArg::Value(k2), BlockArg::Value(s2)]);
+        self.b.switch_to_block(exit);
+        let r = self.narrow(out_dt, s);
+        self.store_at(out, oidx, oe, r);
+        self.end_loop(lj);
+        self.end_loop(li);
+    }
+}
