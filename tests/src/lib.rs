@@ -145,3 +145,75 @@ pub fn files_with_ext(dir: &Path, ext: &str) -> Vec<PathBuf> {
     v.sort();
     v
 }
+
+pub mod exec {
+    //! Running kernels from source on both data paths, for the numerics and
+    //! differential tests.
+
+    use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
+    use kernbench_compiler::ir::Function;
+    use kernbench_compiler::sema::{self, Konst};
+    use kernbench_runtime::exec::{run_grid, FlatMemory};
+
+    /// Lowers kernel `name` of `source` with `-D` bindings.
+    pub fn lower(source: &str, name: &str, defines: &[(&str, Konst)]) -> Result<Function, String> {
+        let options = sema::Options {
+            defines: defines.iter().map(|(n, k)| (n.to_string(), k.clone())).collect(),
+            stdlib_root: None,
+        };
+        let mut s = sema::Session::new(options);
+        s.add_file("case.tl", None, source.to_string());
+        let (out, ir) = s.lower(name);
+        ir.map_err(|e| {
+            let msgs: Vec<String> = out
+                .diagnostics
+                .iter()
+                .filter(|d| d.is_error())
+                .map(|d| format!("{}: {}", d.code.as_str(), d.message))
+                .collect();
+            format!("{e}: {}", msgs.join("; "))
+        })
+    }
+
+    /// A kernel argument.
+    #[derive(Clone)]
+    pub enum Arg {
+        Tensor(Tensor),
+        Scalar(u64),
+    }
+
+    /// Runs `func` over `grid` with `args` on the JIT or the interpreter;
+    /// returns every tensor argument after the run, or the error message.
+    pub fn run(func: &Function, args: &[Arg], grid: [u32; 3], jit: bool) -> Result<Vec<Tensor>, String> {
+        let mut mem = FlatMemory::new();
+        let mut values = Vec::new();
+        let mut tensors = Vec::new();
+        for (i, a) in args.iter().enumerate() {
+            match a {
+                Arg::Scalar(b) => values.push(RtValue::Scalar(*b)),
+                Arg::Tensor(t) => {
+                    let name = format!("arg{i}");
+                    let addr = mem.alloc(&name, t.bytes().to_vec());
+                    tensors.push((name, t.clone()));
+                    values.push(RtValue::Scalar(addr));
+                }
+            }
+        }
+        let p = plan(func, true);
+        let mut dp: Box<dyn DataPath> = if jit {
+            Box::new(Jit::new())
+        } else {
+            Box::new(Interpreter)
+        };
+        dp.prepare(func, &p)?;
+        run_grid(func, &p, dp.as_mut(), &mut mem, grid, &values)
+            .map_err(|e| format!("{} at {:?}", e.error.kind, e.error.inst))?;
+        Ok(tensors
+            .into_iter()
+            .map(|(name, t)| {
+                let seg = mem.segment_named(&name).map(|s| s.data.clone()).unwrap_or_default();
+                Tensor::from_bytes(t.elem, &t.shape, &seg).unwrap_or(t)
+            })
+            .collect())
+    }
+}

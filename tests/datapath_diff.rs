@@ -1,0 +1,408 @@
+//! The JIT and the reference interpreter agree bit for bit: every block
+//! operation, every dtype, odd shapes, and data salted with NaN (various
+//! payloads), ±Inf, ±0 and subnormals. A deterministic sweep covers every
+//! (operation, dtype) pair; proptest then varies shapes and data.
+//! Failures (integer division by zero) must agree too.
+
+use kernbench_compiler::datapath::{elem, Tensor};
+use kernbench_compiler::sema::types::{promote, DType, Elem};
+use kernbench_tests::exec::{lower, run, Arg};
+use proptest::prelude::*;
+
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    D1(usize),
+    D2(usize, usize),
+}
+
+impl Shape {
+    fn dims(self) -> Vec<usize> {
+        match self {
+            Shape::D1(n) => vec![n],
+            Shape::D2(m, n) => vec![m, n],
+        }
+    }
+
+    fn offs(self) -> String {
+        match self {
+            Shape::D1(n) => format!("tl.arange(0, {n})"),
+            Shape::D2(m, n) => format!("tl.arange(0, {m})[:, None] * {n} + tl.arange(0, {n})[None, :]"),
+        }
+    }
+}
+
+/// An operation under test: how to write it and its result dtype.
+#[derive(Clone, Debug)]
+struct Template {
+    name: &'static str,
+    expr: &'static str,
+    /// Result dtype from the input dtype (None: not applicable).
+    result: fn(DType) -> Option<DType>,
+    /// Output shape kind.
+    out: Out,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Out {
+    Same,
+    /// Reduced along an axis (1-D: to a scalar).
+    ReduceLast,
+    ReduceAll,
+    Transposed,
+}
+
+fn arith(div_or_mod: bool, true_div: bool) -> impl Fn(DType) -> Option<DType> {
+    move |t| {
+        let d = promote(t, false, t, false, div_or_mod).ok()?;
+        Some(if true_div && d.is_int() { DType::F32 } else { d })
+    }
+}
+
+fn int_only(t: DType) -> Option<DType> {
+    t.is_int().then_some(t)
+}
+fn float_only(t: DType) -> Option<DType> {
+    t.is_float().then_some(t)
+}
+fn any_dtype(t: DType) -> Option<DType> {
+    Some(t)
+}
+fn not_bool(t: DType) -> Option<DType> {
+    (t != DType::Bool).then_some(t)
+}
+fn to_bool(_: DType) -> Option<DType> {
+    Some(DType::Bool)
+}
+fn sum_type(t: DType) -> Option<DType> {
+    Some(if t.is_int() && t.bits() < 32 {
+        if t.is_signed() {
+            DType::I32
+        } else {
+            DType::U32
+        }
+    } else {
+        t
+    })
+}
+fn index_type(_: DType) -> Option<DType> {
+    Some(DType::I32)
+}
+
+fn templates() -> Vec<Template> {
+    let t = |name, expr, result: fn(DType) -> Option<DType>, out| Template {
+        name,
+        expr,
+        result,
+        out,
+    };
+    vec![
+        t("add", "a + b", |d| arith(false, false)(d), Out::Same),
+        t("sub", "a - b", |d| arith(false, false)(d), Out::Same),
+        t("mul", "a * b", |d| arith(false, false)(d), Out::Same),
+        t("div", "a / b", |d| arith(true, true)(d), Out::Same),
+        t("floordiv", "a // b", |d| arith(true, false)(d), Out::Same),
+        t("mod", "a % b", |d| arith(true, false)(d), Out::Same),
+        t("and", "a & b", int_only, Out::Same),
+        t("or", "a | b", int_only, Out::Same),
+        t("xor", "a ^ b", int_only, Out::Same),
+        t("shl", "a << b", int_only, Out::Same),
+        t("shr", "a >> b", int_only, Out::Same),
+        t("scalar_mul", "a * s", |d| arith(false, false)(d), Out::Same),
+        t("weak_add", "a + 3", not_bool, Out::Same),
+        t("weak_float_mul", "a * 0.5", float_only, Out::Same),
+        t("maximum", "tl.maximum(a, b)", any_dtype, Out::Same),
+        t("minimum", "tl.minimum(a, b)", any_dtype, Out::Same),
+        t("clamp", "tl.clamp(a, b, c)", any_dtype, Out::Same),
+        t("lt", "a < b", to_bool, Out::Same),
+        t("le", "a <= b", to_bool, Out::Same),
+        t("eq", "a == b", to_bool, Out::Same),
+        t("ne", "a != b", to_bool, Out::Same),
+        t("gt", "a > b", to_bool, Out::Same),
+        t("ge", "a >= b", to_bool, Out::Same),
+        t("neg", "-a", not_bool, Out::Same),
+        t("invert", "~a", int_only, Out::Same),
+        t("abs", "tl.abs(a)", any_dtype, Out::Same),
+        t("exp", "tl.exp(a)", float_only, Out::Same),
+        t("exp2", "tl.exp2(a)", float_only, Out::Same),
+        t("log", "tl.log(a)", float_only, Out::Same),
+        t("log2", "tl.log2(a)", float_only, Out::Same),
+        t("sqrt", "tl.sqrt(a)", float_only, Out::Same),
+        t("rsqrt", "tl.rsqrt(a)", float_only, Out::Same),
+        t("sin", "tl.sin(a)", float_only, Out::Same),
+        t("cos", "tl.cos(a)", float_only, Out::Same),
+        t("sigmoid", "tl.sigmoid(a)", float_only, Out::Same),
+        t("floor", "tl.floor(a)", float_only, Out::Same),
+        t("ceil", "tl.ceil(a)", float_only, Out::Same),
+        t("fma", "tl.fma(a, b, c)", float_only, Out::Same),
+        t("where", "tl.where(a < b, a, c)", any_dtype, Out::Same),
+        t("select_scalar_cond", "a if s > s else b", any_dtype, Out::Same),
+        t(
+            "masked_load",
+            "tl.load(x + offs, mask=(offs % 3) != 0, other=1)",
+            any_dtype,
+            Out::Same,
+        ),
+        t("to_bool", "a.to(bool)", to_bool, Out::Same),
+        t("to_i8", "a.to(i8)", |_| Some(DType::I8), Out::Same),
+        t("to_u8", "a.to(u8)", |_| Some(DType::U8), Out::Same),
+        t("to_i32", "a.to(i32)", |_| Some(DType::I32), Out::Same),
+        t("to_u32", "a.to(u32)", |_| Some(DType::U32), Out::Same),
+        t("to_i64", "a.to(i64)", |_| Some(DType::I64), Out::Same),
+        t("to_f16", "a.to(f16)", |_| Some(DType::F16), Out::Same),
+        t("to_bf16", "a.to(bf16)", |_| Some(DType::BF16), Out::Same),
+        t("to_f32", "a.to(f32)", |_| Some(DType::F32), Out::Same),
+        t(
+            "bitcast_32",
+            "a.to(i32, bitcast=True)",
+            |d| (d.bits() == 32).then_some(DType::I32),
+            Out::Same,
+        ),
+        t(
+            "bitcast_16",
+            "a.to(bf16, bitcast=True)",
+            |d| (d.bits() == 16).then_some(DType::BF16),
+            Out::Same,
+        ),
+        t("sum_last", "tl.sum(a, axis=-1)", sum_type, Out::ReduceLast),
+        t("sum_all", "tl.sum(a)", sum_type, Out::ReduceAll),
+        t("max_last", "tl.max(a, axis=-1)", any_dtype, Out::ReduceLast),
+        t("min_all", "tl.min(a)", any_dtype, Out::ReduceAll),
+        t("argmax_last", "tl.argmax(a, axis=-1)", index_type, Out::ReduceLast),
+        t("argmin_last", "tl.argmin(a, axis=-1)", index_type, Out::ReduceLast),
+        t("trans", "tl.trans(a)", any_dtype, Out::Transposed),
+        t("softmax", "tl.softmax(a)", float_only, Out::Same),
+        t(
+            "broadcast_outer",
+            "a + tl.max(b, axis=-1, keep_dims=True)",
+            |d| arith(false, false)(d),
+            Out::Same,
+        ),
+    ]
+}
+
+/// Random bits for dtype `d`, with special values mixed in for floats.
+fn random_tensor(d: DType, dims: &[usize], seed: u64) -> Tensor {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut t = Tensor::zeros(Elem::Num(d), dims);
+    for i in 0..t.numel() {
+        let r = next();
+        let bits = match d {
+            DType::F32 => match r % 10 {
+                0 => [
+                    0x7fc0_0000u64,
+                    0xffc0_0001,
+                    0x7f80_0001,
+                    0x7f80_0000,
+                    0xff80_0000,
+                    0x8000_0000,
+                    0,
+                    1,
+                    0x8000_0003,
+                    0x7f7f_ffff,
+                ][(r >> 8) as usize % 10],
+                _ => elem::from_f32(DType::F32, ((r >> 11) as f64 / (1u64 << 53) as f64 * 8.0 - 4.0) as f32),
+            },
+            DType::F16 | DType::BF16 => match r % 10 {
+                0 => {
+                    let specials: [u64; 6] = if d == DType::F16 {
+                        [0x7e00, 0xfe01, 0x7c00, 0xfc00, 0x8000, 0x0001]
+                    } else {
+                        [0x7fc0, 0xffc1, 0x7f80, 0xff80, 0x8000, 0x0001]
+                    };
+                    specials[(r >> 8) as usize % 6]
+                }
+                _ => elem::from_f32(d, ((r >> 11) as f64 / (1u64 << 53) as f64 * 8.0 - 4.0) as f32),
+            },
+            DType::Bool => r >> 33 & 1,
+            // Small values most of the time (shifts, divisions), extremes
+            // sometimes, zero sometimes (division by zero must agree).
+            _ => match r % 8 {
+                0 => 0,
+                1 => elem::from_i64(d, i64::MIN),
+                2 => elem::from_i64(d, -1),
+                _ => elem::from_i64(d, (r >> 20) as i64 % 37 - 9),
+            },
+        };
+        t.set_bits(i, bits);
+    }
+    t
+}
+
+fn source(tpl: &Template, t: DType, r: DType, shape: Shape) -> String {
+    let dims = shape.dims();
+    let out_offs = match (tpl.out, shape) {
+        (Out::Same, s) => s.offs(),
+        (Out::ReduceAll, _) | (Out::ReduceLast, Shape::D1(_)) => String::new(),
+        (Out::ReduceLast, Shape::D2(m, _)) => format!("tl.arange(0, {m})"),
+        (Out::Transposed, Shape::D2(m, n)) => format!("tl.arange(0, {n})[:, None] * {m} + tl.arange(0, {m})[None, :]"),
+        (Out::Transposed, Shape::D1(_)) => unreachable!("filtered"),
+    };
+    let store = if out_offs.is_empty() {
+        "tl.store(out, r)".to_string()
+    } else {
+        format!("tl.store(out + ({out_offs}), r)")
+    };
+    let _ = dims;
+    format!(
+        "@kernel\ndef k(x: ptr[{t}], y: ptr[{t}], z: ptr[{t}], out: ptr[{r}], s: {t}):\n    offs = {offs}\n    a = tl.load(x + offs)\n    b = tl.load(y + offs)\n    c = tl.load(z + offs)\n    r = {expr}\n    {store}\n",
+        offs = shape.offs(),
+        expr = tpl.expr,
+    )
+}
+
+fn out_dims(tpl: &Template, shape: Shape) -> Vec<usize> {
+    match (tpl.out, shape) {
+        (Out::Same, s) => s.dims(),
+        (Out::ReduceAll, _) | (Out::ReduceLast, Shape::D1(_)) => vec![1],
+        (Out::ReduceLast, Shape::D2(m, _)) => vec![m],
+        (Out::Transposed, Shape::D2(m, n)) => vec![n, m],
+        (Out::Transposed, Shape::D1(n)) => vec![n],
+    }
+}
+
+/// Runs one case on both backends; `Ok(false)` when the case does not
+/// apply (operation not defined for the dtype).
+fn check_case(tpl: &Template, t: DType, shape: Shape, seed: u64) -> Result<bool, String> {
+    let Some(r) = (tpl.result)(t) else { return Ok(false) };
+    if tpl.out == Out::Transposed && matches!(shape, Shape::D1(_)) {
+        return Ok(false);
+    }
+    let src = source(tpl, t, r, shape);
+    let func = match lower(&src, "k", &[]) {
+        Ok(f) => f,
+        // Combinations the language rejects (e.g. `/` between signed and
+        // unsigned) are not data-path cases.
+        Err(e) if e.contains("the program has errors") => return Ok(false),
+        Err(e) => return Err(format!("{}[{t}]: {e}\n{src}", tpl.name)),
+    };
+    let dims = shape.dims();
+    let args = vec![
+        Arg::Tensor(random_tensor(t, &dims, seed)),
+        Arg::Tensor(random_tensor(t, &dims, seed ^ 0x1111)),
+        Arg::Tensor(random_tensor(t, &dims, seed ^ 0x2222)),
+        Arg::Tensor(Tensor::zeros(Elem::Num(r), &out_dims(tpl, shape))),
+        Arg::Scalar(random_tensor(t, &[1], seed ^ 0x3333).get_bits(0)),
+    ];
+    let jit = run(&func, &args, [1, 1, 1], true);
+    let interp = run(&func, &args, [1, 1, 1], false);
+    match (&jit, &interp) {
+        (Ok(a), Ok(b)) if a[3].bytes() == b[3].bytes() => Ok(true),
+        (Err(a), Err(b)) if a == b => Ok(true),
+        _ => {
+            let show = |x: &Result<Vec<Tensor>, String>| match x {
+                Ok(ts) => format!(
+                    "{:?}",
+                    (0..ts[3].numel())
+                        .map(|i| format!("{:x}", ts[3].get_bits(i)))
+                        .collect::<Vec<_>>()
+                ),
+                Err(e) => e.clone(),
+            };
+            Err(format!(
+                "{} on {t} {shape:?} seed {seed}: jit {} vs interp {}\n{src}",
+                tpl.name,
+                show(&jit),
+                show(&interp)
+            ))
+        }
+    }
+}
+
+/// Every operation on every dtype it applies to, two shapes each.
+#[test]
+fn every_operation_and_dtype_agree() {
+    let mut ran = 0;
+    let mut failures = Vec::new();
+    for tpl in templates() {
+        for &t in &DType::ALL {
+            for (k, shape) in [Shape::D1(13), Shape::D2(3, 7)].into_iter().enumerate() {
+                match check_case(&tpl, t, shape, 42 + k as u64) {
+                    Ok(true) => ran += 1,
+                    Ok(false) => {}
+                    Err(e) => failures.push(e),
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} disagreement(s):\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    eprintln!("{ran} cases ran");
+    assert!(ran > 500, "only {ran} cases ran");
+}
+
+/// `dot` on every operand dtype, edge shapes included (not multiples of
+/// the 4×8 vector blocks), with and without an accumulator.
+#[test]
+fn dot_agrees() {
+    let mut failures = Vec::new();
+    for (t, out) in [
+        (DType::F32, DType::F32),
+        (DType::F16, DType::F32),
+        (DType::BF16, DType::F32),
+        (DType::I8, DType::I32),
+        (DType::F16, DType::F16),
+    ] {
+        for (m, k, n) in [(4, 8, 8), (5, 3, 9), (1, 1, 1), (8, 16, 24), (7, 5, 11)] {
+            for with_acc in [false, true] {
+                let acc_expr = if with_acc { ", acc" } else { "" };
+                let acc_decl = if with_acc {
+                    format!("    acc = tl.load(c + tl.arange(0, {m})[:, None] * {n} + tl.arange(0, {n})[None, :])\n")
+                } else {
+                    String::new()
+                };
+                let out_dtype = if out == DType::F16 { ", out_dtype=f16" } else { "" };
+                let src = format!(
+                    "@kernel\ndef k(a: ptr[{t}], b: ptr[{t}], c: ptr[{out}], out: ptr[{out}]):\n    ta = tl.load(a + tl.arange(0, {m})[:, None] * {k} + tl.arange(0, {k})[None, :])\n    tb = tl.load(b + tl.arange(0, {k})[:, None] * {n} + tl.arange(0, {n})[None, :])\n{acc_decl}    r = tl.dot(ta, tb{acc_expr}{out_dtype})\n    tl.store(out + tl.arange(0, {m})[:, None] * {n} + tl.arange(0, {n})[None, :], r)\n"
+                );
+                let func = lower(&src, "k", &[]).unwrap_or_else(|e| panic!("{e}\n{src}"));
+                let args = vec![
+                    Arg::Tensor(random_tensor(t, &[m, k], 7)),
+                    Arg::Tensor(random_tensor(t, &[k, n], 8)),
+                    Arg::Tensor(random_tensor(out, &[m, n], 9)),
+                    Arg::Tensor(Tensor::zeros(Elem::Num(out), &[m, n])),
+                ];
+                let (j, i) = (run(&func, &args, [1, 1, 1], true), run(&func, &args, [1, 1, 1], false));
+                match (j, i) {
+                    (Ok(a), Ok(b)) if a[3].bytes() == b[3].bytes() => {}
+                    (a, b) => failures.push(format!(
+                        "dot {t}->{out} {m}x{k}x{n} acc={with_acc}: {:?} vs {:?}",
+                        a.map(|v| v[3].clone()),
+                        b.map(|v| v[3].clone())
+                    )),
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_shapes_and_data_agree(which in 0usize..1000, dt in 0usize..9, two_d in any::<bool>(), m in 1usize..9, n in 1usize..40, seed in any::<u64>()) {
+        let tpls = templates();
+        let tpl = &tpls[which % tpls.len()];
+        let shape = if two_d { Shape::D2(m, n) } else { Shape::D1(n) };
+        if let Err(e) = check_case(tpl, DType::ALL[dt], shape, seed) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+}
