@@ -151,28 +151,42 @@ pub mod exec {
     //! differential tests.
 
     use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
+    use kernbench_compiler::diag::SourceMap;
     use kernbench_compiler::ir::Function;
     use kernbench_compiler::sema::{self, Konst};
-    use kernbench_runtime::exec::{run_grid, FlatMemory};
+    use kernbench_runtime::exec::{run_grid, FlatMemory, RunError};
 
     /// Lowers kernel `name` of `source` with `-D` bindings.
     pub fn lower(source: &str, name: &str, defines: &[(&str, Konst)]) -> Result<Function, String> {
+        lower_file("case.tl", source, name, defines).map(|(f, _)| f)
+    }
+
+    /// Like [`lower`], naming the file and returning its source map.
+    pub fn lower_file(
+        file: &str,
+        source: &str,
+        name: &str,
+        defines: &[(&str, Konst)],
+    ) -> Result<(Function, SourceMap), String> {
         let options = sema::Options {
             defines: defines.iter().map(|(n, k)| (n.to_string(), k.clone())).collect(),
-            stdlib_root: None,
+            stdlib_root: Some(crate::repo_root().join("stdlib")),
         };
         let mut s = sema::Session::new(options);
-        s.add_file("case.tl", None, source.to_string());
+        s.add_file(file, None, source.to_string());
         let (out, ir) = s.lower(name);
-        ir.map_err(|e| {
-            let msgs: Vec<String> = out
-                .diagnostics
-                .iter()
-                .filter(|d| d.is_error())
-                .map(|d| format!("{}: {}", d.code.as_str(), d.message))
-                .collect();
-            format!("{e}: {}", msgs.join("; "))
-        })
+        match ir {
+            Ok(f) => Ok((f, out.sources)),
+            Err(e) => {
+                let msgs: Vec<String> = out
+                    .diagnostics
+                    .iter()
+                    .filter(|d| d.is_error())
+                    .map(|d| format!("{}: {}", d.code.as_str(), d.message))
+                    .collect();
+                Err(format!("{e}: {}", msgs.join("; ")))
+            }
+        }
     }
 
     /// A kernel argument.
@@ -183,8 +197,8 @@ pub mod exec {
     }
 
     /// Runs `func` over `grid` with `args` on the JIT or the interpreter;
-    /// returns every tensor argument after the run, or the error message.
-    pub fn run(func: &Function, args: &[Arg], grid: [u32; 3], jit: bool) -> Result<Vec<Tensor>, String> {
+    /// returns every tensor argument after the run.
+    pub fn run_raw(func: &Function, args: &[Arg], grid: [u32; 3], jit: bool) -> Result<Vec<Tensor>, RunError> {
         let mut mem = FlatMemory::new();
         let mut values = Vec::new();
         let mut tensors = Vec::new();
@@ -205,9 +219,10 @@ pub mod exec {
         } else {
             Box::new(Interpreter)
         };
-        dp.prepare(func, &p)?;
-        run_grid(func, &p, dp.as_mut(), &mut mem, grid, &values)
-            .map_err(|e| format!("{} at {:?}", e.error.kind, e.error.inst))?;
+        if let Err(e) = dp.prepare(func, &p) {
+            panic!("cannot compile {}: {e}", func.name);
+        }
+        run_grid(func, &p, dp.as_mut(), &mut mem, grid, &values)?;
         Ok(tensors
             .into_iter()
             .map(|(name, t)| {
@@ -215,5 +230,10 @@ pub mod exec {
                 Tensor::from_bytes(t.elem, &t.shape, &seg).unwrap_or(t)
             })
             .collect())
+    }
+
+    /// [`run_raw`] with the error as text.
+    pub fn run(func: &Function, args: &[Arg], grid: [u32; 3], jit: bool) -> Result<Vec<Tensor>, String> {
+        run_raw(func, args, grid, jit).map_err(|e| format!("{} at {:?}", e.error.kind, e.error.inst))
     }
 }

@@ -20,6 +20,33 @@ pub struct RunError {
     pub program: [u32; 3],
 }
 
+/// A run-time failure, rendered like a compiler diagnostic at the
+/// instruction's source line.
+pub fn render_run_error(
+    func: &Function,
+    sources: &kernbench_compiler::diag::SourceMap,
+    e: &RunError,
+    color: kernbench_compiler::diag::ColorMode,
+) -> String {
+    use codespan_reporting::diagnostic as cs;
+    use codespan_reporting::term;
+    let inst = func.inst(e.error.inst);
+    let [x, y, z] = e.program;
+    let d = cs::Diagnostic::error()
+        .with_message(format!(
+            "{} (kernel `{}`, program ({x}, {y}, {z}))",
+            e.error.kind, func.name
+        ))
+        .with_labels(vec![cs::Label::primary(inst.loc.file, inst.loc.span.range())
+            .with_message(format!("in this `{}`", inst.op.mnemonic()))]);
+    let mut buffer = match color {
+        kernbench_compiler::diag::ColorMode::Always => term::termcolor::Buffer::ansi(),
+        kernbench_compiler::diag::ColorMode::Never => term::termcolor::Buffer::no_color(),
+    };
+    let _ = term::emit(&mut buffer, &term::Config::default(), sources, &d);
+    String::from_utf8_lossy(buffer.as_slice()).into_owned()
+}
+
 /// How a region ended.
 enum Flow {
     Yield(Vec<RtValue>),

@@ -3,14 +3,10 @@
 //! line, and write the tensors back.
 
 use super::{color_mode, default_stdlib, lower_kernel, parse_defines, read_source, usage_error, Backend, Color};
-use codespan_reporting::diagnostic as cs;
-use codespan_reporting::term;
 use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue};
-use kernbench_compiler::diag::{ColorMode, SourceMap};
-use kernbench_compiler::ir::Function;
 use kernbench_compiler::sema;
 use kernbench_runtime::args::{self, HostArg};
-use kernbench_runtime::exec::{run_grid, FlatMemory, RunError};
+use kernbench_runtime::exec::{render_run_error, run_grid, FlatMemory};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -117,7 +113,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     let result = run_grid(&func, &plan, dp.as_mut(), &mut mem, grid, &values);
     let run_ms = t1.elapsed().as_secs_f64() * 1e3;
     if let Err(e) = result {
-        report_runtime_error(&func, &sources, &e, color_mode(a.color));
+        eprint!("{}", render_run_error(&func, &sources, &e, color_mode(a.color)));
         return ExitCode::from(1);
     }
     let programs = grid.iter().map(|&g| g as u64).product::<u64>();
@@ -156,24 +152,4 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
-}
-
-/// A run-time failure, rendered like a compiler diagnostic at the
-/// instruction's source line.
-fn report_runtime_error(func: &Function, sources: &SourceMap, e: &RunError, color: ColorMode) {
-    let inst = func.inst(e.error.inst);
-    let [x, y, z] = e.program;
-    let d = cs::Diagnostic::error()
-        .with_message(format!(
-            "{} (kernel `{}`, program ({x}, {y}, {z}))",
-            e.error.kind, func.name
-        ))
-        .with_labels(vec![cs::Label::primary(inst.loc.file, inst.loc.span.range())
-            .with_message(format!("in this `{}`", inst.op.mnemonic()))]);
-    let mut buffer = match color {
-        ColorMode::Always => term::termcolor::Buffer::ansi(),
-        ColorMode::Never => term::termcolor::Buffer::no_color(),
-    };
-    let _ = term::emit(&mut buffer, &term::Config::default(), sources, &d);
-    eprint!("{}", String::from_utf8_lossy(buffer.as_slice()));
 }
