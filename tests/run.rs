@@ -5,7 +5,7 @@
 
 use kernbench_compiler::datapath::{elem, Tensor};
 use kernbench_compiler::diag::ColorMode;
-use kernbench_compiler::sema::types::{DType, Konst};
+use kernbench_compiler::sema::types::Konst;
 use kernbench_runtime::args::{parse_arg, resolve, HostArg};
 use kernbench_runtime::exec::render_run_error;
 use kernbench_tests::exec::{lower_file, run_raw, Arg};
