@@ -99,9 +99,9 @@ pub struct Gen<'a, 'b> {
     pub b: FunctionBuilder<'b>,
     pub h: HelperRefs,
     ctx: Value,
-    seg_lo: Variable,
-    seg_len: Variable,
-    seg_base: Variable,
+    /// One segment cache per memory instruction (keyed by its failure
+    /// code): a loop alternating between two arrays keeps both cached.
+    caches: HashMap<u32, [Variable; 3]>,
     fail: cranelift_codegen::ir::Block,
     /// Hoisted scalar inputs and block input/output pointers.
     pub inputs: HashMap<ir::Value, Value>,
@@ -119,22 +119,28 @@ impl<'a, 'b> Gen<'a, 'b> {
         let ctx = b.block_params(entry)[1];
         let fail = b.create_block();
         b.append_block_param(fail, types::I32);
-        let seg_lo = b.declare_var(types::I64);
-        let seg_len = b.declare_var(types::I64);
-        let seg_base = b.declare_var(types::I64);
         let zero = b.ins().iconst(types::I64, 0);
-        b.def_var(seg_lo, zero);
-        b.def_var(seg_len, zero);
-        b.def_var(seg_base, zero);
+        let mut caches = HashMap::new();
+        for (idx, i) in g.insts.iter().enumerate() {
+            if matches!(f.inst(*i).op, Op::Load { .. } | Op::Store { .. }) {
+                let vars = [
+                    b.declare_var(types::I64),
+                    b.declare_var(types::I64),
+                    b.declare_var(types::I64),
+                ];
+                for v in vars {
+                    b.def_var(v, zero);
+                }
+                caches.insert(idx as u32 + 1, vars);
+            }
+        }
         let mut gen = Gen {
             f,
             g,
             b,
             h,
             ctx,
-            seg_lo,
-            seg_len,
-            seg_base,
+            caches,
             fail,
             inputs: HashMap::new(),
             outputs: HashMap::new(),
@@ -290,17 +296,18 @@ impl<'a, 'b> Gen<'a, 'b> {
     /// The host address of `[va, va + bytes)`, through the segment cache;
     /// branches to the failure exit with `code` when it is not allocated.
     fn access(&mut self, va: Value, bytes: i64, write: bool, code: u32) -> Value {
-        let lo = self.b.use_var(self.seg_lo);
-        let len = self.b.use_var(self.seg_len);
+        // Per site: `lo`, `limit` = segment length - access size + 1 (0
+        // while nothing is cached, so no offset passes), `base`.
+        let [seg_lo, seg_limit, seg_base] = self.caches[&code];
+        let lo = self.b.use_var(seg_lo);
+        let limit = self.b.use_var(seg_limit);
         let off = self.b.ins().isub(va, lo);
-        let inside = self.b.ins().icmp(IntCC::UnsignedLessThan, off, len);
-        let room = self.b.ins().isub(len, off);
-        let fits = self.b.ins().icmp_imm_s(IntCC::UnsignedGreaterThanOrEqual, room, bytes);
-        let ok = self.b.ins().band(inside, fits);
+        let ok = self.b.ins().icmp(IntCC::UnsignedLessThan, off, limit);
         let fast = self.b.create_block();
         let slow = self.b.create_block();
         self.b.ins().brif(ok, fast, &[], slow, &[]);
         self.b.switch_to_block(slow);
+        self.b.set_cold_block(slow);
         let nbytes = self.iconst(types::I64, bytes);
         let w = self.iconst(types::I64, write as i64);
         let r = self.call1(self.h.resolve, &[self.ctx, va, nbytes, w]);
@@ -308,13 +315,16 @@ impl<'a, 'b> Gen<'a, 'b> {
         let lo2 = self.b.ins().load(types::I64, flags(), self.ctx, OFF_SEG_LO);
         let len2 = self.b.ins().load(types::I64, flags(), self.ctx, OFF_SEG_LEN);
         let base2 = self.b.ins().load(types::I64, flags(), self.ctx, OFF_SEG_BASE);
-        self.b.def_var(self.seg_lo, lo2);
-        self.b.def_var(self.seg_len, len2);
-        self.b.def_var(self.seg_base, base2);
+        // The resolver only caches a segment the access fits in, so
+        // `len2 >= bytes` and the limit does not wrap.
+        let limit2 = self.b.ins().iadd_imm_s(len2, 1 - bytes);
+        self.b.def_var(seg_lo, lo2);
+        self.b.def_var(seg_limit, limit2);
+        self.b.def_var(seg_base, base2);
         self.b.ins().jump(fast, &[]);
         self.b.switch_to_block(fast);
-        let lo = self.b.use_var(self.seg_lo);
-        let base = self.b.use_var(self.seg_base);
+        let lo = self.b.use_var(seg_lo);
+        let base = self.b.use_var(seg_base);
         let off = self.b.ins().isub(va, lo);
         self.b.ins().iadd(base, off)
     }

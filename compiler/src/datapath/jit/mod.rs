@@ -50,8 +50,9 @@ pub struct Jit {
     module: JITModule,
     helpers: Vec<(&'static str, FuncId)>,
     cache: HashMap<String, Compiled>,
-    /// For the plan last prepared: each group's cache key.
-    keys: Vec<String>,
+    /// For the plan last prepared: each group's compiled code (by index, so
+    /// running a group does no lookup).
+    prepared: Vec<(*const u8, Kind)>,
     fctx: FunctionBuilderContext,
     interp: Interpreter,
     /// Functions compiled so far (for statistics and benchmarks).
@@ -99,7 +100,7 @@ impl Jit {
             module,
             helpers,
             cache: HashMap::new(),
-            keys: Vec::new(),
+            prepared: Vec::new(),
             fctx: FunctionBuilderContext::new(),
             interp: Interpreter,
             compiled_count: 0,
@@ -233,17 +234,27 @@ fn group_key(func: &Function, group: &Group) -> String {
     key
 }
 
-/// A block as f32 (exact widening of f16/bf16).
-fn widened(t: &Tensor) -> Tensor {
+/// An f16/bf16 block widened to f32 (exactly; the hardware F16C path where
+/// available). Other dtypes are passed to compiled code as they are.
+fn widened(t: &Tensor) -> Option<Tensor> {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
     let d = t.dtype();
-    if d == DType::F32 {
-        return t.clone();
+    if !matches!(d, DType::F16 | DType::BF16) {
+        return None;
     }
+    let n = t.numel();
+    // SAFETY: tensor storage is 8-byte aligned and holds `n` 2-byte
+    // elements; u16 has no invalid bit patterns.
+    let bits: &[u16] = unsafe { std::slice::from_raw_parts(t.as_ptr() as *const u16, n) };
     let mut out = Tensor::zeros(Elem::Num(DType::F32), &t.shape);
-    for i in 0..t.numel() {
-        out.set_bits(i, elem::to_f32(d, t.get_bits(i)).to_bits() as u64);
+    // SAFETY: as above, for `n` f32 elements of the new tensor.
+    let dst: &mut [f32] = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr() as *mut f32, n) };
+    if d == DType::F16 {
+        bits.reinterpret_cast::<half::f16>().convert_to_f32_slice(dst);
+    } else {
+        bits.reinterpret_cast::<half::bf16>().convert_to_f32_slice(dst);
     }
-    out
+    Some(out)
 }
 
 impl DataPath for Jit {
@@ -253,7 +264,7 @@ impl DataPath for Jit {
 
     fn prepare(&mut self, func: &Function, plan: &Plan) -> Result<(), String> {
         let mut pending: Vec<(String, FuncId, Kind)> = Vec::new();
-        self.keys.clear();
+        let mut keys = Vec::new();
         for group in &plan.groups {
             let key = group_key(func, group);
             if !self.cache.contains_key(&key) && !pending.iter().any(|p| p.0 == key) {
@@ -271,7 +282,7 @@ impl DataPath for Jit {
                     Err(e) => return Err(e),
                 }
             }
-            self.keys.push(key);
+            keys.push(key);
         }
         if !pending.is_empty() {
             self.module.finalize_definitions().map_err(|e| e.to_string())?;
@@ -280,6 +291,14 @@ impl DataPath for Jit {
                 self.cache.insert(key, Compiled { ptr, kind });
             }
         }
+        self.prepared = keys
+            .iter()
+            .map(|k| {
+                self.cache
+                    .get(k)
+                    .map_or((std::ptr::null(), Kind::Interp), |c| (c.ptr, c.kind))
+            })
+            .collect();
         Ok(())
     }
 
@@ -292,10 +311,9 @@ impl DataPath for Jit {
         mem: &mut dyn Memory,
     ) -> Result<Vec<RtValue>, ExecError> {
         let group = &plan.groups[g];
-        let Some(compiled) = self.keys.get(g).and_then(|k| self.cache.get(k)) else {
+        let Some(&(ptr, kind)) = self.prepared.get(g) else {
             return self.interp.run(func, plan, g, inputs, mem);
         };
-        let (ptr, kind) = (compiled.ptr, compiled.kind);
         if let Kind::Interp = kind {
             return self.interp.run(func, plan, g, inputs, mem);
         }
@@ -306,14 +324,13 @@ impl DataPath for Jit {
         for v in inputs {
             match v {
                 RtValue::Scalar(b) => words.push(*b),
-                RtValue::Block(t) => {
-                    if let Kind::DotF32 = kind {
-                        keep.push(widened(t));
-                        words.push(keep[keep.len() - 1].as_ptr() as u64);
-                    } else {
-                        words.push(t.as_ptr() as u64);
+                RtValue::Block(t) => match (kind, widened(t)) {
+                    (Kind::DotF32, Some(w)) => {
+                        words.push(w.as_ptr() as u64);
+                        keep.push(w);
                     }
-                }
+                    _ => words.push(t.as_ptr() as u64),
+                },
             }
         }
         let mut outs: Vec<Tensor> = group
@@ -355,13 +372,27 @@ impl DataPath for Jit {
         for (o, t) in group.outputs.iter().zip(outs) {
             let ty = func.ty(*o);
             let t = match kind {
+                // The f32 sums: canonical NaNs (the interpreter rounds each
+                // step to canonical; NaN-ness is the same), then rounded to
+                // the output dtype.
                 Kind::DotF32 => {
                     let d = dtype_of(ty);
-                    let mut out = Tensor::zeros(ty.elem(), &t.shape);
-                    for i in 0..t.numel() {
-                        out.set_bits(i, elem::from_f32(d, f32::from_bits(t.get_bits(i) as u32)));
+                    let mut t = t;
+                    if d == DType::F32 {
+                        for w in t.bytes_mut().chunks_exact_mut(4) {
+                            let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                            if x.is_nan() {
+                                w.copy_from_slice(&elem::CANONICAL_NAN_F32.to_le_bytes());
+                            }
+                        }
+                        t
+                    } else {
+                        let mut out = Tensor::zeros(ty.elem(), &t.shape);
+                        for i in 0..t.numel() {
+                            out.set_bits(i, elem::from_f32(d, f32::from_bits(t.get_bits(i) as u32)));
+                        }
+                        out
                     }
-                    out
                 }
                 _ => t,
             };
