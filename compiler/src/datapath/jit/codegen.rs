@@ -29,10 +29,22 @@ pub struct HelperRefs {
     pub f32_to_f16: FuncRef,
     pub bf16_to_f32: FuncRef,
     pub f32_to_bf16: FuncRef,
-    pub unary_f32: FuncRef,
     pub cast: FuncRef,
     pub fma_f32: FuncRef,
+    /// exp, exp2, log, log2, sin, cos, sigmoid (in `transcendental_code` order).
+    pub math: [FuncRef; 7],
 }
+
+/// The helper symbols of `HelperRefs::math`.
+pub const MATH_HELPERS: [&str; 7] = [
+    "kb_expf",
+    "kb_exp2f",
+    "kb_logf",
+    "kb_log2f",
+    "kb_sinf",
+    "kb_cosf",
+    "kb_sigmoidf",
+];
 
 /// Helper names and signatures (params, returns).
 pub fn helper_signatures(call_conv: cranelift_codegen::isa::CallConv) -> Vec<(&'static str, Signature)> {
@@ -49,9 +61,15 @@ pub fn helper_signatures(call_conv: cranelift_codegen::isa::CallConv) -> Vec<(&'
         ("kb_f32_to_f16", sig(&[F32], &[I32])),
         ("kb_bf16_to_f32", sig(&[I32], &[F32])),
         ("kb_f32_to_bf16", sig(&[F32], &[I32])),
-        ("kb_unary_f32", sig(&[I32, F32], &[F32])),
         ("kb_cast", sig(&[I32, I32, I64], &[I64])),
         ("kb_fma_f32", sig(&[F32, F32, F32], &[F32])),
+        ("kb_expf", sig(&[F32], &[F32])),
+        ("kb_exp2f", sig(&[F32], &[F32])),
+        ("kb_logf", sig(&[F32], &[F32])),
+        ("kb_log2f", sig(&[F32], &[F32])),
+        ("kb_sinf", sig(&[F32], &[F32])),
+        ("kb_cosf", sig(&[F32], &[F32])),
+        ("kb_sigmoidf", sig(&[F32], &[F32])),
     ]
 }
 
@@ -730,10 +748,7 @@ impl<'a, 'b> Gen<'a, 'b> {
                 UnaryOp::Floor => self.b.ins().floor(x),
                 UnaryOp::Ceil => self.b.ins().ceil(x),
                 other => match transcendental_code(other) {
-                    Some(c) => {
-                        let c = self.iconst(types::I32, c as i64);
-                        self.call1(self.h.unary_f32, &[c, x])
-                    }
+                    Some(c) => self.call1(self.h.math[c as usize], &[x]),
                     None => self.b.ins().f32const(f32::NAN),
                 },
             };

@@ -146,9 +146,17 @@ impl Jit {
                 f32_to_f16: get("kb_f32_to_f16")?,
                 bf16_to_f32: get("kb_bf16_to_f32")?,
                 f32_to_bf16: get("kb_f32_to_bf16")?,
-                unary_f32: get("kb_unary_f32")?,
                 cast: get("kb_cast")?,
                 fma_f32: get("kb_fma_f32")?,
+                math: [
+                    get(codegen::MATH_HELPERS[0])?,
+                    get(codegen::MATH_HELPERS[1])?,
+                    get(codegen::MATH_HELPERS[2])?,
+                    get(codegen::MATH_HELPERS[3])?,
+                    get(codegen::MATH_HELPERS[4])?,
+                    get(codegen::MATH_HELPERS[5])?,
+                    get(codegen::MATH_HELPERS[6])?,
+                ],
             }
         };
         let config = self.module.target_config();

@@ -92,19 +92,7 @@ pub extern "C" fn jit_f32_to_bf16(x: f32) -> u32 {
     elem::f32_to_bf16_bits(x) as u32
 }
 
-fn unary_op(code: u32) -> UnaryOp {
-    match code {
-        0 => UnaryOp::Exp,
-        1 => UnaryOp::Exp2,
-        2 => UnaryOp::Log,
-        3 => UnaryOp::Log2,
-        4 => UnaryOp::Sin,
-        5 => UnaryOp::Cos,
-        _ => UnaryOp::Sigmoid,
-    }
-}
-
-/// The code `jit_unary_f32` takes for a transcendental, if `op` is one.
+/// The index of a transcendental's helper in `HelperRefs::math`.
 pub fn transcendental_code(op: UnaryOp) -> Option<u32> {
     Some(match op {
         UnaryOp::Exp => 0,
@@ -118,8 +106,28 @@ pub fn transcendental_code(op: UnaryOp) -> Option<u32> {
     })
 }
 
-pub extern "C" fn jit_unary_f32(code: u32, x: f32) -> f32 {
-    elem::unary_f32(unary_op(code), x)
+// One entry point per transcendental: the same libm calls
+// `elem::unary_f32` makes (compiled code canonicalizes NaN after).
+pub extern "C" fn jit_expf(x: f32) -> f32 {
+    libm::expf(x)
+}
+pub extern "C" fn jit_exp2f(x: f32) -> f32 {
+    libm::exp2f(x)
+}
+pub extern "C" fn jit_logf(x: f32) -> f32 {
+    libm::logf(x)
+}
+pub extern "C" fn jit_log2f(x: f32) -> f32 {
+    libm::log2f(x)
+}
+pub extern "C" fn jit_sinf(x: f32) -> f32 {
+    libm::sinf(x)
+}
+pub extern "C" fn jit_cosf(x: f32) -> f32 {
+    libm::cosf(x)
+}
+pub extern "C" fn jit_sigmoidf(x: f32) -> f32 {
+    1.0 / (1.0 + libm::expf(-x))
 }
 
 pub fn dtype_code(d: DType) -> u32 {
@@ -146,8 +154,14 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("kb_f32_to_f16", jit_f32_to_f16 as *const u8),
         ("kb_bf16_to_f32", jit_bf16_to_f32 as *const u8),
         ("kb_f32_to_bf16", jit_f32_to_bf16 as *const u8),
-        ("kb_unary_f32", jit_unary_f32 as *const u8),
         ("kb_cast", jit_cast as *const u8),
         ("kb_fma_f32", jit_fma_f32 as *const u8),
+        ("kb_expf", jit_expf as *const u8),
+        ("kb_exp2f", jit_exp2f as *const u8),
+        ("kb_logf", jit_logf as *const u8),
+        ("kb_log2f", jit_log2f as *const u8),
+        ("kb_sinf", jit_sinf as *const u8),
+        ("kb_cosf", jit_cosf as *const u8),
+        ("kb_sigmoidf", jit_sigmoidf as *const u8),
     ]
 }
