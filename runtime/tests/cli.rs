@@ -106,3 +106,155 @@ fn defines_specialize_shapes() {
     assert!(stderr(&o).contains("BLOCK must be even"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tlc-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+#[test]
+fn run_writes_outputs_and_reads_them_back() {
+    let dir = temp_dir("run");
+    let out = dir.to_string_lossy().into_owned();
+    let args = [
+        "run",
+        "stdlib/kernels/add.tl",
+        "--kernel",
+        "add",
+        "--grid",
+        "2",
+        "-D",
+        "BLOCK=8",
+        "--arg",
+        "x=rand(13,f32,1)",
+        "--arg",
+        "y=rand(13,f32,2)",
+        "--arg",
+        "out=zeros(13,f32)",
+        "--arg",
+        "n=13",
+        "--out",
+        &out,
+    ];
+    for backend in ["jit", "interp"] {
+        let mut a = args.to_vec();
+        a.extend(["--backend", backend]);
+        let o = tlc(&a);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("with the {backend} backend")),
+            "{}",
+            stderr(&o)
+        );
+    }
+    for name in ["x", "y", "out"] {
+        assert!(dir.join(format!("{name}.npy")).is_file(), "{name}.npy written");
+    }
+    // Feed the written files back in: out = x + x must read x.npy as f32.
+    let x = dir.join("x.npy").to_string_lossy().into_owned();
+    let o = tlc(&[
+        "run",
+        "stdlib/kernels/add.tl",
+        "--kernel",
+        "add",
+        "--grid",
+        "1",
+        "-D",
+        "BLOCK=16",
+        "--arg",
+        &format!("x=@{x}"),
+        "--arg",
+        &format!("y=@{x}"),
+        "--arg",
+        "out=zeros(13,f32)",
+        "--arg",
+        "n=13",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_errors_point_at_the_source() {
+    let o = tlc(&[
+        "run",
+        "stdlib/kernels/add.tl",
+        "--kernel",
+        "add",
+        "--grid",
+        "2",
+        "-D",
+        "BLOCK=8",
+        "--color",
+        "never",
+        "--arg",
+        "x=rand(13,f32)",
+        "--arg",
+        "y=rand(13,f32)",
+        "--arg",
+        "out=zeros(13,f32)",
+        "--arg",
+        "n=14",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("outside every allocation") && e.contains("kernel `add`") && e.contains("add.tl:9:9"),
+        "{e}"
+    );
+}
+
+#[test]
+fn run_usage_errors_exit_two() {
+    let base = ["run", "stdlib/kernels/add.tl", "--kernel", "add"];
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        tlc(&a).status.code()
+    };
+    // Missing arguments, a scalar given a tensor, bad grid, unknown name.
+    assert_eq!(with(&["--arg", "x=rand(4,f32)"]), Some(2));
+    assert_eq!(
+        with(&[
+            "--arg",
+            "x=rand(4,f32)",
+            "--arg",
+            "y=rand(4,f32)",
+            "--arg",
+            "out=zeros(4,f32)",
+            "--arg",
+            "n=zeros(4,i32)"
+        ]),
+        Some(2)
+    );
+    assert_eq!(with(&["--grid", "0", "--arg", "x=rand(4,f32)"]), Some(2));
+    assert_eq!(with(&["--arg", "nope=1"]), Some(2));
+    assert_eq!(
+        with(&[
+            "--arg",
+            "x=rand(4,i32)",
+            "--arg",
+            "y=rand(4,f32)",
+            "--arg",
+            "out=zeros(4,f32)",
+            "--arg",
+            "n=4"
+        ]),
+        Some(2)
+    );
+    let o = tlc(&["run", "stdlib/kernels/add.tl", "--kernel", "nope", "--arg", "n=1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no kernel named `nope`"), "{}", stderr(&o));
+}
+
+#[test]
+fn emit_ir_prints_the_kernel() {
+    let o = tlc(&["emit-ir", "stdlib/kernels/add.tl", "-D", "BLOCK=64"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.starts_with("kernel @add(") && text.contains("math.arange 0, 64") && text.contains("dma.store"),
+        "{text}"
+    );
+}

@@ -6,11 +6,13 @@
 //! together with their loads. A store ends a group only if the group has
 //! no load (a fused loop would interleave the store with later lanes'
 //! loads, which program order forbids); otherwise it gets a group of its
-//! own. Reductions, `dot`, `trans` and `gemm` are groups of their own;
+//! own. A reduction of a whole operand (sum/max/min) may end a group over
+//! the operand's space; other reductions, `dot`, `trans` and `gemm` are
+//! groups of their own;
 //! `reshape` is a relabelling the executor does itself. Without fusion
 //! every data-path instruction is its own group (the simulator times each).
 
-use crate::ir::{Function, Inst, Op, Region, Type, Value};
+use crate::ir::{Function, Inst, Op, ReduceOp, Region, Type, Value};
 use cranelift_entity::SecondaryMap;
 use std::collections::HashSet;
 
@@ -49,6 +51,9 @@ pub struct Plan {
 enum Kind {
     /// Elementwise over its result's shape; may join a group.
     Elementwise,
+    /// A sum/max/min over every element of its operand: may end a group
+    /// over the operand's space (one loop computes and reduces).
+    FullReduce,
     Load,
     Store,
     /// A data-path operation that is a group of its own.
@@ -67,6 +72,11 @@ fn kind(func: &Function, i: Inst) -> Kind {
         }
         Op::Load { .. } => Kind::Load,
         Op::Store { .. } => Kind::Store,
+        Op::Reduce {
+            op: ReduceOp::Sum | ReduceOp::Max | ReduceOp::Min,
+            axis,
+            ..
+        } if axis.is_none() || func.ty(d.args[0]).shape().len() == 1 => Kind::FullReduce,
         Op::AtomicAdd { .. } | Op::Reduce { .. } | Op::Dot { .. } | Op::Trans { .. } | Op::Gemm { .. } => Kind::Alone,
         Op::Reshape => Kind::Relabel,
         Op::Arange { .. } | Op::Splat | Op::Broadcast => Kind::Elementwise,
@@ -83,7 +93,9 @@ fn kind(func: &Function, i: Inst) -> Kind {
 fn space(func: &Function, i: Inst) -> Vec<u64> {
     let d = func.inst(i);
     match (&d.op, d.results.first()) {
-        (Op::Store { .. }, _) => d.args.first().map(|a| func.ty(*a).shape().to_vec()).unwrap_or_default(),
+        (Op::Store { .. } | Op::Reduce { .. }, _) => {
+            d.args.first().map(|a| func.ty(*a).shape().to_vec()).unwrap_or_default()
+        }
         (_, Some(r)) => func.ty(*r).shape().to_vec(),
         _ => Vec::new(),
     }
@@ -125,7 +137,7 @@ impl Planner<'_> {
         let mut open_has_load = false;
         for i in insts {
             let k = kind(self.func, i);
-            let fusible = self.fuse && matches!(k, Kind::Elementwise | Kind::Load | Kind::Store);
+            let fusible = self.fuse && matches!(k, Kind::Elementwise | Kind::Load | Kind::Store | Kind::FullReduce);
             if !open.is_empty() {
                 let same_space = space(self.func, i) == open_space;
                 let joins = fusible && same_space && !(k == Kind::Store && open_has_load);
@@ -153,7 +165,7 @@ impl Planner<'_> {
                     let g = self.group(vec![i]);
                     steps.push(Step::Group(g));
                 }
-                _ if !self.fuse => {
+                _ if !self.fuse || (k == Kind::FullReduce && open.is_empty()) => {
                     let g = self.group(vec![i]);
                     steps.push(Step::Group(g));
                 }
@@ -163,7 +175,7 @@ impl Planner<'_> {
                     }
                     open.push(i);
                     open_has_load |= k == Kind::Load;
-                    if k == Kind::Store {
+                    if matches!(k, Kind::Store | Kind::FullReduce) {
                         self.close(&mut open, &mut steps);
                         open_has_load = false;
                     }

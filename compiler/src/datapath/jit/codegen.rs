@@ -124,6 +124,9 @@ pub struct Gen<'a, 'b> {
     /// Hoisted scalar inputs and block input/output pointers.
     pub inputs: HashMap<ir::Value, Value>,
     pub outputs: HashMap<ir::Value, Value>,
+    /// Reductions fused at the end of an elementwise loop: accumulator and
+    /// "no element yet" flag.
+    reducers: HashMap<ir::Inst, (Variable, Variable)>,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -162,6 +165,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             fail,
             inputs: HashMap::new(),
             outputs: HashMap::new(),
+            reducers: HashMap::new(),
         };
         for (k, v) in g.inputs.iter().enumerate() {
             let raw = gen.b.ins().load(types::I64, flags(), args, (k * 8) as i32);
@@ -360,6 +364,22 @@ impl<'a, 'b> Gen<'a, 'b> {
         };
         let strides = row_major_strides(&space);
         let rank = space.len();
+        for &i in &self.g.insts.clone() {
+            if let Op::Reduce { .. } = self.f.inst(i).op {
+                let is_float = dtype(self.f.ty(self.f.inst(i).args[0])).is_float();
+                let acc = self.b.declare_var(if is_float { types::F32 } else { types::I64 });
+                let first = self.b.declare_var(types::I8);
+                let zero = if is_float {
+                    self.b.ins().f32const(0.0)
+                } else {
+                    self.iconst(types::I64, 0)
+                };
+                self.b.def_var(acc, zero);
+                let one = self.iconst(types::I8, 1);
+                self.b.def_var(first, one);
+                self.reducers.insert(i, (acc, first));
+            }
+        }
         // header[d] takes j_d; body runs the members for one element.
         let headers: Vec<_> = (0..rank).map(|_| self.b.create_block()).collect();
         let exits: Vec<_> = (0..rank).map(|_| self.b.create_block()).collect();
@@ -404,6 +424,28 @@ impl<'a, 'b> Gen<'a, 'b> {
             }
         }
         self.b.switch_to_block(done);
+        self.finish_reducers();
+    }
+
+    /// Stores each fused reduction's result (rounded to its dtype).
+    fn finish_reducers(&mut self) {
+        let mut reducers: Vec<(ir::Inst, (Variable, Variable))> = self.reducers.iter().map(|(k, v)| (*k, *v)).collect();
+        reducers.sort_by_key(|(i, _)| *i);
+        for (i, (acc, _)) in reducers {
+            let d = self.f.inst(i).clone();
+            let (in_dt, out_t) = (dtype(self.f.ty(d.args[0])), self.f.ty(d.results[0]).clone());
+            let out_dt = dtype(&out_t);
+            let a = self.b.use_var(acc);
+            let r = if in_dt.is_float() {
+                self.emit_from_f32(out_dt, a)
+            } else {
+                self.emit_from_i64(out_dt, a)
+            };
+            if let Some(out) = self.outputs.get(&d.results[0]).copied() {
+                let zero = self.iconst(types::I64, 0);
+                self.store_elem(out, zero, out_t.elem(), r);
+            }
+        }
     }
 
     /// Row-major linear index of the current element.
@@ -541,6 +583,33 @@ impl<'a, 'b> Gen<'a, 'b> {
                     let (p, x) = (arg(self, 0), arg(self, 1));
                     let mask = has_mask.then(|| arg(self, 2));
                     self.masked_store(p, e, x, mask, code);
+                    None
+                }
+                Op::Reduce { op, .. } => {
+                    // Elements arrive in row-major order: the order a whole
+                    // reduction folds in. The first element starts the
+                    // accumulator (so a sum of one -0.0 stays -0.0).
+                    let x = arg(self, 0);
+                    let in_dt = dtype(self.f.ty(d.args[0]));
+                    let (acc, first) = self.reducers[&i];
+                    let x = if in_dt.is_float() {
+                        self.emit_to_f32(in_dt, x)
+                    } else {
+                        self.emit_to_i64(in_dt, x)
+                    };
+                    let a = self.b.use_var(acc);
+                    let combined = match op {
+                        ReduceOp::Sum if in_dt.is_float() => self.b.ins().fadd(a, x),
+                        ReduceOp::Sum => self.b.ins().iadd(a, x),
+                        _ if in_dt.is_float() => self.fmaxnum(a, x, *op == ReduceOp::Max),
+                        ReduceOp::Max => self.b.ins().smax(a, x),
+                        _ => self.b.ins().smin(a, x),
+                    };
+                    let f = self.b.use_var(first);
+                    let next = self.b.ins().select(f, x, combined);
+                    self.b.def_var(acc, next);
+                    let zero = self.iconst(types::I8, 0);
+                    self.b.def_var(first, zero);
                     None
                 }
                 _ => None,

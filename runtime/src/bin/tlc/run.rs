@@ -126,6 +126,41 @@ pub fn run(a: RunArgs) -> ExitCode {
         grid[2],
         dp.name()
     );
+    if a.out.is_none() {
+        // Without --out, a one-line summary per tensor shows the result.
+        for (name, _, shape) in &tensors {
+            let Some(seg) = mem.segment_named(name) else { continue };
+            let Some(d) = func.params.iter().find(|p| &p.name == name).map(|p| match p.ty.elem() {
+                kernbench_compiler::sema::types::Elem::Ptr(d) | kernbench_compiler::sema::types::Elem::Num(d) => d,
+            }) else {
+                continue;
+            };
+            let Some(t) = kernbench_compiler::datapath::Tensor::from_bytes(
+                kernbench_compiler::sema::types::Elem::Num(d),
+                shape,
+                &seg.data,
+            ) else {
+                continue;
+            };
+            let vals: Vec<f64> = (0..t.numel())
+                .map(|i| {
+                    let b = t.get_bits(i);
+                    if d.is_float() {
+                        kernbench_compiler::datapath::elem::to_f32(d, b) as f64
+                    } else {
+                        kernbench_compiler::datapath::elem::to_i64(d, b) as f64
+                    }
+                })
+                .collect();
+            let (lo, hi) = vals
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(*v), h.max(*v)));
+            eprintln!(
+                "  {name}: {d}{shape:?}  sum {:.6}  min {lo:.6}  max {hi:.6}",
+                vals.iter().sum::<f64>()
+            );
+        }
+    }
     if let Some(dir) = &a.out {
         if let Err(e) = std::fs::create_dir_all(dir) {
             eprintln!("error: cannot create `{}`: {e}", dir.display());
