@@ -89,6 +89,39 @@ fn kind(func: &Function, i: Inst) -> Kind {
     }
 }
 
+/// Whether an executor instruction can fail or has an effect (so it keeps
+/// its place in program order relative to data-path groups).
+fn observable(op: &Op) -> bool {
+    !matches!(
+        op,
+        Op::Const(_)
+            | Op::ProgramId(_)
+            | Op::NumPrograms(_)
+            | Op::Rank
+            | Op::WorldSize
+            | Op::MeshId(_)
+            | Op::MeshSize(_)
+            | Op::Cmp(_)
+            | Op::Unary(_)
+            | Op::Cast { .. }
+            | Op::Select
+            | Op::Fma
+            | Op::PtrAdd
+            | Op::Binary(
+                crate::ir::BinaryOp::Add
+                    | crate::ir::BinaryOp::Sub
+                    | crate::ir::BinaryOp::Mul
+                    | crate::ir::BinaryOp::And
+                    | crate::ir::BinaryOp::Or
+                    | crate::ir::BinaryOp::Xor
+                    | crate::ir::BinaryOp::Shl
+                    | crate::ir::BinaryOp::Shr
+                    | crate::ir::BinaryOp::Max
+                    | crate::ir::BinaryOp::Min
+            )
+    )
+}
+
 /// The iteration space of an elementwise or memory instruction.
 fn space(func: &Function, i: Inst) -> Vec<u64> {
     let d = func.inst(i);
@@ -147,7 +180,10 @@ impl Planner<'_> {
                     .args
                     .iter()
                     .any(|a| open.iter().any(|o| self.func.inst(*o).results.contains(a)));
-                if !joins && (k != Kind::Executor || uses_open) {
+                // An executor step that can fail or be observed must not
+                // run before group members that precede it in the program.
+                let ordered = k == Kind::Executor && observable(&self.func.inst(i).op);
+                if !joins && (k != Kind::Executor || uses_open || ordered) {
                     self.close(&mut open, &mut steps);
                     open_has_load = false;
                 }

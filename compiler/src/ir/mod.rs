@@ -151,7 +151,8 @@ pub enum BinaryOp {
     Div,
     /// Integers: truncating division (Triton's `//`). Floats: floor(a / b).
     FloorDiv,
-    /// Integers: remainder with the sign of the dividend (C). Floats: fmod.
+    /// Integers: remainder with the sign of the dividend (C). Floats:
+    /// `a - floor(a / b) * b` (Triton's, with the sign of the divisor).
     Mod,
     And,
     Or,

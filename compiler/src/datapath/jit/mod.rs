@@ -374,7 +374,15 @@ impl DataPath for Jit {
                 Op::Load { .. } | Op::Store { .. } => ExecErrorKind::OutOfBounds(ctx.fault()),
                 _ => ExecErrorKind::DivisionByZero,
             };
-            return Err(ExecError { inst, kind });
+            // Compiled code stops at the first failing lane; which error a
+            // group reports is defined by instruction order (the
+            // interpreter's), so ask it. (A group with a store has no load,
+            // so the lanes already stored cannot change what it finds.)
+            let jit_error = ExecError { inst, kind };
+            return match self.interp.run(func, plan, g, inputs, mem) {
+                Err(e) => Err(e),
+                Ok(_) => Err(jit_error),
+            };
         }
         let mut results = Vec::with_capacity(outs.len());
         for (o, t) in group.outputs.iter().zip(outs) {
