@@ -4,6 +4,9 @@
 //!   flat memory, no timing).
 //! - `args`: tensor and scalar arguments as `tlc run` takes them
 //!   (`.npy` files, `rand(...)`, `zeros(...)`, values).
+//! - `topology`: the machine description (`topology.yaml`), presets and
+//!   the summary `tlc topology` prints.
 
 pub mod args;
 pub mod exec;
+pub mod topology;

@@ -258,3 +258,32 @@ fn emit_ir_prints_the_kernel() {
         "{text}"
     );
 }
+
+#[test]
+fn topology_summarizes_presets_and_reports_bad_files() {
+    let o = tlc(&["topology"]);
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("= 256 PEs") && text.contains("ucie") && text.contains("peaks"),
+        "{text}"
+    );
+    let o = tlc(&["topology", "large", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(v["total_pes"].as_u64().unwrap_or(0) >= 4096);
+    let dir = temp_dir("topo");
+    let bad = dir.join("topology.yaml");
+    let text = std::fs::read_to_string(repo().join("stdlib/topologies/default.yaml"))
+        .expect("default")
+        .replace("pe_per_corner: 2", "pe_per_corner: -1");
+    std::fs::write(&bad, text).expect("write");
+    let o = tlc(&["topology", &bad.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("topology.yaml:33: cube.pe_layout.pe_per_corner: expected a positive integer, got -1"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(tlc(&["topology", "no-such-file.yaml"]).status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

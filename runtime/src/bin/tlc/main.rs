@@ -92,6 +92,14 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         stdlib: Option<PathBuf>,
     },
+    /// Describe a machine: counts, memories, engines, links and peaks.
+    Topology {
+        /// A topology file, or a preset (tiny, default, large); default: the
+        /// embedded default machine.
+        file: Option<String>,
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+    },
     /// Print the per-PE IR of a kernel (all kernels when --kernel is absent).
     EmitIr {
         file: PathBuf,
@@ -125,6 +133,7 @@ fn main() -> ExitCode {
             color,
             stdlib,
         } => emit_ir(&file, kernel.as_deref(), &define, color, stdlib),
+        Command::Topology { file, format } => topology(file.as_deref(), format),
         Command::Run {
             file,
             kernel,
@@ -254,6 +263,24 @@ pub(crate) fn lower_kernel(
         Err(_) if out.has_errors() => Err((ExitCode::from(1), String::new())),
         Err(msg) => Err((ExitCode::from(1), msg)),
     }
+}
+
+fn topology(file: Option<&str>, format: Format) -> ExitCode {
+    let topo = match file {
+        Some(f) => match kernbench_runtime::topology::Topology::load(f) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(if e.unreadable { 2 } else { 1 });
+            }
+        },
+        None => kernbench_runtime::topology::Topology::default_machine(),
+    };
+    match format {
+        Format::Json => println!("{}", kernbench_runtime::topology::summary_json(&topo)),
+        Format::Human => print!("{}", kernbench_runtime::topology::summary_text(&topo)),
+    }
+    ExitCode::SUCCESS
 }
 
 fn emit_ir(file: &Path, kernel: Option<&str>, define: &[String], color: Color, stdlib: Option<PathBuf>) -> ExitCode {

@@ -1,0 +1,360 @@
+//! The machine description: `topology.yaml` parsed (serde_yaml) into typed
+//! structs, validated with errors that name the file, line and key path
+//! (`topology.yaml:12: cube.pe_layout.pe_per_corner: expected a positive
+//! integer, got -1`), the embedded default and the presets, and the
+//! human summary `tlc topology` prints.
+
+pub mod schema;
+mod summary;
+
+pub use schema::{Backpressure, SipTopology, Space};
+pub use summary::{summary_json, summary_text};
+
+use std::fmt;
+use std::path::Path;
+
+/// The default topology, embedded in the binary.
+pub const DEFAULT_YAML: &str = include_str!("../../../stdlib/topologies/default.yaml");
+const TINY_YAML: &str = include_str!("../../../stdlib/topologies/tiny.yaml");
+const LARGE_YAML: &str = include_str!("../../../stdlib/topologies/large.yaml");
+
+/// The presets by name.
+pub const PRESETS: &[(&str, &str)] = &[("default", DEFAULT_YAML), ("tiny", TINY_YAML), ("large", LARGE_YAML)];
+
+/// A topology file that could not be used.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TopologyError {
+    pub file: String,
+    pub line: Option<usize>,
+    /// Dotted key path (`cube.pe_layout.pe_per_corner`), empty for the file.
+    pub path: String,
+    pub message: String,
+    /// The file could not be read at all (bad usage, rather than a bad file).
+    pub unreadable: bool,
+}
+
+impl fmt::Display for TopologyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+        }
+        if !self.path.is_empty() {
+            write!(f, ": {}", self.path)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// A PE's structural coordinates (DESIGN §2): there is no flat global
+/// PE index; a flat rank exists only inside a communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PeCoord {
+    pub sip: u32,
+    pub cube: u32,
+    pub pe: u32,
+}
+
+impl fmt::Display for PeCoord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "(sip {}, cube {}, pe {})", self.sip, self.cube, self.pe)
+    }
+}
+
+/// A validated topology with its derived quantities.
+#[derive(Clone, Debug)]
+pub struct Topology {
+    pub spec: schema::File,
+    /// Picoseconds per clock cycle (integer: time arithmetic never uses
+    /// floating point).
+    pub cycle_ps: u64,
+}
+
+impl Topology {
+    /// Parses and validates `text`; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Topology, TopologyError> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let spec: schema::File = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            let inner = e.inner();
+            let mut message = inner.to_string();
+            // serde_yaml appends " at line L column C" and may prefix the
+            // path: both are reported separately.
+            if let Some(i) = message.find(" at line ") {
+                message.truncate(i);
+            }
+            // A leading key path (serde_yaml's own) repeats ours.
+            if let Some((head, rest)) = message.split_once(": ") {
+                if !head.is_empty() && !head.contains(' ') && path.starts_with(head) {
+                    message = rest.to_string();
+                }
+            }
+            // serde_yaml locates value errors at the enclosing mapping; the
+            // key's own line is more useful when the path names a key.
+            let line = match key_line(text, &path) {
+                Some(l) if !message.starts_with("unknown field") => Some(l),
+                _ => inner.location().map(|l| l.line()),
+            };
+            TopologyError {
+                file: file.to_string(),
+                line,
+                path,
+                message,
+                unreadable: false,
+            }
+        })?;
+        let topo = Topology {
+            cycle_ps: (1000.0 / spec.clock_ghz.0).round().max(1.0) as u64,
+            spec,
+        };
+        topo.validate(file, text)?;
+        Ok(topo)
+    }
+
+    /// Reads a topology file, or a preset name (`tiny`, `default`, `large`).
+    pub fn load(path_or_preset: &str) -> Result<Topology, TopologyError> {
+        if let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == path_or_preset) {
+            return Topology::parse(&format!("<preset {path_or_preset}>"), text);
+        }
+        let text = std::fs::read_to_string(Path::new(path_or_preset)).map_err(|e| TopologyError {
+            file: path_or_preset.to_string(),
+            line: None,
+            path: String::new(),
+            message: format!(
+                "cannot read: {e} (presets: {})",
+                PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+            ),
+            unreadable: true,
+        })?;
+        Topology::parse(path_or_preset, &text)
+    }
+
+    /// The embedded default.
+    pub fn default_machine() -> Topology {
+        // The embedded default is checked by a test; failing here would be a
+        // build defect, not a user error.
+        Topology::parse("<default>", DEFAULT_YAML).expect("the embedded default topology is valid")
+    }
+
+    fn validate(&self, file: &str, text: &str) -> Result<(), TopologyError> {
+        let s = &self.spec;
+        let err = |path: &str, message: String| TopologyError {
+            file: file.to_string(),
+            line: key_line(text, path),
+            path: path.to_string(),
+            message,
+            unreadable: false,
+        };
+        let [w, h] = s.system.sip_grid;
+        if w.0 * h.0 != s.system.sips.0 {
+            return Err(err(
+                "system.sip_grid",
+                format!("{} × {} SIPs does not match `sips: {}`", w.0, h.0, s.system.sips.0),
+            ));
+        }
+        if s.system.sip_topology == SipTopology::Ring && w.0 != 1 && h.0 != 1 {
+            return Err(err(
+                "system.sip_grid",
+                "a ring of SIPs is a single row or column: use [n, 1]".into(),
+            ));
+        }
+        if s.sip.io_chiplet_cube >= self.cubes_per_sip() as u64 {
+            return Err(err(
+                "sip.io_chiplet_cube",
+                format!(
+                    "cube {} does not exist (the SIP has {} cubes)",
+                    s.sip.io_chiplet_cube,
+                    self.cubes_per_sip()
+                ),
+            ));
+        }
+        for dt in ["f16", "bf16", "f32", "i8"] {
+            if !s.pe.gemm.cycles_per_tile.contains_key(dt) {
+                return Err(err("pe.gemm.cycles_per_tile", format!("missing the cycles for `{dt}`")));
+            }
+        }
+        if let Some(k) =
+            s.pe.gemm
+                .cycles_per_tile
+                .keys()
+                .find(|k| !["f16", "bf16", "f32", "i8"].contains(&k.as_str()))
+        {
+            return Err(err(
+                "pe.gemm.cycles_per_tile",
+                format!("`{k}` is not a GEMM operand dtype (f16, bf16, f32, i8)"),
+            ));
+        }
+        if !s.pe.math.op_cycles.contains_key("default") {
+            return Err(err(
+                "pe.math.op_cycles",
+                "missing `default` (the cycles of every operation not listed)".into(),
+            ));
+        }
+        if let Some(k) = s.pe.math.op_cycles.keys().find(|k| !MATH_CLASSES.contains(&k.as_str())) {
+            return Err(err(
+                "pe.math.op_cycles",
+                format!("`{k}` is not an operation class ({})", MATH_CLASSES.join(", ")),
+            ));
+        }
+        if s.pe.ipcq.slot_size_bytes.0 * s.pe.ipcq.n_slots.0 > s.pe.tcm.capacity_bytes.0
+            && s.pe.ipcq.buffer_space == Space::Tcm
+        {
+            return Err(err("pe.ipcq", "the IPCQ slots do not fit in the TCM".into()));
+        }
+        if s.cube.hbm_capacity_bytes.0 < self.pes_per_cube() as u64 {
+            return Err(err(
+                "cube.hbm_capacity_bytes",
+                "smaller than one byte per PE slice".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn sips(&self) -> u32 {
+        self.spec.system.sips.0 as u32
+    }
+
+    pub fn cube_grid(&self) -> (u32, u32) {
+        let [w, h] = self.spec.sip.cube_grid;
+        (w.0 as u32, h.0 as u32)
+    }
+
+    pub fn cubes_per_sip(&self) -> u32 {
+        let (w, h) = self.cube_grid();
+        w * h
+    }
+
+    pub fn pes_per_cube(&self) -> u32 {
+        (self.spec.cube.pe_layout.corners.0 * self.spec.cube.pe_layout.pe_per_corner.0) as u32
+    }
+
+    pub fn total_pes(&self) -> u64 {
+        self.sips() as u64 * self.cubes_per_sip() as u64 * self.pes_per_cube() as u64
+    }
+
+    /// Every PE, in structural order (sip, cube, pe).
+    pub fn all_pes(&self) -> Vec<PeCoord> {
+        let mut v = Vec::with_capacity(self.total_pes() as usize);
+        for sip in 0..self.sips() {
+            for cube in 0..self.cubes_per_sip() {
+                for pe in 0..self.pes_per_cube() {
+                    v.push(PeCoord { sip, cube, pe });
+                }
+            }
+        }
+        v
+    }
+
+    /// Converts nanoseconds to integer picoseconds.
+    pub fn ns_to_ps(ns: f64) -> u64 {
+        (ns * 1000.0).round() as u64
+    }
+
+    pub fn cycles_to_ps(&self, cycles: u64) -> u64 {
+        cycles.saturating_mul(self.cycle_ps)
+    }
+
+    /// One PE's HBM slice bandwidth (pseudo-channels × bandwidth × efficiency).
+    pub fn hbm_bandwidth_bytes_per_ns(&self) -> f64 {
+        let c = &self.spec.pe.hbm_controller;
+        c.pseudo_channels.0 as f64 * c.channel_bandwidth_bytes_per_ns.0 * c.efficiency.0
+    }
+
+    pub fn ucie_bandwidth_bytes_per_ns(&self) -> f64 {
+        let u = &self.spec.sip.ucie;
+        u.connections.0 as f64 * u.bandwidth_bytes_per_ns_per_connection.0
+    }
+
+    /// Peak GEMM flops per PE per ns for an operand dtype.
+    pub fn gemm_flops_per_ns(&self, dtype: &str) -> f64 {
+        let g = &self.spec.pe.gemm;
+        let cycles = g.cycles_per_tile.get(dtype).map_or(1, |c| c.0) as f64;
+        2.0 * (g.tile_m.0 * g.tile_n.0 * g.tile_k.0) as f64 / cycles * self.spec.clock_ghz.0
+    }
+}
+
+/// MATH operation classes a topology may give costs for.
+pub const MATH_CLASSES: &[&str] = &[
+    "default", "div", "sqrt", "exp", "log", "sin", "cos", "reduce", "convert",
+];
+
+/// The 1-based line where a dotted key path is defined, by following the
+/// YAML's indentation (for errors found after parsing).
+pub fn key_line(text: &str, path: &str) -> Option<usize> {
+    let mut from = 0usize;
+    let mut parent_indent: i64 = -1;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = None;
+    for seg in path.split('.') {
+        found = None;
+        for (i, line) in lines.iter().enumerate().skip(from) {
+            let trimmed = line.trim_start();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let indent = (line.len() - trimmed.len()) as i64;
+            if i > from && indent <= parent_indent {
+                break;
+            }
+            if indent > parent_indent && trimmed.starts_with(&format!("{seg}:")) {
+                found = Some(i);
+                parent_indent = indent;
+                from = i + 1;
+                break;
+            }
+        }
+        found?;
+    }
+    found.map(|i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_valid_and_sized() {
+        let d = Topology::default_machine();
+        assert_eq!(
+            (d.sips(), d.cubes_per_sip(), d.pes_per_cube(), d.total_pes()),
+            (2, 16, 8, 256)
+        );
+        assert_eq!(d.cycle_ps, 1000);
+        assert!((d.hbm_bandwidth_bytes_per_ns() - 204.8).abs() < 1e-9);
+        let t = Topology::load("tiny").expect("tiny");
+        assert_eq!(t.total_pes(), 4);
+        let l = Topology::load("large").expect("large");
+        assert!(l.total_pes() >= 4096);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_key_path() {
+        let bad = DEFAULT_YAML.replace("pe_per_corner: 2", "pe_per_corner: -1");
+        let e = Topology::parse("topology.yaml", &bad).expect_err("negative count");
+        assert_eq!(e.path, "cube.pe_layout.pe_per_corner");
+        assert_eq!(e.line, key_line(&bad, "cube.pe_layout.pe_per_corner"));
+        assert!(e.message.contains("expected a positive integer, got -1"), "{e}");
+        assert!(e.to_string().starts_with("topology.yaml:"), "{e}");
+
+        let missing = DEFAULT_YAML.replace(
+            "  sip_grid: [2, 1]            # width × height of the SIP arrangement\n",
+            "",
+        );
+        let e = Topology::parse("t.yaml", &missing).expect_err("missing dimension");
+        assert!(e.message.contains("sip_grid"), "{e}");
+
+        let mismatch = DEFAULT_YAML.replace("sip_grid: [2, 1]", "sip_grid: [3, 2]");
+        let e = Topology::parse("t.yaml", &mismatch).expect_err("grid mismatch");
+        assert_eq!(e.path, "system.sip_grid");
+        let line = mismatch
+            .lines()
+            .position(|l| l.trim_start().starts_with("sip_grid:"))
+            .map(|i| i + 1);
+        assert_eq!(e.line, line);
+
+        let unknown = DEFAULT_YAML.replace("  packet_bytes: 256", "  packet_bytes: 256\n  pakcet_bytes: 1");
+        let e = Topology::parse("t.yaml", &unknown).expect_err("unknown key");
+        assert!(e.message.contains("pakcet_bytes"), "{e}");
+    }
+}

@@ -1,0 +1,237 @@
+//! What `tlc topology` prints: counts, memories, engines, every link class
+//! with bandwidth and latency, and the peak numbers a user compares
+//! measured bandwidth and time against.
+
+use super::{SipTopology, Topology};
+use serde_json::json;
+
+fn bytes(n: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (u, name) in UNITS {
+        if n >= u && n % (u / 1024).max(1) == 0 {
+            let v = n as f64 / u as f64;
+            return if v.fract() == 0.0 {
+                format!("{v:.0} {name}")
+            } else {
+                format!("{v:.2} {name}")
+            };
+        }
+    }
+    format!("{n} B")
+}
+
+/// One row per link class: (name, bandwidth GB/s, latency ns, what).
+fn link_classes(t: &Topology) -> Vec<(&'static str, f64, f64, String)> {
+    let s = &t.spec;
+    vec![
+        (
+            "pe<->router",
+            s.cube.router.link_bandwidth_bytes_per_ns.0,
+            s.cube.router.hop_latency_ns.0,
+            "each PE to its router".into(),
+        ),
+        (
+            "router mesh hop",
+            s.cube.router.link_bandwidth_bytes_per_ns.0,
+            s.cube.router.hop_latency_ns.0,
+            "between routers inside a cube (XY)".into(),
+        ),
+        (
+            "ucie",
+            t.ucie_bandwidth_bytes_per_ns(),
+            s.sip.ucie.latency_ns.0,
+            format!(
+                "cube to cube, {} connections × {} GB/s",
+                s.sip.ucie.connections.0, s.sip.ucie.bandwidth_bytes_per_ns_per_connection.0
+            ),
+        ),
+        (
+            "sip link",
+            s.system.sip_link.bandwidth_bytes_per_ns.0,
+            s.system.sip_link.latency_ns.0,
+            format!("SIP to SIP ({:?})", s.system.sip_topology),
+        ),
+        (
+            "hbm controller",
+            t.hbm_bandwidth_bytes_per_ns(),
+            s.pe.hbm_controller.latency_ns.0,
+            format!(
+                "per PE slice: {} pseudo-channels × {} GB/s × {}",
+                s.pe.hbm_controller.pseudo_channels.0,
+                s.pe.hbm_controller.channel_bandwidth_bytes_per_ns.0,
+                s.pe.hbm_controller.efficiency.0
+            ),
+        ),
+        (
+            "sram port",
+            s.cube.sram.bandwidth_bytes_per_ns.0,
+            s.cube.sram.latency_ns.0,
+            "per cube, shared".into(),
+        ),
+        (
+            "tcm read port",
+            s.pe.tcm.read_bandwidth_bytes_per_ns.0,
+            s.pe.tcm.latency_ns.0,
+            "per PE".into(),
+        ),
+        (
+            "tcm write port",
+            s.pe.tcm.write_bandwidth_bytes_per_ns.0,
+            s.pe.tcm.latency_ns.0,
+            "per PE".into(),
+        ),
+        (
+            "pcie (host)",
+            s.host.pcie.bandwidth_bytes_per_ns.0,
+            s.host.pcie.latency_ns.0,
+            format!("host to IO chiplet at cube {}", s.sip.io_chiplet_cube),
+        ),
+    ]
+}
+
+pub fn summary_text(t: &Topology) -> String {
+    let s = &t.spec;
+    let (w, h) = t.cube_grid();
+    let mut o = String::new();
+    let topo = match s.system.sip_topology {
+        SipTopology::Ring => "ring",
+        SipTopology::Torus2d => "2-D torus",
+        SipTopology::Mesh2d => "2-D mesh",
+    };
+    o.push_str(&format!(
+        "topology `{}` at {} GHz (1 cycle = {} ps)\n\n",
+        s.name, s.clock_ghz.0, t.cycle_ps
+    ));
+    o.push_str(&format!(
+        "machine    {} SIP{} ({topo}, {}×{}) × {} cubes ({w}×{h} mesh) × {} PEs ({} corners × {}) = {} PEs\n",
+        t.sips(),
+        if t.sips() == 1 { "" } else { "s" },
+        s.system.sip_grid[0].0,
+        s.system.sip_grid[1].0,
+        t.cubes_per_sip(),
+        t.pes_per_cube(),
+        s.cube.pe_layout.corners.0,
+        s.cube.pe_layout.pe_per_corner.0,
+        t.total_pes()
+    ));
+    o.push_str("\nmemories\n");
+    o.push_str(&format!(
+        "  hbm   {} per cube ({} per PE slice), {:.1} GB/s per PE controller, {} ns\n",
+        bytes(s.cube.hbm_capacity_bytes.0),
+        bytes(s.cube.hbm_capacity_bytes.0 / t.pes_per_cube() as u64),
+        t.hbm_bandwidth_bytes_per_ns(),
+        s.pe.hbm_controller.latency_ns.0
+    ));
+    o.push_str(&format!(
+        "  sram  {} per cube, {} GB/s, {} ns\n",
+        bytes(s.cube.sram.capacity_bytes.0),
+        s.cube.sram.bandwidth_bytes_per_ns.0,
+        s.cube.sram.latency_ns.0
+    ));
+    o.push_str(&format!(
+        "  tcm   {} per PE, {} GB/s read + {} GB/s write, {} ns\n",
+        bytes(s.pe.tcm.capacity_bytes.0),
+        s.pe.tcm.read_bandwidth_bytes_per_ns.0,
+        s.pe.tcm.write_bandwidth_bytes_per_ns.0,
+        s.pe.tcm.latency_ns.0
+    ));
+    o.push_str("\nengines (per PE)\n");
+    let g = &s.pe.gemm;
+    let per_dtype: Vec<String> = ["f16", "bf16", "f32", "i8"]
+        .iter()
+        .map(|d| {
+            format!(
+                "{d} {} cyc/tile = {:.0} GFLOP/s",
+                g.cycles_per_tile.get(*d).map_or(0, |c| c.0),
+                t.gemm_flops_per_ns(d)
+            )
+        })
+        .collect();
+    o.push_str(&format!(
+        "  gemm  tile {}×{}×{}: {}\n",
+        g.tile_m.0,
+        g.tile_n.0,
+        g.tile_k.0,
+        per_dtype.join(", ")
+    ));
+    let ops: Vec<String> =
+        s.pe.math
+            .op_cycles
+            .iter()
+            .map(|(k, v)| format!("{k} {}", v.0))
+            .collect();
+    o.push_str(&format!(
+        "  math  {} lanes; cycles per {} elements: {}\n",
+        s.pe.math.lanes.0,
+        s.pe.math.lanes.0,
+        ops.join(", ")
+    ));
+    o.push_str(&format!(
+        "  dma   {} setup cycles per transfer\n",
+        s.pe.dma.setup_cycles
+    ));
+    o.push_str(&format!(
+        "  issue {} dispatch cycle(s) per operation, engine queues {} deep\n",
+        s.pe.dispatch_cycles.0, s.pe.queue_depth.0
+    ));
+    let q = &s.pe.ipcq;
+    o.push_str(&format!(
+        "  ipcq  {} slots × {} in {:?}, backpressure {:?}\n",
+        q.n_slots.0,
+        bytes(q.slot_size_bytes.0),
+        q.buffer_space,
+        q.backpressure
+    ));
+    o.push_str(&format!("\nlinks (packets of {} bytes)\n", s.fabric.packet_bytes.0));
+    o.push_str(&format!(
+        "  {:<16} {:>10} {:>10}  {}\n",
+        "class", "GB/s", "latency", "what"
+    ));
+    for (name, bw, lat, what) in link_classes(t) {
+        o.push_str(&format!("  {name:<16} {bw:>10.1} {:>8} ns  {what}\n", lat));
+    }
+    let pes = t.total_pes() as f64;
+    o.push_str("\npeaks\n");
+    o.push_str(&format!(
+        "  gemm f16   {:.1} TFLOP/s machine-wide ({:.0} GFLOP/s per PE)\n",
+        t.gemm_flops_per_ns("f16") * pes / 1000.0,
+        t.gemm_flops_per_ns("f16")
+    ));
+    o.push_str(&format!(
+        "  hbm        {:.1} TB/s machine-wide ({:.1} GB/s per PE)\n",
+        t.hbm_bandwidth_bytes_per_ns() * pes / 1000.0,
+        t.hbm_bandwidth_bytes_per_ns()
+    ));
+    o.push_str(&format!(
+        "  ucie       {:.0} GB/s per cube-to-cube port\n",
+        t.ucie_bandwidth_bytes_per_ns()
+    ));
+    o.push_str(&format!(
+        "  sip link   {:.0} GB/s per link\n",
+        s.system.sip_link.bandwidth_bytes_per_ns.0
+    ));
+    o
+}
+
+pub fn summary_json(t: &Topology) -> serde_json::Value {
+    let s = &t.spec;
+    let links: Vec<serde_json::Value> = link_classes(t)
+        .into_iter()
+        .map(|(n, bw, lat, what)| json!({"class": n, "bandwidth_bytes_per_ns": bw, "latency_ns": lat, "what": what}))
+        .collect();
+    json!({
+        "name": s.name,
+        "clock_ghz": s.clock_ghz.0,
+        "cycle_ps": t.cycle_ps,
+        "sips": t.sips(),
+        "cubes_per_sip": t.cubes_per_sip(),
+        "pes_per_cube": t.pes_per_cube(),
+        "total_pes": t.total_pes(),
+        "hbm_capacity_bytes_per_cube": s.cube.hbm_capacity_bytes.0,
+        "sram_capacity_bytes_per_cube": s.cube.sram.capacity_bytes.0,
+        "tcm_capacity_bytes_per_pe": s.pe.tcm.capacity_bytes.0,
+        "gemm_flops_per_ns_per_pe": { "f16": t.gemm_flops_per_ns("f16"), "bf16": t.gemm_flops_per_ns("bf16"), "f32": t.gemm_flops_per_ns("f32"), "i8": t.gemm_flops_per_ns("i8") },
+        "hbm_bytes_per_ns_per_pe": t.hbm_bandwidth_bytes_per_ns(),
+        "links": links,
+    })
+}
