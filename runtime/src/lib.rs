@@ -9,4 +9,5 @@
 
 pub mod args;
 pub mod exec;
+pub mod sim;
 pub mod topology;

@@ -237,3 +237,64 @@ pub mod exec {
         run_raw(func, args, grid, jit).map_err(|e| format!("{} at {:?}", e.error.kind, e.error.inst))
     }
 }
+
+pub mod sim {
+    //! Running kernels on the simulated machine, for the timing and
+    //! communication tests.
+
+    use kernbench_compiler::datapath::{jit::Jit, plan, Tensor};
+    use kernbench_compiler::ir::Function;
+    use kernbench_runtime::sim::place::{self, LaunchArg};
+    use kernbench_runtime::sim::{Communicator, Launch, Machine, Report, SimError};
+    use kernbench_runtime::topology::{PeCoord, Topology};
+
+    pub struct SimRun {
+        pub report: Report,
+        /// Every tensor argument after the run (shards gathered).
+        pub tensors: Vec<Tensor>,
+        pub machine: Machine,
+        pub placed: Vec<place::PlacedTensor>,
+    }
+
+    /// Runs `func` on `pes` of `topo` (one program per PE unless `grid`),
+    /// on the JIT, recording a trace when `trace`.
+    pub fn simulate(
+        topo: &Topology,
+        pes: Vec<PeCoord>,
+        func: &Function,
+        args: Vec<LaunchArg>,
+        grid: Option<[u32; 3]>,
+        trace: bool,
+    ) -> Result<SimRun, SimError> {
+        let comm = Communicator::new(pes);
+        let mut machine = Machine::new(topo);
+        let (rank_args, placed) = place::place_args(&mut machine, &comm, args).map_err(SimError::Setup)?;
+        let p = plan(func, false);
+        let launch = Launch {
+            func,
+            plan: &p,
+            comm: &comm,
+            args: rank_args,
+            grid: grid.unwrap_or([comm.world(), 1, 1]),
+            trace,
+        };
+        let mut jit = Jit::new();
+        let report = machine.run(&launch, &mut jit)?;
+        let tensors = placed.iter().map(|t| place::gather(&machine, t)).collect();
+        Ok(SimRun {
+            report,
+            tensors,
+            machine,
+            placed,
+        })
+    }
+
+    /// A tensor argument with a layout.
+    pub fn tensor(name: &str, t: Tensor, layout: &[&str]) -> LaunchArg {
+        LaunchArg::Tensor {
+            name: name.into(),
+            tensor: t,
+            layout: place::Layout::parse(layout).expect("a valid layout"),
+        }
+    }
+}

@@ -15,6 +15,8 @@ pub struct Segment {
     pub name: String,
     pub base: u64,
     pub data: Vec<u8>,
+    /// The owner's label for the allocation (the simulator's placement).
+    pub tag: u32,
 }
 
 #[derive(Default)]
@@ -30,6 +32,11 @@ impl FlatMemory {
 
     /// Allocates `data` and returns its address.
     pub fn alloc(&mut self, name: &str, data: Vec<u8>) -> u64 {
+        self.alloc_tagged(name, data, 0)
+    }
+
+    /// Allocates `data` with a tag the caller can look up by address.
+    pub fn alloc_tagged(&mut self, name: &str, data: Vec<u8>, tag: u32) -> u64 {
         let base = match self.segs.last() {
             Some(s) => (s.base + s.data.len() as u64 + GAP_BYTES).div_ceil(ALIGN_BYTES) * ALIGN_BYTES,
             None => BASE_ADDR,
@@ -38,8 +45,20 @@ impl FlatMemory {
             name: name.to_string(),
             base,
             data,
+            tag,
         });
         base
+    }
+
+    /// The allocation holding `addr`.
+    pub fn segment_at(&self, addr: u64) -> Option<&Segment> {
+        let idx = self.segs.partition_point(|s| s.base <= addr).checked_sub(1)?;
+        let s = &self.segs[idx];
+        (addr - s.base < s.data.len() as u64).then_some(s)
+    }
+
+    pub fn segments(&self) -> &[Segment] {
+        &self.segs
     }
 
     pub fn segment_named(&self, name: &str) -> Option<&Segment> {

@@ -47,6 +47,113 @@ pub fn render_run_error(
     String::from_utf8_lossy(buffer.as_slice()).into_owned()
 }
 
+/// Where a program runs: what `tl.program_id`, `tl.rank` and the mesh
+/// built-ins answer.
+#[derive(Clone, Copy, Debug)]
+pub struct ScalarCtx {
+    pub pid: [u32; 3],
+    pub grid: [u32; 3],
+    pub rank: u32,
+    pub world: u32,
+    pub mesh_id: [u32; 2],
+    pub mesh_size: [u32; 2],
+}
+
+/// What a scalar step did.
+pub enum Scalar {
+    /// Produced this value.
+    Value(elem::Bits),
+    /// An effect that produced nothing (an assertion that held, a print).
+    Done,
+    /// A communication operation: the caller's business.
+    Communication(&'static str),
+}
+
+/// Executes one executor (non-data-path) instruction on its argument values.
+pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) -> Result<Scalar, ExecErrorKind> {
+    let d = func.inst(i);
+    let rt = d.results.first().map(|r| dtype(func.ty(*r)));
+    let arg_dt = |k: usize| dtype(func.ty(d.args[k]));
+    let a = |k: usize| args[k].scalar();
+    Ok(Scalar::Value(match &d.op {
+        Op::Const(c) => {
+            let t = rt.unwrap_or(DType::I32);
+            match c {
+                ConstVal::Int(v) => elem::const_int(t, *v),
+                ConstVal::Float(v) => elem::const_float(t, *v),
+            }
+        }
+        Op::ProgramId(x) => ctx.pid[*x as usize % 3] as u64,
+        Op::NumPrograms(x) => ctx.grid[*x as usize % 3] as u64,
+        Op::Rank => ctx.rank as u64,
+        Op::WorldSize => ctx.world as u64,
+        Op::MeshId(x) => ctx.mesh_id[*x as usize % 2] as u64,
+        Op::MeshSize(x) => ctx.mesh_size[*x as usize % 2] as u64,
+        Op::Binary(op) => elem::binary(*op, arg_dt(0), a(0), a(1)).map_err(|_| ExecErrorKind::DivisionByZero)?,
+        Op::Cmp(op) => elem::compare(*op, arg_dt(0), a(0), a(1)) as u64,
+        Op::Unary(op) => elem::unary(*op, arg_dt(0), a(0)),
+        Op::Cast { bitcast } => {
+            let (from, to) = (arg_dt(0), rt.unwrap_or(DType::I32));
+            if *bitcast {
+                elem::bitcast(to, a(0))
+            } else {
+                elem::cast(from, to, a(0))
+            }
+        }
+        Op::Select => a(if a(0) & 1 != 0 { 1 } else { 2 }),
+        Op::Fma => elem::fma(arg_dt(0), a(0), a(1), a(2)),
+        Op::PtrAdd => {
+            let size = match func.ty(d.args[0]).elem() {
+                Elem::Ptr(p) => p.size_bytes(),
+                Elem::Num(_) => 1,
+            };
+            let off = elem::to_i64(arg_dt(1), a(1));
+            a(0).wrapping_add((off as u64).wrapping_mul(size))
+        }
+        Op::Assert { message } => {
+            let ok = match &args[0] {
+                RtValue::Scalar(b) => b & 1 != 0,
+                RtValue::Block(t) => (0..t.numel()).all(|k| t.get_bits(k) & 1 != 0),
+            };
+            if !ok {
+                return Err(ExecErrorKind::AssertionFailed(message.clone()));
+            }
+            return Ok(Scalar::Done);
+        }
+        Op::Print { prefix } => {
+            let vals: Vec<String> = d
+                .args
+                .iter()
+                .zip(args)
+                .map(|(v, x)| format_value(func.ty(*v), x))
+                .collect();
+            let sep = if prefix.is_empty() || prefix.ends_with(char::is_whitespace) {
+                ""
+            } else {
+                " "
+            };
+            println!(
+                "pid ({}, {}, {}) {prefix}{sep}{}",
+                ctx.pid[0],
+                ctx.pid[1],
+                ctx.pid[2],
+                vals.join(" ")
+            );
+            return Ok(Scalar::Done);
+        }
+        Op::Barrier => return Ok(Scalar::Communication("tl.barrier")),
+        Op::Send(_) => return Ok(Scalar::Communication("tl.send")),
+        Op::Recv { .. } | Op::Wait => return Ok(Scalar::Communication("tl.recv")),
+        Op::SymmAt | Op::Notify | Op::WaitUntil => return Ok(Scalar::Communication("symmetric memory")),
+        other => {
+            return Err(ExecErrorKind::Unsupported(format!(
+                "`{}` cannot run on the executor",
+                other.mnemonic()
+            )))
+        }
+    }))
+}
+
 /// How a region ended.
 enum Flow {
     Yield(Vec<RtValue>),
@@ -178,103 +285,31 @@ impl Machine<'_> {
     /// A scalar instruction (or an effect) on the executor.
     fn inst(&mut self, i: Inst) -> Result<(), ExecError> {
         let d = self.func.inst(i);
-        let rt = d.results.first().map(|r| dtype(self.func.ty(*r)));
-        let arg_dt = |k: usize| dtype(self.func.ty(d.args[k]));
-        let comm = |what: &str| {
-            fail(
+        let args: Vec<RtValue> = d.args.iter().map(|a| self.get(*a)).collect();
+        let ctx = ScalarCtx {
+            pid: self.pid,
+            grid: self.grid,
+            rank: 0,
+            world: 1,
+            mesh_id: [0, 0],
+            mesh_size: [1, 1],
+        };
+        match scalar_op(self.func, i, &args, &ctx).map_err(|kind| fail(i, kind))? {
+            Scalar::Value(b) => {
+                if let Some(r) = d.results.first() {
+                    self.set(*r, RtValue::Scalar(b));
+                }
+                Ok(())
+            }
+            // A launch of one program is a communicator of one.
+            Scalar::Done | Scalar::Communication("tl.barrier") => Ok(()),
+            Scalar::Communication(what) => Err(fail(
                 i,
                 ExecErrorKind::Unsupported(format!(
-                    "`{what}` needs peers: functional `tlc run` executes programs one at a time without a communicator"
+                    "`{what}` needs peers: functional `tlc run` executes programs one at a time; run it on the simulated machine with `--pes`"
                 )),
-            )
-        };
-        let bits: Option<elem::Bits> = match &d.op {
-            Op::Const(c) => {
-                let t = rt.unwrap_or(DType::I32);
-                Some(match c {
-                    ConstVal::Int(v) => elem::const_int(t, *v),
-                    ConstVal::Float(v) => elem::const_float(t, *v),
-                })
-            }
-            Op::ProgramId(a) => Some(self.pid[*a as usize % 3] as u64),
-            Op::NumPrograms(a) => Some(self.grid[*a as usize % 3] as u64),
-            // One program is its own communicator of size 1.
-            Op::Rank | Op::MeshId(_) => Some(0),
-            Op::WorldSize | Op::MeshSize(_) => Some(1),
-            Op::Binary(op) => {
-                let t = arg_dt(0);
-                let r = elem::binary(*op, t, self.scalar(d.args[0]), self.scalar(d.args[1]));
-                Some(r.map_err(|_| fail(i, ExecErrorKind::DivisionByZero))?)
-            }
-            Op::Cmp(op) => Some(elem::compare(*op, arg_dt(0), self.scalar(d.args[0]), self.scalar(d.args[1])) as u64),
-            Op::Unary(op) => Some(elem::unary(*op, arg_dt(0), self.scalar(d.args[0]))),
-            Op::Cast { bitcast } => {
-                let (from, to) = (arg_dt(0), rt.unwrap_or(DType::I32));
-                let x = self.scalar(d.args[0]);
-                Some(if *bitcast {
-                    elem::bitcast(to, x)
-                } else {
-                    elem::cast(from, to, x)
-                })
-            }
-            Op::Select => {
-                let c = self.scalar(d.args[0]) & 1 != 0;
-                Some(self.scalar(d.args[if c { 1 } else { 2 }]))
-            }
-            Op::Fma => Some(elem::fma(
-                arg_dt(0),
-                self.scalar(d.args[0]),
-                self.scalar(d.args[1]),
-                self.scalar(d.args[2]),
             )),
-            Op::PtrAdd => {
-                let size = match self.func.ty(d.args[0]).elem() {
-                    Elem::Ptr(p) => p.size_bytes(),
-                    Elem::Num(_) => 1,
-                };
-                let off = elem::to_i64(arg_dt(1), self.scalar(d.args[1]));
-                Some(self.scalar(d.args[0]).wrapping_add((off as u64).wrapping_mul(size)))
-            }
-            Op::Assert { message } => {
-                let ok = match self.get(d.args[0]) {
-                    RtValue::Scalar(b) => b & 1 != 0,
-                    RtValue::Block(t) => (0..t.numel()).all(|k| t.get_bits(k) & 1 != 0),
-                };
-                if !ok {
-                    return Err(fail(i, ExecErrorKind::AssertionFailed(message.clone())));
-                }
-                None
-            }
-            Op::Print { prefix } => {
-                let vals: Vec<String> = d
-                    .args
-                    .iter()
-                    .map(|a| format_value(self.func.ty(*a), &self.get(*a)))
-                    .collect();
-                println!(
-                    "pid ({}, {}, {}) {prefix}{}",
-                    self.pid[0],
-                    self.pid[1],
-                    self.pid[2],
-                    vals.join(" ")
-                );
-                None
-            }
-            Op::Barrier => None,
-            Op::Send(_) => return Err(comm("tl.send")),
-            Op::Recv { .. } | Op::Wait => return Err(comm("tl.recv")),
-            Op::SymmAt | Op::Notify | Op::WaitUntil => return Err(comm("symmetric memory")),
-            other => {
-                return Err(fail(
-                    i,
-                    ExecErrorKind::Unsupported(format!("`{}` cannot run on the executor", other.mnemonic())),
-                ))
-            }
-        };
-        if let (Some(b), Some(r)) = (bits, d.results.first()) {
-            self.set(*r, RtValue::Scalar(b));
         }
-        Ok(())
     }
 
     fn args_of(&self, i: Inst, from: usize) -> Vec<RtValue> {

@@ -40,7 +40,7 @@ pub(crate) enum Backend {
 }
 
 #[derive(Clone, Copy, ValueEnum, PartialEq)]
-enum Format {
+pub(crate) enum Format {
     Human,
     Json,
 }
@@ -66,18 +66,39 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         stdlib: Option<PathBuf>,
     },
-    /// Run a kernel on data: every program of the grid, then write the tensors.
+    /// Run a kernel on the simulated machine: real data and simulated time.
     Run {
         file: PathBuf,
         /// The kernel to run.
         #[arg(long, short = 'k')]
         kernel: String,
-        /// Programs per grid axis: G or G0,G1[,G2].
-        #[arg(long, default_value = "1")]
-        grid: String,
-        /// NAME=@file.npy | NAME=rand(SHAPE,DTYPE[,SEED]) | NAME=zeros(SHAPE,DTYPE) | NAME=VALUE
+        /// Programs per grid axis: G or G0,G1[,G2] (default: one per PE;
+        /// rank r runs programs r, r + PEs, …).
+        #[arg(long)]
+        grid: Option<String>,
+        /// NAME=@file.npy | NAME=rand(SHAPE,DTYPE[,SEED]) | NAME=zeros(SHAPE,DTYPE) | NAME=VALUE,
+        /// a tensor optionally followed by its layout: `:shard` (axis 0 over the
+        /// ranks), `:replicate`, and a memory `:hbm` (default), `:sram`, `:tcm`.
         #[arg(long = "arg", value_name = "NAME=SPEC")]
         args: Vec<String>,
+        /// The PEs to run on: 1, N (the first N in ring order), cube, sip, all,
+        /// or a list SIP.CUBE.PE,….
+        #[arg(long, default_value = "1")]
+        pes: String,
+        /// A topology file or preset (tiny, default, large); default: the
+        /// embedded default machine.
+        #[arg(long, value_name = "FILE")]
+        topology: Option<String>,
+        /// Write a Chrome trace (Perfetto, chrome://tracing) of the run.
+        #[arg(long, value_name = "FILE.json")]
+        trace: Option<PathBuf>,
+        /// The timing summary as human text or JSON (on stdout).
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+        /// Run every program in turn on the untimed executor (no machine,
+        /// no communication): the fastest way to check numbers.
+        #[arg(long)]
+        functional: bool,
         /// Bind a constexpr: -D BLOCK=128.
         #[arg(short = 'D', value_name = "NAME=VALUE")]
         define: Vec<String>,
@@ -139,6 +160,11 @@ fn main() -> ExitCode {
             kernel,
             grid,
             args,
+            pes,
+            topology,
+            trace,
+            format,
+            functional,
             define,
             out,
             backend,
@@ -154,6 +180,11 @@ fn main() -> ExitCode {
             backend,
             color,
             stdlib,
+            functional,
+            pes,
+            topology,
+            trace,
+            format,
         }),
     }
 }

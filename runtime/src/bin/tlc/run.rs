@@ -1,26 +1,38 @@
-//! `tlc run`: lower a kernel, build its arguments, execute every program
-//! of the grid on the chosen data path, report errors at their source
-//! line, and write the tensors back.
+//! `tlc run`: lower a kernel, build its arguments, run it — on the
+//! simulated machine (default: real data and simulated time, on the PEs of
+//! `--pes`), or with `--functional` on the untimed executor — report errors
+//! at their source line, print the timing summary, and write the tensors
+//! back.
 
-use super::{color_mode, default_stdlib, lower_kernel, parse_defines, read_source, usage_error, Backend, Color};
-use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue};
-use kernbench_compiler::sema;
+use super::{
+    color_mode, default_stdlib, lower_kernel, parse_defines, read_source, usage_error, Backend, Color, Format,
+};
+use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
+use kernbench_compiler::sema::{self, types::Elem};
 use kernbench_runtime::args::{self, HostArg};
 use kernbench_runtime::exec::{render_run_error, run_grid, FlatMemory};
-use std::path::PathBuf;
+use kernbench_runtime::sim::place::{self, LaunchArg, Layout};
+use kernbench_runtime::sim::{self, Communicator, Launch, Machine};
+use kernbench_runtime::topology::Topology;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
 pub struct RunArgs {
     pub file: PathBuf,
     pub kernel: String,
-    pub grid: String,
+    pub grid: Option<String>,
     pub args: Vec<String>,
     pub define: Vec<String>,
     pub out: Option<PathBuf>,
     pub backend: Backend,
     pub color: Color,
     pub stdlib: Option<PathBuf>,
+    pub functional: bool,
+    pub pes: String,
+    pub topology: Option<String>,
+    pub trace: Option<PathBuf>,
+    pub format: Format,
 }
 
 fn parse_grid(g: &str) -> Result<[u32; 3], String> {
@@ -37,17 +49,117 @@ fn parse_grid(g: &str) -> Result<[u32; 3], String> {
     }
 }
 
+/// Splits `NAME=SPEC[:LAYOUT…]` into the spec and the layout words
+/// (`shard`, `replicate`, `hbm`, `sram`, `tcm`).
+fn split_layout(text: &str) -> Result<(String, Layout), String> {
+    let mut words = Vec::new();
+    let mut rest = text;
+    while let Some((head, last)) = rest.rsplit_once(':') {
+        if ["shard", "replicate", "hbm", "sram", "tcm"].contains(&last.trim()) {
+            words.push(last.trim());
+            rest = head;
+        } else {
+            break;
+        }
+    }
+    words.reverse();
+    let layout = Layout::parse(&words).map_err(|e| format!("`--arg {text}`: {e}"))?;
+    Ok((rest.to_string(), layout))
+}
+
+fn pointee_elem(e: Elem) -> Elem {
+    match e {
+        Elem::Ptr(d) => Elem::Num(d),
+        other => other,
+    }
+}
+
+/// A tensor's one-line summary (sum, min, max).
+fn summary_line(name: &str, t: &Tensor) -> String {
+    let d = t.dtype();
+    let vals: Vec<f64> = (0..t.numel())
+        .map(|i| {
+            let b = t.get_bits(i);
+            if d.is_float() {
+                kernbench_compiler::datapath::elem::to_f32(d, b) as f64
+            } else {
+                kernbench_compiler::datapath::elem::to_i64(d, b) as f64
+            }
+        })
+        .collect();
+    let (lo, hi) = vals
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(*v), h.max(*v)));
+    format!(
+        "  {name}: {d}{:?}  sum {:.6}  min {lo:.6}  max {hi:.6}",
+        t.shape,
+        vals.iter().sum::<f64>()
+    )
+}
+
+/// Writes every tensor to `DIR/NAME.npy`, or prints its summary.
+fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)]) -> Result<(), String> {
+    match out {
+        None => {
+            for (name, t) in tensors {
+                eprintln!("{}", summary_line(name, t));
+            }
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+            for (name, t) in tensors {
+                let path = dir.join(format!("{name}.npy"));
+                args::write_npy(&path, t)?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn new_data_path(backend: Backend) -> Box<dyn DataPath> {
+    match backend {
+        Backend::Jit => Box::new(Jit::new()),
+        Backend::Interp => Box::new(Interpreter),
+    }
+}
+
 pub fn run(a: RunArgs) -> ExitCode {
     let defines = match parse_defines(&a.define) {
         Ok(d) => d,
         Err(e) => return usage_error(&e),
     };
-    let grid = match parse_grid(&a.grid) {
+    let grid = match a.grid.as_deref().map(parse_grid).transpose() {
         Ok(g) => g,
         Err(e) => return usage_error(&e),
     };
-    let specs: Vec<(String, args::ArgSpec)> = match a.args.iter().map(|s| args::parse_arg(s)).collect() {
-        Ok(v) => v,
+    let mut specs = Vec::new();
+    for text in &a.args {
+        let parsed = split_layout(text).and_then(|(spec, layout)| {
+            if a.functional && layout != Layout::default() {
+                return Err(format!(
+                    "`--arg {text}`: layouts need the simulated machine (drop --functional)"
+                ));
+            }
+            args::parse_arg(&spec).map(|(n, s)| (n, s, layout))
+        });
+        match parsed {
+            Ok(x) => specs.push(x),
+            Err(e) => return usage_error(&e),
+        }
+    }
+    let topo = match &a.topology {
+        None => Topology::default_machine(),
+        Some(t) => match Topology::load(t) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(if e.unreadable { 2 } else { 1 });
+            }
+        },
+    };
+    let pes = match sim::select_pes(&topo, &a.pes) {
+        Ok(p) => p,
         Err(e) => return usage_error(&e),
     };
     let source = match read_source(&a.file) {
@@ -67,8 +179,7 @@ pub fn run(a: RunArgs) -> ExitCode {
             return code;
         }
     };
-    // Arguments, in parameter order.
-    for (name, _) in &specs {
+    for (name, _, _) in &specs {
         if !func.params.iter().any(|p| &p.name == name) {
             let names: Vec<&str> = func.params.iter().map(|p| p.name.as_str()).collect();
             return usage_error(&format!(
@@ -78,42 +189,136 @@ pub fn run(a: RunArgs) -> ExitCode {
             ));
         }
     }
-    let mut mem = FlatMemory::new();
-    let mut values = Vec::new();
-    let mut tensors: Vec<(String, u64, Vec<usize>)> = Vec::new();
+    // Each parameter's value, in parameter order.
+    let mut host_args = Vec::new();
     for p in &func.params {
-        let Some((_, spec)) = specs.iter().find(|(n, _)| n == &p.name) else {
+        let Some((_, spec, layout)) = specs.iter().find(|(n, _, _)| n == &p.name) else {
             return usage_error(&format!(
                 "missing `--arg {}=…` for parameter `{}: {}`",
                 p.name, p.name, p.ty
             ));
         };
         match args::resolve(&p.name, spec, &p.ty) {
-            Ok(HostArg::Scalar(b)) => values.push(RtValue::Scalar(b)),
-            Ok(HostArg::Tensor(t)) => {
-                let addr = mem.alloc(&p.name, t.bytes().to_vec());
-                tensors.push((p.name.clone(), addr, t.shape.clone()));
-                values.push(RtValue::Scalar(addr));
-            }
+            Ok(h) => host_args.push((p.name.clone(), h, *layout)),
             Err(e) => return usage_error(&e),
         }
     }
-    let plan = plan(&func, true);
-    let mut dp: Box<dyn DataPath> = match a.backend {
-        Backend::Jit => Box::new(Jit::new()),
-        Backend::Interp => Box::new(Interpreter),
+    let mut dp = new_data_path(a.backend);
+    if a.functional {
+        return functional(&func, &sources, &a, grid.unwrap_or([1, 1, 1]), host_args, dp.as_mut());
+    }
+
+    let comm = Communicator::new(pes);
+    let mut machine = Machine::new(&topo);
+    let launch_args = host_args
+        .into_iter()
+        .map(|(name, h, layout)| match h {
+            HostArg::Scalar(b) => LaunchArg::Scalar(b),
+            HostArg::Tensor(t) => LaunchArg::Tensor {
+                name,
+                tensor: t,
+                layout,
+            },
+        })
+        .collect();
+    let (rank_args, placed) = match place::place_args(&mut machine, &comm, launch_args) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let plan = plan(&func, false);
+    let grid = grid.unwrap_or([comm.world(), 1, 1]);
+    let launch = Launch {
+        func: &func,
+        plan: &plan,
+        comm: &comm,
+        args: rank_args,
+        grid,
+        trace: a.trace.is_some(),
     };
     let t0 = Instant::now();
-    if let Err(e) = dp.prepare(&func, &plan) {
+    let result = machine.run(&launch, dp.as_mut());
+    let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            eprint!("{}", sim::render_sim_error(&func, &sources, &e, color_mode(a.color)));
+            return ExitCode::from(1);
+        }
+    };
+    eprintln!(
+        "ran `{}` on {} PE{} of `{}` ({} program{}) with the {} backend in {wall_ms:.1} ms wall ({:.2} M events/s)",
+        func.name,
+        comm.world(),
+        if comm.world() == 1 { "" } else { "s" },
+        topo.spec.name,
+        grid.iter().product::<u32>(),
+        if grid.iter().product::<u32>() == 1 { "" } else { "s" },
+        dp.name(),
+        report.events as f64 / (wall_ms * 1e3).max(1e-9)
+    );
+    match a.format {
+        Format::Human => print!("{}", sim::summary_text(&report)),
+        Format::Json => println!("{}", sim::summary_json(&report)),
+    }
+    if let Some(path) = &a.trace {
+        let trace = sim::trace_json(&report, &func, &sources);
+        if let Err(e) = std::fs::write(path, trace.to_string()) {
+            eprintln!("error: cannot write `{}`: {e}", path.display());
+            return ExitCode::from(1);
+        }
+        eprintln!(
+            "wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)",
+            path.display()
+        );
+    }
+    let tensors: Vec<(String, Tensor)> = placed
+        .iter()
+        .map(|t| (t.name.clone(), place::gather(&machine, t)))
+        .collect();
+    if let Err(e) = emit_tensors(a.out.as_deref(), &tensors) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// The untimed executor: every program of the grid in turn on flat memory.
+fn functional(
+    func: &kernbench_compiler::ir::Function,
+    sources: &kernbench_compiler::diag::SourceMap,
+    a: &RunArgs,
+    grid: [u32; 3],
+    host_args: Vec<(String, HostArg, Layout)>,
+    dp: &mut dyn DataPath,
+) -> ExitCode {
+    let mut mem = FlatMemory::new();
+    let mut values = Vec::new();
+    let mut tensors: Vec<(String, Vec<usize>, Elem)> = Vec::new();
+    for (name, h, _) in host_args {
+        match h {
+            HostArg::Scalar(b) => values.push(RtValue::Scalar(b)),
+            HostArg::Tensor(t) => {
+                let addr = mem.alloc(&name, t.bytes().to_vec());
+                tensors.push((name, t.shape.clone(), t.elem));
+                values.push(RtValue::Scalar(addr));
+            }
+        }
+    }
+    let plan = plan(func, true);
+    let t0 = Instant::now();
+    if let Err(e) = dp.prepare(func, &plan) {
         eprintln!("error: cannot compile `{}`: {e}", func.name);
         return ExitCode::from(1);
     }
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
-    let result = run_grid(&func, &plan, dp.as_mut(), &mut mem, grid, &values);
+    let result = run_grid(func, &plan, dp, &mut mem, grid, &values);
     let run_ms = t1.elapsed().as_secs_f64() * 1e3;
     if let Err(e) = result {
-        eprint!("{}", render_run_error(&func, &sources, &e, color_mode(a.color)));
+        eprint!("{}", render_run_error(func, sources, &e, color_mode(a.color)));
         return ExitCode::from(1);
     }
     let programs = grid.iter().map(|&g| g as u64).product::<u64>();
@@ -126,65 +331,16 @@ pub fn run(a: RunArgs) -> ExitCode {
         grid[2],
         dp.name()
     );
-    if a.out.is_none() {
-        // Without --out, a one-line summary per tensor shows the result.
-        for (name, _, shape) in &tensors {
-            let Some(seg) = mem.segment_named(name) else { continue };
-            let Some(d) = func.params.iter().find(|p| &p.name == name).map(|p| match p.ty.elem() {
-                kernbench_compiler::sema::types::Elem::Ptr(d) | kernbench_compiler::sema::types::Elem::Num(d) => d,
-            }) else {
-                continue;
-            };
-            let Some(t) = kernbench_compiler::datapath::Tensor::from_bytes(
-                kernbench_compiler::sema::types::Elem::Num(d),
-                shape,
-                &seg.data,
-            ) else {
-                continue;
-            };
-            let vals: Vec<f64> = (0..t.numel())
-                .map(|i| {
-                    let b = t.get_bits(i);
-                    if d.is_float() {
-                        kernbench_compiler::datapath::elem::to_f32(d, b) as f64
-                    } else {
-                        kernbench_compiler::datapath::elem::to_i64(d, b) as f64
-                    }
-                })
-                .collect();
-            let (lo, hi) = vals
-                .iter()
-                .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(*v), h.max(*v)));
-            eprintln!(
-                "  {name}: {d}{shape:?}  sum {:.6}  min {lo:.6}  max {hi:.6}",
-                vals.iter().sum::<f64>()
-            );
-        }
-    }
-    if let Some(dir) = &a.out {
-        if let Err(e) = std::fs::create_dir_all(dir) {
-            eprintln!("error: cannot create `{}`: {e}", dir.display());
-            return ExitCode::from(1);
-        }
-        for (name, _, shape) in &tensors {
-            let Some(seg) = mem.segment_named(name) else { continue };
-            let elem = func.params.iter().find(|p| &p.name == name).map(|p| p.ty.elem());
-            let Some(elem) = elem.map(|e| match e {
-                kernbench_compiler::sema::types::Elem::Ptr(d) => kernbench_compiler::sema::types::Elem::Num(d),
-                other => other,
-            }) else {
-                continue;
-            };
-            let Some(t) = kernbench_compiler::datapath::Tensor::from_bytes(elem, shape, &seg.data) else {
-                continue;
-            };
-            let path = dir.join(format!("{name}.npy"));
-            if let Err(e) = args::write_npy(&path, &t) {
-                eprintln!("error: {e}");
-                return ExitCode::from(1);
-            }
-            eprintln!("wrote {}", path.display());
-        }
+    let out: Vec<(String, Tensor)> = tensors
+        .iter()
+        .filter_map(|(name, shape, elem)| {
+            let seg = mem.segment_named(name)?;
+            Some((name.clone(), Tensor::from_bytes(pointee_elem(*elem), shape, &seg.data)?))
+        })
+        .collect();
+    if let Err(e) = emit_tensors(a.out.as_deref(), &out) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
     }
     ExitCode::SUCCESS
 }

@@ -1,0 +1,644 @@
+//! The engines: when the head of a queue may start, what it costs, and
+//! what happens to data when it starts and when it ends.
+//!
+//! - MATH and GEMM (`dot`) compute when they start and are busy for their
+//!   cost; the results are ready when they end.
+//! - DMA: a load samples memory when its transfer starts (after
+//!   `setup_cycles`), a store or atomic writes when it ends. The engine is
+//!   busy for the setup and until the transfer's tail has left the first
+//!   link of its path; the rest of the path overlaps with the next. The memory touched is the
+//!   one holding the first active lane's address; masked-off lanes move
+//!   no bytes.
+//! - `tl.gemm` streams through its four-stage pipeline on the GEMM engine
+//!   and writes `out` when it ends.
+//! - IPCQ send: needs the message's slots as credits, captures its data
+//!   when it starts, and the message is in the receiver's slots when its
+//!   last packet arrives. IPCQ receive: starts once its message has
+//!   arrived, copies it out of the slots, and the credits travel back to
+//!   the sender when the copy is done.
+
+use super::events::{Ev, Sim};
+use super::fabric::Endpoint;
+use super::pe::{OpKind, OpRec, Stall, Val};
+use super::{cost, Engine, Placement, SimError};
+use crate::topology::{Backpressure, Topology};
+use kernbench_compiler::datapath::{elem_size, ExecErrorKind, MemFault, RtValue, Tensor};
+use kernbench_compiler::ir::{Op, Type};
+use kernbench_compiler::sema::types::{DType, Elem};
+use std::rc::Rc;
+
+/// What a memory operation touches.
+struct Access {
+    /// One entry per memory touched: where, bytes, bytes per HBM
+    /// pseudo-channel (empty unless HBM), and whether it is written.
+    parts: Vec<(Placement, u64, Vec<u64>, bool)>,
+    /// Byte ranges for ordering inside the PE.
+    ranges: Vec<(u64, u64, bool)>,
+}
+
+fn pointee(ty: &Type) -> DType {
+    match ty.elem() {
+        Elem::Ptr(d) | Elem::Num(d) => d,
+    }
+}
+
+/// The same elements under the IR type's shape (a reshape's consumers).
+pub(super) fn fit(ty: &Type, v: &RtValue) -> RtValue {
+    match (ty, v) {
+        (Type::Block(e, s), RtValue::Block(t)) if t.shape.iter().map(|&d| d as u64).ne(s.iter().copied()) => {
+            let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();
+            let t = Tensor::from_bytes(*e, &shape, t.bytes()).unwrap_or_else(|| Tensor::zeros(*e, &shape));
+            RtValue::Block(Rc::new(t))
+        }
+        (Type::Block(e, s), RtValue::Scalar(b)) => {
+            let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();
+            let mut t = Tensor::zeros(*e, &shape);
+            for k in 0..t.numel() {
+                t.set_bits(k, *b);
+            }
+            RtValue::Block(Rc::new(t))
+        }
+        _ => v.clone(),
+    }
+}
+
+/// A received message's bytes as a value of the receiver's type.
+fn reinterpret(ty: &Type, v: &RtValue) -> RtValue {
+    let bytes: Vec<u8> = match v {
+        RtValue::Block(t) => t.bytes().to_vec(),
+        RtValue::Scalar(b) => b.to_le_bytes().to_vec(),
+    };
+    match ty {
+        Type::Scalar(e) => {
+            let n = elem_size(*e);
+            let mut w = [0u8; 8];
+            w[..n.min(bytes.len())].copy_from_slice(&bytes[..n.min(bytes.len())]);
+            RtValue::Scalar(u64::from_le_bytes(w))
+        }
+        _ => {
+            let shape: Vec<usize> = ty.shape().iter().map(|&d| d as usize).collect();
+            let e = Elem::Num(pointee(ty));
+            let t = Tensor::from_bytes(e, &shape, &bytes).unwrap_or_else(|| Tensor::zeros(e, &shape));
+            RtValue::Block(Rc::new(t))
+        }
+    }
+}
+
+/// Bytes of a value of type `ty`.
+fn value_bytes(ty: &Type) -> u64 {
+    ty.numel().max(1) * elem_size(ty.elem()) as u64
+}
+
+impl Sim<'_> {
+    /// Starts as many operations from the head of engine `e`'s queue as
+    /// may start now.
+    pub(super) fn kick(&mut self, p: usize, e: Engine) -> Result<(), SimError> {
+        loop {
+            let now = self.now;
+            let eq = &self.pes[p].engines[e.index()];
+            let Some(head) = eq.queue.front() else { return Ok(()) };
+            if eq.free_at_ps > now {
+                let t = eq.free_at_ps;
+                self.request_kick(p, e, t);
+                return Ok(());
+            }
+            let mut ready = 0;
+            for (_, v) in &head.args {
+                match v.ready_ps() {
+                    Some(r) => ready = ready.max(r),
+                    None => {
+                        self.pes[p].engines[e.index()].waiting_on_pe = true;
+                        return Ok(());
+                    }
+                }
+            }
+            if ready > now {
+                self.request_kick(p, e, ready);
+                return Ok(());
+            }
+            let mut access = None;
+            match head.kind {
+                OpKind::Recv { queue, msg } => {
+                    let q = &self.queues.queues[queue as usize];
+                    if q.msg(msg).is_none_or(|m| m.arrived_ps.is_none()) {
+                        // The message's arrival kicks this engine.
+                        return Ok(());
+                    }
+                }
+                OpKind::Send { queue, .. } => {
+                    let slots = self.send_slots(p, head)?;
+                    if self.queues.queues[queue as usize].credits < slots {
+                        // A returning credit kicks this engine.
+                        let eq = &mut self.pes[p].engines[e.index()];
+                        eq.blocked_since.get_or_insert(now);
+                        return Ok(());
+                    }
+                }
+                OpKind::Group(g) => {
+                    if self.groups[g].memory {
+                        let a = self.access(p, head)?;
+                        let id = head.mem_id.unwrap_or(0);
+                        if !self.pes[p].mem_may_start(id, &a.ranges) {
+                            self.pes[p].engines[e.index()].waiting_on_pe = true;
+                            return Ok(());
+                        }
+                        access = Some(a);
+                    }
+                }
+            }
+            let eq = &mut self.pes[p].engines[e.index()];
+            eq.waiting_on_pe = false;
+            eq.blocked_since = None;
+            let Some(op) = eq.queue.pop_front() else { return Ok(()) };
+            self.start(p, e, op, access)?;
+            if self.pes[p].stall == Stall::QueueFull(e) {
+                self.wake_issue(p);
+            }
+        }
+    }
+
+    /// Records an engine's busy interval `[start, busy_end)` (and, for the
+    /// trace, the operation's end `done`).
+    fn occupy(
+        &mut self,
+        p: usize,
+        e: Engine,
+        (start, busy_end, done): (u64, u64, u64),
+        inst: kernbench_compiler::ir::Inst,
+    ) {
+        let pe = &mut self.pes[p];
+        pe.engines[e.index()].free_at_ps = busy_end;
+        pe.busy_ps[e.index()] += busy_end - start;
+        if self.l.trace {
+            self.slices.push(super::report::Slice {
+                rank: p as u32,
+                engine: e,
+                start_ps: start,
+                end_ps: busy_end,
+                done_ps: done,
+                inst,
+            });
+        }
+    }
+
+    /// Parks a started operation and schedules its end.
+    fn finish_at(&mut self, p: usize, mut op: OpRec, start: u64, end: u64) {
+        op.start_ps = start;
+        let slot = self.pes[p].park(op);
+        self.schedule(end, Ev::Done(p as u32, slot));
+    }
+
+    fn start(&mut self, p: usize, e: Engine, mut op: OpRec, access: Option<Access>) -> Result<(), SimError> {
+        let now = self.now;
+        match op.kind {
+            OpKind::Group(g) => {
+                let info = self.groups[g];
+                if !info.memory {
+                    let outs = self.run_group(p, &op, g)?;
+                    let end = now + info.cost_ps;
+                    for (s, v) in op.results.iter().zip(outs) {
+                        let _ = s.data.set(v);
+                        s.ready_ps.set(end);
+                    }
+                    self.occupy(p, e, (now, end, end), op.inst);
+                    self.finish_at(p, op, now, end);
+                    return Ok(());
+                }
+                let access = match access {
+                    Some(a) => a,
+                    None => self.access(p, &op)?,
+                };
+                if let Some(id) = op.mem_id {
+                    self.pes[p].mem_started(id, access.ranges.clone());
+                }
+                if matches!(self.l.func.inst(op.inst).op, Op::Gemm { .. }) {
+                    let end = self.gemm_composite(p, &op, &access)?;
+                    self.occupy(p, e, (now, end, end), op.inst);
+                    self.finish_at(p, op, now, end);
+                    return Ok(());
+                }
+                let (place, bytes, hbm, write) = access.parts[0].clone();
+                let me = self.l.comm.pes[p];
+                let t0 = now + self.dma_setup_ps;
+                // The engine is busy until the transfer's tail has left the
+                // first stage; the rest of the path overlaps with the next.
+                let (busy_end, end) = if bytes == 0 {
+                    (t0, t0)
+                } else {
+                    let route = if write {
+                        self.m.fabric.route(Endpoint::Core(me), place.endpoint())
+                    } else {
+                        self.m.fabric.route(place.endpoint(), Endpoint::Core(me))
+                    };
+                    let tr = self.m.fabric.reserve(&route, bytes, &hbm, t0);
+                    (tr.injected_ps, tr.end_ps)
+                };
+                if !info.effect_at_end {
+                    // A load samples memory now.
+                    let outs = self.run_group(p, &op, g)?;
+                    for (s, v) in op.results.iter().zip(outs) {
+                        let _ = s.data.set(v);
+                        s.ready_ps.set(end);
+                    }
+                }
+                self.occupy(p, e, (now, busy_end, end), op.inst);
+                self.finish_at(p, op, now, end);
+            }
+            OpKind::Send { queue, .. } => {
+                let (value, val) = op.args[0].clone();
+                let ty = self.l.func.ty(value);
+                let bytes = value_bytes(ty);
+                let slots = self.send_slots(p, &op)?;
+                let data = val.data().cloned().unwrap_or(RtValue::Scalar(0));
+                let q = &mut self.queues.queues[queue as usize];
+                q.credits -= slots;
+                let msg = q.first_msg + q.msgs.len() as u64;
+                let dst = q.dst;
+                q.msgs.push_back(super::ipcq::Msg {
+                    data,
+                    bytes,
+                    slots,
+                    arrived_ps: None,
+                });
+                op.kind = OpKind::Send { queue, msg };
+                let (route, hbm) = self.buffer_route(p, dst, msg, bytes, true);
+                let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
+                self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
+                self.finish_at(p, op, now, tr.end_ps);
+            }
+            OpKind::Recv { queue, msg } => {
+                let func = self.l.func;
+                let r = func.inst(op.inst).results[0];
+                let ty = match func.ty(r) {
+                    Type::Future(d, s) => Type::Block(Elem::Num(*d), s.clone()),
+                    t => t.clone(),
+                };
+                let q = &self.queues.queues[queue as usize];
+                let src = q.src;
+                let Some(m) = q.msg(msg) else { return Ok(()) };
+                let (bytes, data) = (m.bytes, m.data.clone());
+                let want = value_bytes(&ty);
+                if want != bytes {
+                    return Err(self.exec_error(
+                        p,
+                        op.inst,
+                        ExecErrorKind::Unsupported(format!(
+                            "this receive expects {want} bytes ({ty}) but rank {src} sent {bytes} bytes"
+                        )),
+                    ));
+                }
+                let me = self.pes[p].rank;
+                let (route, hbm) = self.buffer_route(p, me, msg, bytes, false);
+                let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
+                if let Some(s) = op.results.first() {
+                    let _ = s.data.set(reinterpret(&ty, &data));
+                    s.ready_ps.set(tr.end_ps);
+                }
+                self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
+                self.finish_at(p, op, now, tr.end_ps);
+            }
+        }
+        Ok(())
+    }
+
+    /// Slots a send's message takes (an error when it can never fit).
+    fn send_slots(&self, p: usize, op: &OpRec) -> Result<u32, SimError> {
+        let ipcq = &self.m.topo.spec.pe.ipcq;
+        let bytes = value_bytes(self.l.func.ty(op.args[0].0));
+        let slots = bytes.div_ceil(ipcq.slot_size_bytes.0).max(1);
+        if slots > ipcq.n_slots.0 {
+            return Err(self.exec_error(
+                p,
+                op.inst,
+                ExecErrorKind::Unsupported(format!(
+                    "this message of {bytes} bytes needs {slots} slots, but a queue has {} slots of {} bytes \
+                     (send smaller blocks, or raise pe.ipcq in the topology)",
+                    ipcq.n_slots.0, ipcq.slot_size_bytes.0
+                )),
+            ));
+        }
+        Ok(slots as u32)
+    }
+
+    /// The route between rank `p`'s core and the slots of a queue whose
+    /// receiver is rank `owner` (towards the slots when `to_slots`), with
+    /// the HBM pseudo-channel split of the message's slots.
+    fn buffer_route(
+        &mut self,
+        p: usize,
+        owner: u32,
+        msg: u64,
+        bytes: u64,
+        to_slots: bool,
+    ) -> (Rc<super::fabric::Route>, Vec<u64>) {
+        let me = self.l.comm.pes[p];
+        let owner_pe = self.l.comm.pes[owner as usize];
+        let ipcq = &self.m.topo.spec.pe.ipcq;
+        let place = Placement::near(ipcq.buffer_space, owner_pe);
+        let offset = (msg % ipcq.n_slots.0) * ipcq.slot_size_bytes.0;
+        let route = if to_slots {
+            self.m.fabric.route(Endpoint::Core(me), place.endpoint())
+        } else {
+            self.m.fabric.route(place.endpoint(), Endpoint::Core(me))
+        };
+        let mut hbm = Vec::new();
+        if matches!(place, Placement::Hbm(_)) {
+            hbm = vec![0; self.m.fabric.channels() as usize];
+            self.m.fabric.split_contiguous(offset, bytes, &mut hbm);
+        }
+        (route, hbm)
+    }
+
+    /// Runs a data-path group on the operation's captured operands.
+    fn run_group(&mut self, p: usize, op: &OpRec, g: usize) -> Result<Vec<RtValue>, SimError> {
+        let func = self.l.func;
+        let inputs: Vec<RtValue> = op
+            .args
+            .iter()
+            .map(|(v, x)| fit(func.ty(*v), x.data().unwrap_or(&RtValue::Scalar(0))))
+            .collect();
+        let refs: Vec<&RtValue> = inputs.iter().collect();
+        let r = self.dp.run(func, self.l.plan, g, &refs, &mut self.m.mem);
+        r.map_err(|e| self.fail(p, e))
+    }
+
+    /// Where a memory operation goes and how many bytes it moves.
+    fn access(&self, p: usize, op: &OpRec) -> Result<Access, SimError> {
+        let func = self.l.func;
+        let d = func.inst(op.inst);
+        let data = |k: usize| op.arg(d.args[k]).and_then(Val::data);
+        if let Op::Gemm { .. } = d.op {
+            return self.gemm_access(p, op);
+        }
+        let write = !matches!(d.op, Op::Load { .. });
+        let mask_arg = match d.op {
+            Op::Load { has_mask: true, .. } => Some(1),
+            Op::Store { has_mask: true } | Op::AtomicAdd { has_mask: true } => Some(2),
+            _ => None,
+        };
+        let size = pointee(func.ty(d.args[0])).size_bytes();
+        let ptr = data(0).cloned().unwrap_or(RtValue::Scalar(0));
+        let mask = mask_arg.and_then(data).cloned();
+        // Active lanes' addresses.
+        let mut addrs: Vec<u64> = Vec::new();
+        match (&ptr, &mask) {
+            (RtValue::Scalar(a), Some(RtValue::Scalar(m))) => {
+                if m & 1 != 0 {
+                    addrs.push(*a)
+                }
+            }
+            (RtValue::Scalar(a), _) => addrs.push(*a),
+            (RtValue::Block(t), m) => {
+                let pb = t.bytes();
+                let mb = match m {
+                    Some(RtValue::Block(mt)) => Some(mt.bytes()),
+                    _ => None,
+                };
+                let all_on = !matches!(m, Some(RtValue::Scalar(0)));
+                addrs.reserve(t.numel());
+                for (k, w) in pb.chunks_exact(8).enumerate() {
+                    let on = match mb {
+                        Some(mb) => mb.get(k).is_some_and(|b| b & 1 != 0),
+                        None => all_on,
+                    };
+                    if on {
+                        addrs.push(u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]));
+                    }
+                }
+            }
+        }
+        let Some(&first) = addrs.first() else {
+            return Ok(Access {
+                parts: vec![(Placement::Tcm(self.l.comm.pes[p]), 0, Vec::new(), write)],
+                ranges: Vec::new(),
+            });
+        };
+        let fault = || {
+            self.exec_error(
+                p,
+                op.inst,
+                ExecErrorKind::OutOfBounds(MemFault {
+                    addr: first,
+                    bytes: size,
+                    write,
+                }),
+            )
+        };
+        let place = self.m.mem.placement_of(first).ok_or_else(fault)?;
+        self.check_reach(p, op, place, first, write)?;
+        let (lo, hi) = addrs
+            .iter()
+            .fold((u64::MAX, 0), |(l, h), &a| (l.min(a), h.max(a + size)));
+        let bytes = addrs.len() as u64 * size;
+        let mut hbm = Vec::new();
+        if let Placement::Hbm(_) = place {
+            let f = &self.m.fabric;
+            hbm = vec![0; f.channels() as usize];
+            if hi - lo == bytes {
+                f.split_contiguous(lo, bytes, &mut hbm);
+            } else {
+                for a in &addrs {
+                    hbm[f.channel_of(*a)] += size;
+                }
+            }
+        }
+        Ok(Access {
+            parts: vec![(place, bytes, hbm, write)],
+            ranges: vec![(lo, hi, write)],
+        })
+    }
+
+    /// A PE reaches its own TCM, its SIP's HBM and SRAM; another SIP only
+    /// with a one-sided put into a symmetric buffer.
+    fn check_reach(&self, p: usize, op: &OpRec, place: Placement, addr: u64, write: bool) -> Result<(), SimError> {
+        let me = self.l.comm.pes[p];
+        let why = match place {
+            Placement::Tcm(owner) if owner != me => Some(format!(
+                "the address {addr:#x} is in the TCM of {owner}, which only that PE can access"
+            )),
+            _ if place.sip() != me.sip => {
+                let symmetric = self.m.mem.lookup(addr).is_some_and(|(_, i)| i.symmetric.is_some());
+                if write && symmetric {
+                    None
+                } else {
+                    Some(format!(
+                        "the address {addr:#x} is in the {place}, on another SIP: {} it with tl.send/tl.recv{}",
+                        if write { "write" } else { "read" },
+                        if write { " or a put into a symmetric buffer" } else { "" }
+                    ))
+                }
+            }
+            _ => None,
+        };
+        match why {
+            Some(msg) => Err(self.exec_error(p, op.inst, ExecErrorKind::Unsupported(msg))),
+            None => Ok(()),
+        }
+    }
+
+    fn gemm_access(&self, p: usize, op: &OpRec) -> Result<Access, SimError> {
+        let func = self.l.func;
+        let d = func.inst(op.inst);
+        let s = |k: usize| op.arg(d.args[k]).and_then(Val::data).map_or(0, RtValue::scalar);
+        let dim = |k: usize| kernbench_compiler::datapath::elem::to_i64(DType::I32, s(k)).max(0) as u64;
+        let (m, n, k) = (dim(3), dim(4), dim(5));
+        let isz = pointee(func.ty(d.args[0])).size_bytes();
+        let osz = pointee(func.ty(d.args[2])).size_bytes();
+        let mut parts = Vec::new();
+        let mut ranges = Vec::new();
+        for (arg, bytes, write) in [(0, m * k * isz, false), (1, k * n * isz, false), (2, m * n * osz, true)] {
+            let addr = s(arg);
+            if bytes == 0 {
+                continue;
+            }
+            let fault = || self.exec_error(p, op.inst, ExecErrorKind::OutOfBounds(MemFault { addr, bytes, write }));
+            let place = self.m.mem.placement_of(addr).ok_or_else(fault)?;
+            self.check_reach(p, op, place, addr, write)?;
+            let mut hbm = Vec::new();
+            if let Placement::Hbm(_) = place {
+                hbm = vec![0; self.m.fabric.channels() as usize];
+                self.m.fabric.split_contiguous(addr, bytes, &mut hbm);
+            }
+            parts.push((place, bytes, hbm, write));
+            ranges.push((addr, addr + bytes, write));
+        }
+        Ok(Access { parts, ranges })
+    }
+
+    /// `tl.gemm`: the pipeline's closed form on idle paths, and the
+    /// operands' total traffic reserved on the links (so others see the
+    /// contention, and contention slows it down). Returns when it ends.
+    fn gemm_composite(&mut self, p: usize, op: &OpRec, access: &Access) -> Result<u64, SimError> {
+        let func = self.l.func;
+        let d = func.inst(op.inst);
+        let now = self.now;
+        let s = |k: usize| op.arg(d.args[k]).and_then(Val::data).map_or(0, RtValue::scalar);
+        let dim = |k: usize| kernbench_compiler::datapath::elem::to_i64(DType::I32, s(k)).max(0) as u64;
+        let shape = cost::GemmShape {
+            m: dim(3),
+            n: dim(4),
+            k: dim(5),
+            in_dtype: pointee(func.ty(d.args[0])),
+            out_dtype: pointee(func.ty(d.args[2])),
+        };
+        let me = self.l.comm.pes[p];
+        let t0 = now + self.dma_setup_ps;
+        if access.parts.len() < 3 {
+            // An empty product: nothing moves.
+            return Ok(t0);
+        }
+        // Idle per-tile streaming (bytes at the bottleneck) and latency of
+        // each operand's path.
+        let mut routes = Vec::new();
+        for (place, _, _, write) in &access.parts {
+            let r = if *write {
+                self.m.fabric.route(Endpoint::Core(me), place.endpoint())
+            } else {
+                self.m.fabric.route(place.endpoint(), Endpoint::Core(me))
+            };
+            routes.push(r);
+        }
+        let stream = |sim: &Self, k: usize, bytes: u64| -> u64 {
+            let (_, total, hbm, _) = &access.parts[k];
+            // The tile's share of each pseudo-channel follows the operand's.
+            let share: Vec<u64> = hbm.iter().map(|b| (b * bytes).div_ceil((*total).max(1))).collect();
+            let c = sim.m.fabric.idle_cost(&routes[k], bytes, &share);
+            c.head_ps + c.stream_ps
+        };
+        let lat = |sim: &Self, k: usize| sim.m.fabric.idle_cost(&routes[k], 1, &access.parts[k].2).latency_ps;
+        let latency = lat(self, 0).max(lat(self, 1)) + lat(self, 2);
+        let pipe = cost::gemm_pipeline(
+            &self.m.topo,
+            &shape,
+            |b| stream(self, 0, b),
+            |b| stream(self, 1, b),
+            |b| stream(self, 2, b),
+            latency,
+        );
+        let mut end = t0 + pipe.total_ps();
+        // The operands' traffic: A tiles are read once per output tile
+        // column, B tiles once per output tile row.
+        let g = &self.m.topo.spec.pe.gemm;
+        let (tm, tn) = (g.tile_m.0, g.tile_n.0);
+        let traffic = [
+            shape.n.div_ceil(tn) * access.parts[0].1,
+            shape.m.div_ceil(tm) * access.parts[1].1,
+            access.parts[2].1,
+        ];
+        for (k, bytes) in traffic.into_iter().enumerate() {
+            let (_, total, hbm, _) = &access.parts[k];
+            let scale: Vec<u64> = hbm.iter().map(|b| (b * bytes).div_ceil((*total).max(1))).collect();
+            let tr = self.m.fabric.reserve(&routes[k], bytes, &scale, t0);
+            end = end.max(tr.end_ps);
+        }
+        Ok(end)
+    }
+
+    /// An operation ended: its end-time effects, then whatever waited for
+    /// it.
+    pub(super) fn done(&mut self, p: usize, slot: u32) -> Result<(), SimError> {
+        let Some(op) = self.pes[p].unpark(slot) else {
+            return Ok(());
+        };
+        let now = self.now;
+        match op.kind {
+            OpKind::Group(g) if self.groups[g].effect_at_end => {
+                let outs = self.run_group(p, &op, g)?;
+                for (s, v) in op.results.iter().zip(outs) {
+                    let _ = s.data.set(v);
+                    s.ready_ps.set(now);
+                }
+            }
+            OpKind::Send { queue, msg } => {
+                let q = &mut self.queues.queues[queue as usize];
+                if let Some(m) = q.msg_mut(msg) {
+                    m.arrived_ps = Some(now);
+                }
+                let dst = q.dst as usize;
+                self.request_kick(dst, Engine::Recv, now);
+            }
+            OpKind::Recv { queue, msg } => {
+                let q = &mut self.queues.queues[queue as usize];
+                let slots = q.msg(msg).map_or(0, |m| m.slots);
+                q.consume(msg);
+                let (src, dst) = (q.src, q.dst);
+                let back = self.core_latency_ps(dst, src);
+                self.schedule(now + back, Ev::Credit(queue, slots));
+            }
+            _ => {}
+        }
+        let pe = &mut self.pes[p];
+        if let Some(id) = op.mem_id {
+            pe.mem_done(id);
+        }
+        pe.last_done_ps = pe.last_done_ps.max(now);
+        if matches!(pe.stall, Stall::Data | Stall::Drain) {
+            self.wake_issue(p);
+        }
+        for e in Engine::ALL {
+            if self.pes[p].engines[e.index()].waiting_on_pe {
+                self.pes[p].engines[e.index()].waiting_on_pe = false;
+                self.kick(p, e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Credits are back at a queue's sender.
+    pub(super) fn credit(&mut self, queue: u32, n: u32) {
+        let q = &mut self.queues.queues[queue as usize];
+        q.credits += n;
+        let p = q.src as usize;
+        let since = self.pes[p].engines[Engine::Send.index()].blocked_since;
+        let ipcq = &self.m.topo.spec.pe.ipcq;
+        let t = match (ipcq.backpressure, since) {
+            // A polling sender notices at its next poll.
+            (Backpressure::Poll, Some(s)) => {
+                let every = Topology::ns_to_ps(ipcq.poll_interval_ns.0).max(1);
+                s + (self.now - s).div_ceil(every) * every
+            }
+            _ => self.now,
+        };
+        self.request_kick(p, Engine::Send, t);
+    }
+}

@@ -1,0 +1,414 @@
+//! The event loop: the simulator's state during one launch, its event
+//! queue (integer time, ties broken by creation order), launch set-up, and
+//! the end of a run (a report, or the deadlock diagnostic's facts).
+
+use super::fabric::Endpoint;
+use super::ipcq::Queues;
+use super::pe::{PeState, Stall};
+use super::report::{Blocked, LinkStat, PeStat, Report, Slice, WaitReason};
+use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Engine, Launch, Machine, Placement, SimError};
+use kernbench_compiler::datapath::{DataPath, ExecError, ExecErrorKind, GroupId};
+use kernbench_compiler::ir::{Op, Value};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashSet, VecDeque};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Ev {
+    /// Run PE `p`'s issue unit.
+    Issue(u32),
+    /// Try to start the head of an engine's queue.
+    Kick(u32, u8),
+    /// An operation finished: PE, in-flight slot.
+    Done(u32, u32),
+    /// Credits came back to a queue's sender.
+    Credit(u32, u32),
+}
+
+/// What the simulator knows about a plan group before running.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GroupInfo {
+    pub engine: Engine,
+    /// Compute time (0 for memory operations, timed by the fabric).
+    pub cost_ps: u64,
+    /// A load, store, atomic or `tl.gemm`.
+    pub memory: bool,
+    /// Its data effect happens when it ends (stores, atomics, `tl.gemm`).
+    pub effect_at_end: bool,
+    /// Address generation (see [`super::agu`]): computed when issued.
+    pub address: bool,
+}
+
+pub(super) struct Sim<'a> {
+    pub m: &'a mut Machine,
+    pub dp: &'a mut dyn DataPath,
+    pub l: &'a Launch<'a>,
+    pub pes: Vec<PeState>,
+    events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    seq: u64,
+    pub now: u64,
+    pub queues: Queues,
+    pub groups: Vec<GroupInfo>,
+    pub dispatch_ps: u64,
+    pub dma_setup_ps: u64,
+    pub queue_depth: usize,
+    /// Barrier: ranks arrived, latest arrival.
+    pub barrier_arrived: u32,
+    pub barrier_latest_ps: u64,
+    pub barrier_latency_ps: Option<u64>,
+    pub events_run: u64,
+    pub slices: Vec<Slice>,
+    pub start_ps: u64,
+}
+
+fn group_info(m: &Machine, l: &Launch, g: GroupId, address: &HashSet<Value>) -> GroupInfo {
+    let func = l.func;
+    let i = l.plan.groups[g].insts[0];
+    let d = func.inst(i);
+    let topo = &m.topo;
+    let mut info = match d.op {
+        Op::Load { .. } => GroupInfo {
+            engine: Engine::Dma,
+            cost_ps: 0,
+            memory: true,
+            effect_at_end: false,
+            address: false,
+        },
+        Op::Store { .. } | Op::AtomicAdd { .. } => GroupInfo {
+            engine: Engine::Dma,
+            cost_ps: 0,
+            memory: true,
+            effect_at_end: true,
+            address: false,
+        },
+        Op::Gemm { .. } => GroupInfo {
+            engine: Engine::Gemm,
+            cost_ps: 0,
+            memory: true,
+            effect_at_end: true,
+            address: false,
+        },
+        Op::Dot { .. } => GroupInfo {
+            engine: Engine::Gemm,
+            cost_ps: topo.cycles_to_ps(cost::dot_cycles_of(topo, func, i)),
+            memory: false,
+            effect_at_end: false,
+            address: false,
+        },
+        _ => GroupInfo {
+            engine: Engine::Math,
+            cost_ps: topo.cycles_to_ps(cost::math_cycles(topo, func, i)),
+            memory: false,
+            effect_at_end: false,
+            address: false,
+        },
+    };
+    info.address = !d.results.is_empty() && d.results.iter().all(|r| address.contains(r));
+    info
+}
+
+pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<Report, SimError> {
+    let func = l.func;
+    let world = l.comm.world();
+    if world == 0 {
+        return Err(SimError::Setup("the launch has no PEs".into()));
+    }
+    if l.args.len() != world as usize {
+        return Err(SimError::Setup(format!(
+            "{} argument lists for {world} ranks",
+            l.args.len()
+        )));
+    }
+    // Live blocks, the PE's TCM allocations and IPCQ slots must fit.
+    let live = peak_live_bytes(func) + ipcq_tcm_bytes(&m.topo);
+    for &pe in &l.comm.pes {
+        let tcm = Placement::Tcm(pe);
+        let (cap, used) = (m.mem.capacity(tcm), m.mem.used(tcm));
+        if live + used > cap {
+            return Err(SimError::TcmCapacity {
+                kernel: func.name.clone(),
+                pe,
+                need_bytes: live + used,
+                have_bytes: cap,
+            });
+        }
+    }
+    dp.prepare(func, l.plan)
+        .map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
+    let address = super::agu::address_values(func);
+    let groups = (0..l.plan.groups.len())
+        .map(|g| group_info(m, l, g, &address))
+        .collect();
+    let start = m.now_ps + m.launch_latency_ps(&l.comm.pes);
+    m.fabric.reset_stats();
+    if l.trace {
+        m.fabric.record = Some(Vec::new());
+    }
+    let programs: u32 = l.grid.iter().product();
+    let pes = (0..world)
+        .map(|r| {
+            let mine: VecDeque<u32> = (r..programs).step_by(world as usize).collect();
+            PeState::new(r, mine, func.values.len(), start)
+        })
+        .collect();
+    let t = &m.topo;
+    let mut sim = Sim {
+        dispatch_ps: t.cycles_to_ps(t.spec.pe.dispatch_cycles.0),
+        dma_setup_ps: t.cycles_to_ps(t.spec.pe.dma.setup_cycles),
+        queue_depth: t.spec.pe.queue_depth.0 as usize,
+        queues: Queues::new(t.spec.pe.ipcq.n_slots.0 as u32),
+        m,
+        dp,
+        l,
+        pes,
+        events: BinaryHeap::new(),
+        seq: 0,
+        now: start,
+        groups,
+        barrier_arrived: 0,
+        barrier_latest_ps: 0,
+        barrier_latency_ps: None,
+        events_run: 0,
+        slices: Vec::new(),
+        start_ps: start,
+    };
+    for p in 0..world as usize {
+        sim.start_next_program(p);
+    }
+    sim.run_events()?;
+    let report = sim.report();
+    sim.m.now_ps = report.end_ps;
+    sim.m.fabric.record = None;
+    Ok(report)
+}
+
+impl Sim<'_> {
+    pub fn schedule(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Reverse((t, self.seq, ev)));
+    }
+
+    /// Makes sure PE `p`'s issue unit runs at `max(now, its clock)`.
+    pub fn wake_issue(&mut self, p: usize) {
+        let pe = &mut self.pes[p];
+        if pe.stall == Stall::Finished || pe.issue_scheduled {
+            return;
+        }
+        pe.stall = Stall::None;
+        pe.issue_scheduled = true;
+        pe.issue_ps = pe.issue_ps.max(self.now);
+        let t = pe.issue_ps;
+        self.schedule(t, Ev::Issue(p as u32));
+    }
+
+    /// Asks engine `e` of PE `p` to try its queue at time `t`.
+    pub fn request_kick(&mut self, p: usize, e: Engine, t: u64) {
+        let t = t.max(self.now);
+        let eq = &mut self.pes[p].engines[e.index()];
+        if eq.kick_at.is_some_and(|k| k <= t && k >= self.now) {
+            return;
+        }
+        eq.kick_at = Some(t);
+        self.schedule(t, Ev::Kick(p as u32, e as u8));
+    }
+
+    pub fn exec_error(&self, p: usize, inst: kernbench_compiler::ir::Inst, kind: ExecErrorKind) -> SimError {
+        self.fail(p, ExecError { inst, kind })
+    }
+
+    pub fn fail(&self, p: usize, error: ExecError) -> SimError {
+        let pe = &self.pes[p];
+        SimError::Exec {
+            pe: self.l.comm.pes[p],
+            rank: pe.rank,
+            program: pe.pid,
+            error,
+        }
+    }
+
+    /// Starts PE `p`'s next program, or marks it finished.
+    pub fn start_next_program(&mut self, p: usize) {
+        let func = self.l.func;
+        let [g0, g1, _] = self.l.grid;
+        let Some(idx) = self.pes[p].programs.pop_front() else {
+            let pe = &mut self.pes[p];
+            pe.stall = Stall::Finished;
+            pe.end_ps = pe.issue_ps.max(pe.last_done_ps);
+            return;
+        };
+        let pe = &mut self.pes[p];
+        pe.pid = [idx % g0, (idx / g0) % g1.max(1), idx / (g0 * g1).max(1)];
+        pe.frames = vec![super::pe::Frame {
+            region: func.body,
+            idx: 0,
+            kind: super::pe::FrameKind::Body,
+        }];
+        let t = pe.issue_ps.max(pe.last_done_ps);
+        pe.issue_ps = t;
+        let params = &func.region(func.body).params;
+        for (v, a) in params.iter().zip(&self.l.args[p]) {
+            pe.set(*v, super::pe::Val::Ready { v: a.clone(), at: t });
+        }
+        pe.stall = Stall::None;
+        self.wake_issue(p);
+    }
+
+    fn run_events(&mut self) -> Result<(), SimError> {
+        while let Some(Reverse((t, _, ev))) = self.events.pop() {
+            self.now = t;
+            self.events_run += 1;
+            match ev {
+                Ev::Issue(p) => {
+                    self.pes[p as usize].issue_scheduled = false;
+                    self.issue(p as usize)?;
+                }
+                Ev::Kick(p, e) => {
+                    let e = Engine::ALL[e as usize];
+                    let eq = &mut self.pes[p as usize].engines[e.index()];
+                    if eq.kick_at == Some(t) {
+                        eq.kick_at = None;
+                    }
+                    self.kick(p as usize, e)?;
+                }
+                Ev::Done(p, slot) => self.done(p as usize, slot)?,
+                Ev::Credit(q, n) => self.credit(q, n),
+            }
+        }
+        let blocked = self.blocked();
+        if blocked.is_empty() {
+            Ok(())
+        } else {
+            Err(SimError::Deadlock {
+                time_ps: self.now,
+                blocked,
+            })
+        }
+    }
+
+    /// What every unfinished PE waits for (the facts of a deadlock).
+    fn blocked(&self) -> Vec<Blocked> {
+        let func = self.l.func;
+        let mut out = Vec::new();
+        for (p, pe) in self.pes.iter().enumerate() {
+            if pe.stall == Stall::Finished {
+                continue;
+            }
+            let coord = self.l.comm.pes[p];
+            let mut found = false;
+            for e in [Engine::Send, Engine::Recv] {
+                let Some(head) = pe.engines[e.index()].queue.front() else {
+                    continue;
+                };
+                let reason = match head.kind {
+                    super::pe::OpKind::Recv { queue, msg } => {
+                        let q = &self.queues.queues[queue as usize];
+                        if q.msg(msg).is_some_and(|m| m.arrived_ps.is_some()) {
+                            continue;
+                        }
+                        WaitReason::NoData { from_rank: q.src }
+                    }
+                    super::pe::OpKind::Send { queue, .. } => {
+                        let q = &self.queues.queues[queue as usize];
+                        let slots = self.queues.n_slots();
+                        WaitReason::QueueFull {
+                            to_rank: q.dst,
+                            used: slots - q.credits,
+                            slots,
+                        }
+                    }
+                    _ => continue,
+                };
+                found = true;
+                out.push(Blocked {
+                    pe: coord,
+                    rank: pe.rank,
+                    inst: head.inst,
+                    reason,
+                });
+            }
+            if found {
+                continue;
+            }
+            let inst = pe
+                .frames
+                .last()
+                .and_then(|f| self.l.plan.steps[f.region].get(f.idx))
+                .map(|s| match *s {
+                    kernbench_compiler::datapath::Step::Inst(i)
+                    | kernbench_compiler::datapath::Step::Relabel(i)
+                    | kernbench_compiler::datapath::Step::Control(i) => i,
+                    kernbench_compiler::datapath::Step::Group(g) => self.l.plan.groups[g].insts[0],
+                })
+                .unwrap_or_else(|| func.region(func.body).insts[0]);
+            let reason = match pe.stall {
+                Stall::Barrier => WaitReason::Barrier {
+                    arrived: self.barrier_arrived,
+                    world: self.l.comm.world(),
+                },
+                _ => WaitReason::Other,
+            };
+            out.push(Blocked {
+                pe: coord,
+                rank: pe.rank,
+                inst,
+                reason,
+            });
+        }
+        out
+    }
+
+    fn report(&self) -> Report {
+        let end = self.pes.iter().map(|p| p.end_ps).max().unwrap_or(self.start_ps);
+        let links = self
+            .m
+            .fabric
+            .links
+            .iter()
+            .filter(|l| l.bytes > 0)
+            .map(|l| LinkStat {
+                id: l.id,
+                busy_ps: l.busy_ps,
+                bytes: l.bytes,
+            })
+            .collect();
+        let link_intervals = self
+            .m
+            .fabric
+            .record
+            .as_ref()
+            .map(|r| {
+                r.iter()
+                    .map(|&(i, s, e)| (self.m.fabric.links[i as usize].id, s, e))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Report {
+            kernel: self.l.func.name.clone(),
+            start_ps: self.start_ps,
+            end_ps: end,
+            pes: self
+                .pes
+                .iter()
+                .enumerate()
+                .map(|(p, s)| PeStat {
+                    pe: self.l.comm.pes[p],
+                    rank: s.rank,
+                    end_ps: s.end_ps,
+                    busy_ps: s.busy_ps,
+                })
+                .collect(),
+            links,
+            events: self.events_run,
+            slices: self.slices.clone(),
+            link_intervals,
+        }
+    }
+
+    /// The control-message latency between two ranks' cores.
+    pub fn core_latency_ps(&mut self, from: u32, to: u32) -> u64 {
+        let (a, b) = (self.l.comm.pes[from as usize], self.l.comm.pes[to as usize]);
+        if a == b {
+            return 0;
+        }
+        self.m.fabric.latency_ps(Endpoint::Core(a), Endpoint::Core(b))
+    }
+}

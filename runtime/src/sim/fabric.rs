@@ -1,0 +1,772 @@
+//! The fabric: where every PE, memory and port sits, the route a transfer
+//! takes between two endpoints, and each link as a FIFO server with a
+//! reservation (`free_at_ps`).
+//!
+//! **Physical layout** (documented in `docs/hardware-model.md`):
+//! - inside a cube, 4 corner routers on a 2×2 grid (corner `c` at
+//!   `x = c % 2, y = c / 2`), joined by directed router links and routed
+//!   XY; each PE attaches to its corner router by a directed link pair;
+//! - each PE's HBM slice sits behind its own controller of
+//!   `pseudo_channels` channels: the PE reaches it through a private port,
+//!   other PEs through the owner's corner router; the channel of a byte is
+//!   `(address / interleave_bytes) % pseudo_channels`;
+//! - the cube's SRAM hangs off corner router 0 through one port;
+//! - cubes of a SIP form a `w × h` mesh joined by directed UCIe ports and
+//!   routed XY; a transfer leaves a cube eastwards from corner 1,
+//!   westwards and northwards from corner 0, southwards from corner 2;
+//! - SIPs are joined at their IO-chiplet cube by directed SIP links, along
+//!   the ring, torus or mesh of `system.sip_topology`.
+//!
+//! **Timing of a transfer** (wormhole with store-and-forward of the head
+//! packet): the head packet of `h = min(bytes, packet_bytes)` enters link
+//! `i` at `e_i = max(arrival_i, free_at_i)` and reaches the next link at
+//! `e_i + ser_i(h) + latency_i`; the tail leaves link `i` at
+//! `max(e_i + ser_i(bytes), tail_{i-1} + ser_i(h))`. The link itself is
+//! busy for `ser_i(bytes)` from `e_i` (packets of other transfers fill the
+//! gaps when an upstream link is slower). On an idle path this is exactly
+//! `Σ latency_i + Σ ser_i(h) + ser_bottleneck(bytes − h)`: the DESIGN's
+//! `latency_sum + bytes / bottleneck_bandwidth` up to the head packet's
+//! store-and-forward. Transfers that share a link queue behind each other
+//! (FIFO in reservation order), so N flows through one link take about N
+//! times as long. All arithmetic is on integers.
+
+use crate::topology::{PeCoord, SipTopology, Topology};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// A link's identity. Directed links name both ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinkId {
+    /// A PE's link to its corner router (`up`) or back (`!up`).
+    PeLink { at: PeCoord, up: bool },
+    /// Between two corner routers of a cube.
+    RouterHop { sip: u32, cube: u32, from: u8, to: u8 },
+    /// UCIe between neighbouring cubes of a SIP.
+    Ucie { sip: u32, from: u32, to: u32 },
+    /// Between neighbouring SIPs.
+    SipLink { from: u32, to: u32 },
+    /// One pseudo-channel of a PE's HBM controller.
+    HbmChannel { at: PeCoord, channel: u16 },
+    /// A cube's SRAM port.
+    SramPort { sip: u32, cube: u32 },
+    /// A PE's TCM read or write port.
+    Tcm { at: PeCoord, write: bool },
+    /// The host's PCIe link to a SIP's IO chiplet.
+    Pcie { sip: u32 },
+}
+
+/// Link classes, in the order reports list them.
+pub const LINK_CLASSES: [&str; 9] = [
+    "pe<->router",
+    "router mesh",
+    "ucie",
+    "sip link",
+    "hbm channel",
+    "sram port",
+    "tcm read",
+    "tcm write",
+    "pcie",
+];
+
+impl LinkId {
+    /// Index into [`LINK_CLASSES`].
+    pub fn class(self) -> usize {
+        match self {
+            LinkId::PeLink { .. } => 0,
+            LinkId::RouterHop { .. } => 1,
+            LinkId::Ucie { .. } => 2,
+            LinkId::SipLink { .. } => 3,
+            LinkId::HbmChannel { .. } => 4,
+            LinkId::SramPort { .. } => 5,
+            LinkId::Tcm { write: false, .. } => 6,
+            LinkId::Tcm { write: true, .. } => 7,
+            LinkId::Pcie { .. } => 8,
+        }
+    }
+
+    pub fn class_name(self) -> &'static str {
+        LINK_CLASSES[self.class()]
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            LinkId::PeLink { at, up: true } => format!("PE→router of {at}"),
+            LinkId::PeLink { at, up: false } => format!("router→PE of {at}"),
+            LinkId::RouterHop { sip, cube, from, to } => {
+                format!("router hop corner {from}→{to} in (sip {sip}, cube {cube})")
+            }
+            LinkId::Ucie { sip, from, to } => format!("UCIe cube {from}→{to} in sip {sip}"),
+            LinkId::SipLink { from, to } => format!("SIP link {from}→{to}"),
+            LinkId::HbmChannel { at, channel } => format!("HBM pseudo-channel {channel} of {at}"),
+            LinkId::SramPort { sip, cube } => format!("SRAM port of (sip {sip}, cube {cube})"),
+            LinkId::Tcm { at, write } => format!("TCM {} port of {at}", if write { "write" } else { "read" }),
+            LinkId::Pcie { sip } => format!("PCIe host link of sip {sip}"),
+        }
+    }
+}
+
+/// Something a transfer starts or ends at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// A PE's core (its engines and registers).
+    Core(PeCoord),
+    /// A PE's TCM scratchpad.
+    Tcm(PeCoord),
+    /// A PE's HBM slice.
+    Hbm(PeCoord),
+    /// A cube's shared SRAM.
+    Sram { sip: u32, cube: u32 },
+}
+
+impl Endpoint {
+    pub fn sip(self) -> u32 {
+        match self {
+            Endpoint::Core(p) | Endpoint::Tcm(p) | Endpoint::Hbm(p) => p.sip,
+            Endpoint::Sram { sip, .. } => sip,
+        }
+    }
+}
+
+/// A link's parameters and state. Times are integer picoseconds.
+#[derive(Clone, Debug)]
+pub struct Link {
+    pub id: LinkId,
+    /// Bandwidth in bytes per microsecond (bytes/ns × 1000), so that
+    /// `ser(b) = ceil(b * 10^6 / bw)` ps stays integral.
+    pub bw_bytes_per_us: u64,
+    pub latency_ps: u64,
+    pub free_at_ps: u64,
+    pub busy_ps: u64,
+    pub bytes: u64,
+}
+
+impl Link {
+    /// Serialization time of `bytes` on this link.
+    pub fn ser_ps(&self, bytes: u64) -> u64 {
+        ser_ps(bytes, self.bw_bytes_per_us)
+    }
+}
+
+/// `ceil(bytes / bandwidth)` in picoseconds.
+pub fn ser_ps(bytes: u64, bw_bytes_per_us: u64) -> u64 {
+    (bytes as u128 * 1_000_000).div_ceil(bw_bytes_per_us.max(1) as u128) as u64
+}
+
+/// Bytes/ns as an integer bytes/µs.
+pub fn bw_per_us(bytes_per_ns: f64) -> u64 {
+    (bytes_per_ns * 1000.0).round().max(1.0) as u64
+}
+
+/// One stage of a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    Link(u32),
+    /// A PE's HBM controller: `channels` consecutive links from `first`;
+    /// the bytes split over them by address.
+    Hbm {
+        first: u32,
+        owner: PeCoord,
+    },
+}
+
+/// The stages a transfer crosses, in the direction data flows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Route {
+    pub stages: Vec<Stage>,
+}
+
+/// The result of scheduling a transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// When the head entered the first link.
+    pub start_ps: u64,
+    /// When the tail left the first stage (the sender may move on).
+    pub injected_ps: u64,
+    /// When the last byte arrived.
+    pub end_ps: u64,
+}
+
+/// An idle-path cost, broken down.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PathCost {
+    /// Sum of link latencies.
+    pub latency_ps: u64,
+    /// Store-and-forward of the head packet over every link.
+    pub head_ps: u64,
+    /// The rest of the bytes at the bottleneck.
+    pub stream_ps: u64,
+    pub bottleneck_bytes_per_us: u64,
+    /// Latency per link class (indexed like [`LINK_CLASSES`]).
+    pub latency_by_class_ps: [u64; 9],
+}
+
+impl PathCost {
+    pub fn total_ps(&self) -> u64 {
+        self.latency_ps + self.head_ps + self.stream_ps
+    }
+}
+
+pub struct Fabric {
+    topo: Topology,
+    pub links: Vec<Link>,
+    index: HashMap<LinkId, u32>,
+    routes: HashMap<(Endpoint, Endpoint), Rc<Route>>,
+    pub packet_bytes: u64,
+    channels: u32,
+    interleave_bytes: u64,
+    /// When set, each reservation's (link, start, end) is recorded (trace).
+    pub record: Option<Vec<(u32, u64, u64)>>,
+}
+
+impl Fabric {
+    pub fn new(topo: &Topology) -> Fabric {
+        let c = &topo.spec.pe.hbm_controller;
+        Fabric {
+            topo: topo.clone(),
+            links: Vec::new(),
+            index: HashMap::new(),
+            routes: HashMap::new(),
+            packet_bytes: topo.spec.fabric.packet_bytes.0,
+            channels: c.pseudo_channels.0 as u32,
+            interleave_bytes: c.interleave_bytes.0,
+            record: None,
+        }
+    }
+
+    /// Zeroes every link's statistics (busy time, bytes), keeping the
+    /// reservations: a new launch on a machine that keeps running.
+    pub fn reset_stats(&mut self) {
+        for l in &mut self.links {
+            l.busy_ps = 0;
+            l.bytes = 0;
+        }
+    }
+
+    fn spec(&self, id: LinkId) -> (f64, f64) {
+        let s = &self.topo.spec;
+        match id {
+            LinkId::PeLink { .. } | LinkId::RouterHop { .. } => (
+                s.cube.router.link_bandwidth_bytes_per_ns.0,
+                s.cube.router.hop_latency_ns.0,
+            ),
+            LinkId::Ucie { .. } => (self.topo.ucie_bandwidth_bytes_per_ns(), s.sip.ucie.latency_ns.0),
+            LinkId::SipLink { .. } => (
+                s.system.sip_link.bandwidth_bytes_per_ns.0,
+                s.system.sip_link.latency_ns.0,
+            ),
+            LinkId::HbmChannel { .. } => {
+                let c = &s.pe.hbm_controller;
+                (c.channel_bandwidth_bytes_per_ns.0 * c.efficiency.0, c.latency_ns.0)
+            }
+            LinkId::SramPort { .. } => (s.cube.sram.bandwidth_bytes_per_ns.0, s.cube.sram.latency_ns.0),
+            LinkId::Tcm { write: false, .. } => (s.pe.tcm.read_bandwidth_bytes_per_ns.0, s.pe.tcm.latency_ns.0),
+            LinkId::Tcm { write: true, .. } => (s.pe.tcm.write_bandwidth_bytes_per_ns.0, s.pe.tcm.latency_ns.0),
+            LinkId::Pcie { .. } => (s.host.pcie.bandwidth_bytes_per_ns.0, s.host.pcie.latency_ns.0),
+        }
+    }
+
+    /// The dense index of a link, creating it on first use.
+    pub fn link_index(&mut self, id: LinkId) -> u32 {
+        if let Some(&i) = self.index.get(&id) {
+            return i;
+        }
+        let (bw, lat) = self.spec(id);
+        let i = self.links.len() as u32;
+        self.links.push(Link {
+            id,
+            bw_bytes_per_us: bw_per_us(bw),
+            latency_ps: Topology::ns_to_ps(lat),
+            free_at_ps: 0,
+            busy_ps: 0,
+            bytes: 0,
+        });
+        self.index.insert(id, i);
+        i
+    }
+
+    fn corner(&self, pe: u32) -> u8 {
+        let per = self.topo.spec.cube.pe_layout.pe_per_corner.0 as u32;
+        (pe / per).min(3) as u8
+    }
+
+    /// Router hops between two corners of one cube (XY on the 2×2 grid).
+    fn corner_path(&mut self, sip: u32, cube: u32, from: u8, to: u8, out: &mut Vec<Stage>) {
+        let (mut x, mut y) = (from % 2, from / 2);
+        let (tx, ty) = (to % 2, to / 2);
+        while x != tx {
+            let nx = if tx > x { x + 1 } else { x - 1 };
+            let l = self.link_index(LinkId::RouterHop {
+                sip,
+                cube,
+                from: y * 2 + x,
+                to: y * 2 + nx,
+            });
+            out.push(Stage::Link(l));
+            x = nx;
+        }
+        while y != ty {
+            let ny = if ty > y { y + 1 } else { y - 1 };
+            let l = self.link_index(LinkId::RouterHop {
+                sip,
+                cube,
+                from: y * 2 + x,
+                to: ny * 2 + x,
+            });
+            out.push(Stage::Link(l));
+            y = ny;
+        }
+    }
+
+    /// The corner a cube's port towards a neighbour in direction
+    /// `(dx, dy)` sits at.
+    fn port_corner(dx: i32, dy: i32) -> u8 {
+        match (dx, dy) {
+            (1, _) => 1,
+            (_, 1) => 2,
+            _ => 0,
+        }
+    }
+
+    /// From corner `c0` of `cube0` to corner `c1` of `cube1` in one SIP.
+    fn cube_path(&mut self, sip: u32, (cube0, c0): (u32, u8), (cube1, c1): (u32, u8), out: &mut Vec<Stage>) {
+        let (w, _) = self.topo.cube_grid();
+        let (mut x, mut y) = ((cube0 % w) as i32, (cube0 / w) as i32);
+        let (tx, ty) = ((cube1 % w) as i32, (cube1 / w) as i32);
+        let mut corner = c0;
+        while (x, y) != (tx, ty) {
+            let (dx, dy) = if x != tx {
+                ((tx - x).signum(), 0)
+            } else {
+                (0, (ty - y).signum())
+            };
+            let here = (y * w as i32 + x) as u32;
+            self.corner_path(sip, here, corner, Self::port_corner(dx, dy), out);
+            let (nx, ny) = (x + dx, y + dy);
+            let next = (ny * w as i32 + nx) as u32;
+            let l = self.link_index(LinkId::Ucie {
+                sip,
+                from: here,
+                to: next,
+            });
+            out.push(Stage::Link(l));
+            corner = Self::port_corner(-dx, -dy);
+            x = nx;
+            y = ny;
+        }
+        self.corner_path(sip, cube1, corner, c1, out);
+    }
+
+    /// SIP links from `s0` to `s1`: X then Y over the SIP grid, the short
+    /// way round when it wraps (ring, torus).
+    fn sip_path(&mut self, s0: u32, s1: u32, out: &mut Vec<Stage>) {
+        let [gw, gh] = self.topo.spec.system.sip_grid;
+        let (w, h) = (gw.0 as i32, gh.0 as i32);
+        let wrap = self.topo.spec.system.sip_topology != SipTopology::Mesh2d;
+        let (mut x, mut y) = (s0 as i32 % w, s0 as i32 / w);
+        let (tx, ty) = (s1 as i32 % w, s1 as i32 / w);
+        let step = |from: i32, to: i32, n: i32| -> i32 {
+            let fwd = (to - from).rem_euclid(n);
+            if !wrap {
+                (to - from).signum()
+            } else if fwd <= n - fwd {
+                1
+            } else {
+                -1
+            }
+        };
+        while x != tx {
+            let nx = (x + step(x, tx, w)).rem_euclid(w);
+            let l = self.link_index(LinkId::SipLink {
+                from: (y * w + x) as u32,
+                to: (y * w + nx) as u32,
+            });
+            out.push(Stage::Link(l));
+            x = nx;
+        }
+        while y != ty {
+            let ny = (y + step(y, ty, h)).rem_euclid(h);
+            let l = self.link_index(LinkId::SipLink {
+                from: (y * w + x) as u32,
+                to: (ny * w + x) as u32,
+            });
+            out.push(Stage::Link(l));
+            y = ny;
+        }
+    }
+
+    /// Router-level path between corner routers anywhere in the machine.
+    fn router_path(
+        &mut self,
+        (sip0, cube0, c0): (u32, u32, u8),
+        (sip1, cube1, c1): (u32, u32, u8),
+        out: &mut Vec<Stage>,
+    ) {
+        if sip0 == sip1 {
+            self.cube_path(sip0, (cube0, c0), (cube1, c1), out);
+            return;
+        }
+        let io = self.topo.spec.sip.io_chiplet_cube as u32;
+        self.cube_path(sip0, (cube0, c0), (io, 0), out);
+        self.sip_path(sip0, sip1, out);
+        self.cube_path(sip1, (io, 0), (cube1, c1), out);
+    }
+
+    fn hbm_stage(&mut self, owner: PeCoord) -> Stage {
+        let first = self.link_index(LinkId::HbmChannel { at: owner, channel: 0 });
+        for ch in 1..self.channels {
+            // Channels are created together so they are consecutive.
+            let i = self.link_index(LinkId::HbmChannel {
+                at: owner,
+                channel: ch as u16,
+            });
+            debug_assert_eq!(i, first + ch);
+        }
+        Stage::Hbm { first, owner }
+    }
+
+    /// Where an endpoint attaches to the router network: (sip, cube, corner).
+    fn attach(&self, e: Endpoint) -> (u32, u32, u8) {
+        match e {
+            Endpoint::Core(p) | Endpoint::Tcm(p) | Endpoint::Hbm(p) => (p.sip, p.cube, self.corner(p.pe)),
+            Endpoint::Sram { sip, cube } => (sip, cube, 0),
+        }
+    }
+
+    /// The route data takes from `from` to `to` (cached).
+    pub fn route(&mut self, from: Endpoint, to: Endpoint) -> Rc<Route> {
+        if let Some(r) = self.routes.get(&(from, to)) {
+            return r.clone();
+        }
+        let r = Rc::new(self.compute_route(from, to));
+        self.routes.insert((from, to), r.clone());
+        r
+    }
+
+    fn compute_route(&mut self, from: Endpoint, to: Endpoint) -> Route {
+        use Endpoint as E;
+        let mut s = Vec::new();
+        // Private ports of one PE: its TCM and its own HBM slice.
+        match (from, to) {
+            (E::Core(a), E::Tcm(b)) | (E::Tcm(b), E::Core(a)) if a == b => {
+                let write = matches!(to, E::Tcm(_));
+                s.push(Stage::Link(self.link_index(LinkId::Tcm { at: a, write })));
+                return Route { stages: s };
+            }
+            (E::Core(a), E::Hbm(b)) | (E::Hbm(b), E::Core(a)) if a == b => {
+                s.push(self.hbm_stage(a));
+                return Route { stages: s };
+            }
+            _ => {}
+        }
+        // Leaving the source.
+        match from {
+            E::Core(p) => s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: true }))),
+            E::Tcm(p) => {
+                s.push(Stage::Link(self.link_index(LinkId::Tcm { at: p, write: false })));
+                s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: true })));
+            }
+            E::Hbm(p) => s.push(self.hbm_stage(p)),
+            E::Sram { sip, cube } => s.push(Stage::Link(self.link_index(LinkId::SramPort { sip, cube }))),
+        }
+        let (a, b) = (self.attach(from), self.attach(to));
+        self.router_path(a, b, &mut s);
+        // Entering the destination.
+        match to {
+            E::Core(p) => s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: false }))),
+            E::Tcm(p) => {
+                s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: false })));
+                s.push(Stage::Link(self.link_index(LinkId::Tcm { at: p, write: true })));
+            }
+            E::Hbm(p) => s.push(self.hbm_stage(p)),
+            E::Sram { sip, cube } => s.push(Stage::Link(self.link_index(LinkId::SramPort { sip, cube }))),
+        }
+        Route { stages: s }
+    }
+
+    /// The links of a route (an HBM stage counts as all its channels).
+    pub fn route_links(&self, r: &Route) -> Vec<LinkId> {
+        let mut out = Vec::new();
+        for st in &r.stages {
+            match *st {
+                Stage::Link(i) => out.push(self.links[i as usize].id),
+                Stage::Hbm { first, .. } => {
+                    for ch in 0..self.channels {
+                        out.push(self.links[(first + ch) as usize].id);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub fn channels(&self) -> u32 {
+        self.channels
+    }
+
+    /// Bytes per pseudo-channel of `len` contiguous bytes from `addr`.
+    pub fn split_contiguous(&self, addr: u64, len: u64, out: &mut [u64]) {
+        out.iter_mut().for_each(|b| *b = 0);
+        let (il, n) = (self.interleave_bytes, self.channels as u64);
+        let mut a = addr;
+        let end = addr.saturating_add(len);
+        while a < end {
+            // From an interleave boundary, n whole chunks give every channel
+            // one chunk, whichever channel they start at.
+            if a % il == 0 && end - a >= il * n {
+                let rounds = (end - a) / (il * n);
+                out.iter_mut().for_each(|b| *b += rounds * il);
+                a += rounds * il * n;
+                continue;
+            }
+            let take = (((a / il) + 1) * il).min(end) - a;
+            out[((a / il) % n) as usize] += take;
+            a += take;
+        }
+    }
+
+    /// The channel a byte address maps to.
+    pub fn channel_of(&self, addr: u64) -> usize {
+        ((addr / self.interleave_bytes) % self.channels as u64) as usize
+    }
+
+    /// Per-stage (entry, serialization of all bytes, of the head, latency)
+    /// for a stage, without reserving.
+    fn stage_params(&self, st: Stage, bytes: u64, head: u64, hbm: &[u64]) -> (u64, u64, u64, u64) {
+        match st {
+            Stage::Link(i) => {
+                let l = &self.links[i as usize];
+                (l.free_at_ps, l.ser_ps(bytes), l.ser_ps(head), l.latency_ps)
+            }
+            Stage::Hbm { first, .. } => {
+                let mut free = 0;
+                let mut ser = 0;
+                let mut lat = 0;
+                for (ch, &b) in hbm.iter().enumerate() {
+                    if b == 0 {
+                        continue;
+                    }
+                    let l = &self.links[first as usize + ch];
+                    free = free.max(l.free_at_ps);
+                    ser = ser.max(l.ser_ps(b));
+                    lat = l.latency_ps;
+                }
+                if lat == 0 {
+                    lat = self.links[first as usize].latency_ps;
+                }
+                // The head packet moves at the share of the slowest channel.
+                let head_ser = if bytes == 0 {
+                    0
+                } else {
+                    (ser as u128 * head as u128).div_ceil(bytes as u128) as u64
+                };
+                (free, ser, head_ser, lat)
+            }
+        }
+    }
+
+    /// The cost of `bytes` over `route` on an idle machine. `hbm`: bytes
+    /// per pseudo-channel when the route has an HBM stage.
+    pub fn idle_cost(&self, route: &Route, bytes: u64, hbm: &[u64]) -> PathCost {
+        let head = bytes.min(self.packet_bytes);
+        let mut c = PathCost {
+            bottleneck_bytes_per_us: u64::MAX,
+            ..Default::default()
+        };
+        let mut bottleneck_ser = 0u64;
+        for &st in &route.stages {
+            let (_, ser, head_ser, lat) = self.stage_params(st, bytes, head, hbm);
+            c.latency_ps += lat;
+            c.head_ps += head_ser;
+            let class = match st {
+                Stage::Link(i) => self.links[i as usize].id.class(),
+                Stage::Hbm { .. } => 4,
+            };
+            c.latency_by_class_ps[class] += lat;
+            if ser >= bottleneck_ser {
+                bottleneck_ser = ser;
+                c.stream_ps = ser.saturating_sub(head_ser);
+                c.bottleneck_bytes_per_us = if ser == 0 {
+                    u64::MAX
+                } else {
+                    (bytes as u128 * 1_000_000 / ser as u128) as u64
+                };
+            }
+        }
+        c
+    }
+
+    /// Reserves `route` for `bytes` from `t0`. `hbm`: bytes per
+    /// pseudo-channel when the route has an HBM stage.
+    pub fn reserve(&mut self, route: &Route, bytes: u64, hbm: &[u64], t0: u64) -> Transfer {
+        let head = bytes.min(self.packet_bytes);
+        let mut arrive = t0;
+        let mut prev_tail: Option<u64> = None;
+        let mut start = None;
+        let mut injected = t0;
+        for (k, &st) in route.stages.iter().enumerate() {
+            let (free, ser, head_ser, lat) = self.stage_params(st, bytes, head, hbm);
+            let e = arrive.max(free);
+            start.get_or_insert(e);
+            let tail = match prev_tail {
+                Some(pt) => (e + ser).max(pt + head_ser),
+                None => e + ser,
+            };
+            if k == 0 {
+                injected = tail;
+            }
+            match st {
+                Stage::Link(i) => {
+                    // The link carries this transfer's packets for `ser`;
+                    // when an upstream link is slower they arrive spaced
+                    // out, and other transfers' packets use the gaps.
+                    let l = &mut self.links[i as usize];
+                    l.free_at_ps = e + ser;
+                    l.busy_ps += ser;
+                    l.bytes += bytes;
+                    if let Some(r) = &mut self.record {
+                        r.push((i, e, e + ser));
+                    }
+                }
+                Stage::Hbm { first, .. } => {
+                    for (ch, &b) in hbm.iter().enumerate() {
+                        if b == 0 {
+                            continue;
+                        }
+                        let i = first + ch as u32;
+                        let l = &mut self.links[i as usize];
+                        let busy = l.ser_ps(b);
+                        l.free_at_ps = e + busy;
+                        l.busy_ps += busy;
+                        l.bytes += b;
+                        if let Some(r) = &mut self.record {
+                            r.push((i, e, e + busy));
+                        }
+                    }
+                }
+            }
+            arrive = e + head_ser + lat;
+            prev_tail = Some(tail + lat);
+        }
+        Transfer {
+            start_ps: start.unwrap_or(t0),
+            injected_ps: injected,
+            end_ps: prev_tail.unwrap_or(t0),
+        }
+    }
+
+    /// Latency from the IO chiplet (corner 0 of the SIP's IO cube) to a
+    /// PE's core: the on-chip part of a launch or a host copy.
+    pub fn io_latency_ps(&mut self, pe: PeCoord) -> u64 {
+        let io = self.topo.spec.sip.io_chiplet_cube as u32;
+        let mut s = Vec::new();
+        let to = self.attach(Endpoint::Core(pe));
+        self.router_path((pe.sip, io, 0), to, &mut s);
+        s.push(Stage::Link(self.link_index(LinkId::PeLink { at: pe, up: false })));
+        self.stages_latency_ps(&s)
+    }
+
+    fn stages_latency_ps(&self, stages: &[Stage]) -> u64 {
+        stages
+            .iter()
+            .map(|st| match *st {
+                Stage::Link(i) => self.links[i as usize].latency_ps,
+                Stage::Hbm { first, .. } => self.links[first as usize].latency_ps,
+            })
+            .sum()
+    }
+
+    /// Sum of link latencies from `from` to `to` (a control message's time).
+    pub fn latency_ps(&mut self, from: Endpoint, to: Endpoint) -> u64 {
+        let r = self.route(from, to);
+        self.stages_latency_ps(&r.stages)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pe(sip: u32, cube: u32, pe: u32) -> PeCoord {
+        PeCoord { sip, cube, pe }
+    }
+
+    fn classes(f: &Fabric, r: &Route) -> Vec<&'static str> {
+        f.route_links(r).iter().map(|l| l.class_name()).collect()
+    }
+
+    #[test]
+    fn lone_transfer_matches_closed_form() {
+        let topo = Topology::default_machine();
+        let mut f = Fabric::new(&topo);
+        let r = f.route(Endpoint::Core(pe(0, 0, 0)), Endpoint::Tcm(pe(0, 5, 3)));
+        let bytes = 1 << 20;
+        let cost = f.idle_cost(&r, bytes, &[]);
+        let t = f.reserve(&r, bytes, &[], 1000);
+        assert_eq!(t.end_ps, 1000 + cost.total_ps());
+        // The DESIGN's closed form, up to the head packet's store-and-forward.
+        let lat: u64 = f
+            .route_links(&r)
+            .iter()
+            .map(|l| f.links[f.index[l] as usize].latency_ps)
+            .sum();
+        let min_bw = f
+            .route_links(&r)
+            .iter()
+            .map(|l| f.links[f.index[l] as usize].bw_bytes_per_us)
+            .min()
+            .unwrap();
+        let closed = lat + ser_ps(bytes, min_bw);
+        let diff = t.end_ps - 1000 - closed;
+        assert!(
+            diff <= cost.head_ps,
+            "extra {diff} ps beyond the head packet's {}",
+            cost.head_ps
+        );
+        assert!(classes(&f, &r).contains(&"ucie"), "remote cube uses UCIe");
+        let local = f.route(Endpoint::Core(pe(0, 0, 0)), Endpoint::Tcm(pe(0, 0, 7)));
+        assert!(!classes(&f, &local).contains(&"ucie"), "same cube uses no UCIe");
+    }
+
+    #[test]
+    fn flows_sharing_a_link_serialize() {
+        let topo = Topology::default_machine();
+        let bytes = 1 << 20;
+        let mut f = Fabric::new(&topo);
+        let mut ends = Vec::new();
+        let mut hbm = vec![0; f.channels() as usize];
+        for k in 1..=4 {
+            let r = f.route(Endpoint::Hbm(pe(0, 0, 0)), Endpoint::Core(pe(0, 0, k)));
+            f.split_contiguous(0, bytes, &mut hbm);
+            ends.push(f.reserve(&r, bytes, &hbm, 0).end_ps);
+        }
+        let ratio = ends[3] as f64 / ends[0] as f64;
+        assert!(
+            (3.5..=4.5).contains(&ratio),
+            "four flows into one HBM controller: ratio {ratio}"
+        );
+    }
+
+    #[test]
+    fn hbm_bytes_spread_over_pseudo_channels() {
+        let topo = Topology::default_machine();
+        let f = Fabric::new(&topo);
+        let mut out = vec![0; 8];
+        f.split_contiguous(100, 256 * 8 * 3 + 50, &mut out);
+        assert_eq!(out.iter().sum::<u64>(), 256 * 8 * 3 + 50);
+        f.split_contiguous(0, 256, &mut out);
+        assert_eq!(out, vec![256, 0, 0, 0, 0, 0, 0, 0]);
+        f.split_contiguous(256 * 8, 512, &mut out);
+        assert_eq!(out, vec![256, 256, 0, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn cross_sip_routes_use_sip_links() {
+        let topo = Topology::default_machine();
+        let mut f = Fabric::new(&topo);
+        let r = f.route(Endpoint::Core(pe(0, 5, 0)), Endpoint::Tcm(pe(1, 5, 0)));
+        let c = classes(&f, &r);
+        assert!(c.contains(&"sip link"));
+        let same = f.route(Endpoint::Core(pe(0, 5, 0)), Endpoint::Tcm(pe(0, 6, 0)));
+        assert!(!classes(&f, &same).contains(&"sip link"));
+    }
+}

@@ -1,0 +1,588 @@
+//! The issue unit: walks one PE's program in order. Scalars and control
+//! flow are computed here (one `dispatch` each); block operations, sends
+//! and receives are queued on their engines with their operands captured.
+//! The issue unit runs ahead of the engines on its own clock and touches
+//! only its PE's state, except at a barrier, which it reaches only when
+//! its clock has caught up with the global one; whenever it needs
+//! something not there yet it stalls, and the event that provides it wakes
+//! it at `max(that time, its clock)`.
+
+use super::events::Sim;
+use super::pe::{Frame, FrameKind, OpKind, OpRec, Slot, Stall, Val};
+use super::{Engine, SimError};
+use crate::exec::{scalar_op, Scalar, ScalarCtx};
+use kernbench_compiler::datapath::{elem, ExecErrorKind, RtValue, Step};
+use kernbench_compiler::ir::{Inst, Op, Peer, Region, Value};
+use kernbench_compiler::sema::types::{DType, Elem};
+
+/// Steps one issue event may take before yielding to other events (the
+/// result does not depend on it; it bounds one event's work).
+const ISSUE_BUDGET: usize = 512;
+
+impl Sim<'_> {
+    pub(super) fn issue(&mut self, p: usize) -> Result<(), SimError> {
+        {
+            let pe = &mut self.pes[p];
+            if pe.stall == super::pe::Stall::Finished {
+                return Ok(());
+            }
+            pe.stall = Stall::None;
+            pe.issue_ps = pe.issue_ps.max(self.now);
+        }
+        for _ in 0..ISSUE_BUDGET {
+            // A blocking receive or wait holds the issue unit until its data
+            // is in.
+            if let Some(slot) = &self.pes[p].wait_for {
+                match Val::Pending(slot.clone()).ready_ps() {
+                    Some(r) => {
+                        let pe = &mut self.pes[p];
+                        pe.issue_ps = pe.issue_ps.max(r);
+                        pe.wait_for = None;
+                    }
+                    None => {
+                        self.stall(p, Stall::Data);
+                        return Ok(());
+                    }
+                }
+            }
+            let Some(frame) = self.pes[p].frames.last() else {
+                return self.end_program(p);
+            };
+            let Some(&step) = self.l.plan.steps[frame.region].get(frame.idx) else {
+                // A region without a terminator (the verifier forbids it).
+                self.pes[p].frames.clear();
+                continue;
+            };
+            let go = match step {
+                Step::Inst(i) => self.issue_inst(p, i)?,
+                Step::Relabel(i) => {
+                    // A reshape is the same elements: consumers see them
+                    // under their own type.
+                    let d = self.l.func.inst(i);
+                    let v = self.pes[p].get(d.args[0]).clone();
+                    self.pes[p].set(d.results[0], v);
+                    self.advance(p);
+                    true
+                }
+                Step::Group(g) => self.issue_group(p, g)?,
+                Step::Control(i) => self.control(p, i)?,
+            };
+            if !go {
+                return Ok(());
+            }
+        }
+        self.wake_issue(p);
+        Ok(())
+    }
+
+    /// Stops issuing until the reason goes away; always false.
+    fn stall(&mut self, p: usize, why: Stall) -> bool {
+        self.pes[p].stall = why;
+        false
+    }
+
+    fn advance(&mut self, p: usize) {
+        if let Some(f) = self.pes[p].frames.last_mut() {
+            f.idx += 1;
+        }
+    }
+
+    /// Pays one dispatch at the issue unit's clock (or later, `t`).
+    fn dispatch(&mut self, p: usize, t: u64) -> u64 {
+        let d = self.dispatch_ps;
+        let pe = &mut self.pes[p];
+        pe.issue_ps = pe.issue_ps.max(t) + d;
+        pe.busy_ps[Engine::COUNT] += d;
+        pe.issue_ps
+    }
+
+    /// The program is out of steps: once its engines drain, the next one.
+    fn end_program(&mut self, p: usize) -> Result<(), SimError> {
+        if !self.pes[p].drained() {
+            self.stall(p, Stall::Drain);
+            return Ok(());
+        }
+        self.start_next_program(p);
+        Ok(())
+    }
+
+    fn ctx(&self, p: usize) -> ScalarCtx {
+        let pe = &self.pes[p];
+        let (row, col) = self.l.comm.mesh_pos(pe.rank);
+        ScalarCtx {
+            pid: pe.pid,
+            grid: self.l.grid,
+            rank: pe.rank,
+            world: self.l.comm.world(),
+            mesh_id: [row, col],
+            mesh_size: self.l.comm.mesh,
+        }
+    }
+
+    /// The values of `args` for the issue unit to compute with, and when
+    /// the last is ready; `None` when one is not produced yet.
+    fn operands(&self, p: usize, args: &[Value]) -> Option<(Vec<RtValue>, u64)> {
+        let pe = &self.pes[p];
+        let mut t = 0;
+        let mut out = Vec::with_capacity(args.len());
+        for a in args {
+            let v = pe.get(*a);
+            t = t.max(v.ready_ps()?);
+            out.push(v.data()?.clone());
+        }
+        Some((out, t))
+    }
+
+    fn issue_inst(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
+        let func = self.l.func;
+        let d = func.inst(i);
+        match &d.op {
+            Op::Send(peer) => return self.issue_send(p, i, *peer),
+            Op::Recv { peer, is_async } => return self.issue_recv(p, i, *peer, *is_async),
+            Op::Wait => {
+                let fut = self.pes[p].get(d.args[0]).clone();
+                if let Val::Pending(slot) = &fut {
+                    self.pes[p].wait_for = Some(slot.clone());
+                }
+                self.pes[p].set(d.results[0], fut);
+                let t = self.pes[p].issue_ps;
+                self.dispatch(p, t);
+                self.advance(p);
+                return Ok(true);
+            }
+            Op::Barrier => return Ok(self.barrier(p)),
+            Op::SymmAt | Op::Notify | Op::WaitUntil => {
+                return Err(self.exec_error(
+                    p,
+                    i,
+                    ExecErrorKind::Unsupported(format!(
+                        "`tl.{}` (symmetric memory) is not supported by the simulator yet",
+                        d.op.mnemonic()
+                    )),
+                ))
+            }
+            _ => {}
+        }
+        let Some((args, ready)) = self.operands(p, &d.args) else {
+            return Ok(self.stall(p, Stall::Data));
+        };
+        let t0 = self.pes[p].issue_ps.max(ready);
+        let ctx = self.ctx(p);
+        match scalar_op(func, i, &args, &ctx).map_err(|kind| self.exec_error(p, i, kind))? {
+            Scalar::Value(b) => {
+                let at = t0 + self.dispatch_ps;
+                if let Some(r) = d.results.first() {
+                    self.pes[p].set(
+                        *r,
+                        Val::Ready {
+                            v: RtValue::Scalar(b),
+                            at,
+                        },
+                    );
+                }
+            }
+            Scalar::Done => {}
+            Scalar::Communication(what) => {
+                return Err(self.exec_error(
+                    p,
+                    i,
+                    ExecErrorKind::Unsupported(format!("`{what}` is not supported by the simulator")),
+                ))
+            }
+        }
+        self.dispatch(p, t0);
+        self.advance(p);
+        Ok(true)
+    }
+
+    /// Queues a data-path group on its engine (or, for address
+    /// generation with known operands, computes it now).
+    fn issue_group(&mut self, p: usize, g: usize) -> Result<bool, SimError> {
+        let info = self.groups[g];
+        if info.address {
+            let group = &self.l.plan.groups[g];
+            if let Some((vals, ready)) = self.operands(p, &group.inputs) {
+                let func = self.l.func;
+                let inputs: Vec<RtValue> = group
+                    .inputs
+                    .iter()
+                    .zip(&vals)
+                    .map(|(v, x)| super::engines::fit(func.ty(*v), x))
+                    .collect();
+                let refs: Vec<&RtValue> = inputs.iter().collect();
+                let outs = self
+                    .dp
+                    .run(func, self.l.plan, g, &refs, &mut self.m.mem)
+                    .map_err(|e| self.fail(p, e))?;
+                let t = self.pes[p].issue_ps.max(ready);
+                let at = self.dispatch(p, t);
+                for (v, x) in group.outputs.iter().zip(outs) {
+                    self.pes[p].set(*v, Val::Ready { v: x, at });
+                }
+                self.advance(p);
+                return Ok(true);
+            }
+        }
+        let e = info.engine;
+        if self.pes[p].engines[e.index()].queue.len() >= self.queue_depth {
+            return Ok(self.stall(p, Stall::QueueFull(e)));
+        }
+        let group = &self.l.plan.groups[g];
+        let pe = &mut self.pes[p];
+        let args: Vec<(Value, Val)> = group.inputs.iter().map(|v| (*v, pe.get(*v).clone())).collect();
+        let mut results = Vec::with_capacity(group.outputs.len());
+        for v in &group.outputs {
+            let s = Slot::new();
+            pe.set(*v, Val::Pending(s.clone()));
+            results.push(s);
+        }
+        let mem_id = info.memory.then(|| pe.new_mem_op());
+        let inst = group.insts[0];
+        let t = self.dispatch(p, 0);
+        self.pes[p].engines[e.index()].queue.push_back(OpRec {
+            inst,
+            kind: OpKind::Group(g),
+            args,
+            results,
+            mem_id,
+            start_ps: 0,
+        });
+        self.advance(p);
+        self.request_kick(p, e, t);
+        Ok(true)
+    }
+
+    /// The rank a send or receive talks to.
+    fn peer_rank(&mut self, p: usize, i: Inst, peer: Peer) -> Result<Option<u32>, SimError> {
+        let me = self.pes[p].rank;
+        let world = self.l.comm.world();
+        match peer {
+            Peer::Dir(d) => Ok(Some(self.l.comm.peer(me, d))),
+            Peer::Rank => {
+                let v = self.l.func.inst(i).args[0];
+                let Some((vals, ready)) = self.operands(p, &[v]) else {
+                    return Ok(None);
+                };
+                let pe = &mut self.pes[p];
+                pe.issue_ps = pe.issue_ps.max(ready);
+                let dt = match self.l.func.ty(v).elem() {
+                    Elem::Num(d) | Elem::Ptr(d) => d,
+                };
+                let r = elem::to_i64(dt, vals[0].scalar());
+                if r < 0 || r >= world as i64 {
+                    return Err(self.exec_error(
+                        p,
+                        i,
+                        ExecErrorKind::Unsupported(format!(
+                            "rank {r} is outside the communicator (world size {world})"
+                        )),
+                    ));
+                }
+                Ok(Some(r as u32))
+            }
+        }
+    }
+
+    fn issue_send(&mut self, p: usize, i: Inst, peer: Peer) -> Result<bool, SimError> {
+        if self.pes[p].engines[Engine::Send.index()].queue.len() >= self.queue_depth {
+            return Ok(self.stall(p, Stall::QueueFull(Engine::Send)));
+        }
+        let Some(dst) = self.peer_rank(p, i, peer)? else {
+            return Ok(self.stall(p, Stall::Data));
+        };
+        let d = self.l.func.inst(i);
+        let value = *d.args.last().unwrap_or(&d.args[0]);
+        let me = self.pes[p].rank;
+        let queue = self.queues.get(me, dst);
+        let val = self.pes[p].get(value).clone();
+        let t = self.dispatch(p, 0);
+        self.pes[p].engines[Engine::Send.index()].queue.push_back(OpRec {
+            inst: i,
+            kind: OpKind::Send { queue, msg: 0 },
+            args: vec![(value, val)],
+            results: Vec::new(),
+            mem_id: None,
+            start_ps: 0,
+        });
+        self.advance(p);
+        self.request_kick(p, Engine::Send, t);
+        Ok(true)
+    }
+
+    fn issue_recv(&mut self, p: usize, i: Inst, peer: Peer, is_async: bool) -> Result<bool, SimError> {
+        if self.pes[p].engines[Engine::Recv.index()].queue.len() >= self.queue_depth {
+            return Ok(self.stall(p, Stall::QueueFull(Engine::Recv)));
+        }
+        let Some(src) = self.peer_rank(p, i, peer)? else {
+            return Ok(self.stall(p, Stall::Data));
+        };
+        let me = self.pes[p].rank;
+        let queue = self.queues.get(src, me);
+        let q = &mut self.queues.queues[queue as usize];
+        let msg = q.recvs_issued;
+        q.recvs_issued += 1;
+        let slot = Slot::new();
+        let r = self.l.func.inst(i).results[0];
+        self.pes[p].set(r, Val::Pending(slot.clone()));
+        let t = self.dispatch(p, 0);
+        self.pes[p].engines[Engine::Recv.index()].queue.push_back(OpRec {
+            inst: i,
+            kind: OpKind::Recv { queue, msg },
+            args: Vec::new(),
+            results: vec![slot.clone()],
+            mem_id: None,
+            start_ps: 0,
+        });
+        if !is_async {
+            self.pes[p].wait_for = Some(slot);
+        }
+        self.advance(p);
+        self.request_kick(p, Engine::Recv, t);
+        Ok(true)
+    }
+
+    /// `tl.barrier()`: the PE's own operations finish, then it waits for
+    /// every rank; all leave together at the last arrival plus a round
+    /// trip to rank 0.
+    fn barrier(&mut self, p: usize) -> bool {
+        if !self.pes[p].drained() {
+            return self.stall(p, Stall::Drain);
+        }
+        let t = {
+            let pe = &mut self.pes[p];
+            pe.issue_ps = pe.issue_ps.max(pe.last_done_ps);
+            pe.issue_ps
+        };
+        if t > self.now {
+            // Arrive at the right global time.
+            self.wake_issue(p);
+            return false;
+        }
+        if !self.pes[p].at_barrier {
+            self.pes[p].at_barrier = true;
+            self.barrier_arrived += 1;
+            self.barrier_latest_ps = self.barrier_latest_ps.max(t);
+        }
+        let world = self.l.comm.world();
+        if self.barrier_arrived < world {
+            return self.stall(p, Stall::Barrier);
+        }
+        let lat = match self.barrier_latency_ps {
+            Some(l) => l,
+            None => {
+                let l = (0..world).map(|r| self.core_latency_ps(r, 0)).max().unwrap_or(0) * 2;
+                self.barrier_latency_ps = Some(l);
+                l
+            }
+        };
+        let release = self.barrier_latest_ps + lat;
+        self.barrier_arrived = 0;
+        self.barrier_latest_ps = 0;
+        for q in 0..self.pes.len() {
+            let pe = &mut self.pes[q];
+            pe.at_barrier = false;
+            pe.issue_ps = release;
+            pe.busy_ps[Engine::COUNT] += self.dispatch_ps;
+            if let Some(f) = pe.frames.last_mut() {
+                f.idx += 1;
+            }
+            pe.stall = Stall::None;
+            self.wake_issue(q);
+        }
+        false
+    }
+
+    // ----- control flow -----
+
+    fn bind(&mut self, p: usize, region: Region, vals: &[Val]) {
+        let params = &self.l.func.region(region).params;
+        let pe = &mut self.pes[p];
+        for (v, x) in params.iter().zip(vals) {
+            pe.set(*v, x.clone());
+        }
+    }
+
+    fn set_results(&mut self, p: usize, results: &[Value], vals: &[Val]) {
+        let pe = &mut self.pes[p];
+        for (r, x) in results.iter().zip(vals) {
+            pe.set(*r, x.clone());
+        }
+    }
+
+    fn vals(&self, p: usize, args: &[Value]) -> Vec<Val> {
+        args.iter().map(|a| self.pes[p].get(*a).clone()).collect()
+    }
+
+    /// Control flow; false when it stalled on a condition's data.
+    fn control(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
+        let func = self.l.func;
+        let d = func.inst(i);
+        // Conditions and loop bounds must be known; carried values are
+        // passed along as they are.
+        let needs: &[Value] = match d.op {
+            Op::If | Op::Condition => &d.args[..1],
+            Op::For => &d.args[..3],
+            _ => &[],
+        };
+        let Some((vals, ready)) = self.operands(p, needs) else {
+            return Ok(self.stall(p, Stall::Data));
+        };
+        let t = self.pes[p].issue_ps.max(ready);
+        self.dispatch(p, t);
+        match d.op {
+            Op::If => {
+                self.advance(p);
+                let region = d.regions[if vals[0].scalar() & 1 != 0 { 0 } else { 1 }];
+                self.pes[p].frames.push(Frame {
+                    region,
+                    idx: 0,
+                    kind: FrameKind::If { inst: i },
+                });
+            }
+            Op::For => {
+                self.advance(p);
+                let dt = match func.ty(d.args[0]).elem() {
+                    Elem::Num(t) => t,
+                    Elem::Ptr(_) => DType::I64,
+                };
+                let int = |v: &RtValue| elem::to_i64(dt, v.scalar());
+                let (lb, ub, step) = (int(&vals[0]), int(&vals[1]), int(&vals[2]));
+                if step == 0 {
+                    return Err(self.exec_error(
+                        p,
+                        i,
+                        ExecErrorKind::Unsupported("`range` step is zero at run time".into()),
+                    ));
+                }
+                let carried = self.vals(p, &d.args[3..]);
+                if (step > 0 && lb < ub) || (step < 0 && lb > ub) {
+                    let region = d.regions[0];
+                    self.enter_loop(p, region, dt, lb, &carried);
+                    self.pes[p].frames.push(Frame {
+                        region,
+                        idx: 0,
+                        kind: FrameKind::For {
+                            inst: i,
+                            iv: lb,
+                            ub,
+                            step,
+                            dt,
+                        },
+                    });
+                } else {
+                    self.set_results(p, &d.results, &carried);
+                }
+            }
+            Op::While => {
+                self.advance(p);
+                let carried = self.vals(p, &d.args);
+                let region = d.regions[0];
+                self.bind(p, region, &carried);
+                self.pes[p].frames.push(Frame {
+                    region,
+                    idx: 0,
+                    kind: FrameKind::WhileBefore { inst: i },
+                });
+            }
+            Op::Yield | Op::Continue => {
+                let carried = self.vals(p, &d.args);
+                self.loop_next(p, &carried, d.op == Op::Continue);
+            }
+            Op::Break => {
+                let carried = self.vals(p, &d.args);
+                self.loop_break(p, &carried);
+            }
+            Op::Condition => {
+                let Some(Frame {
+                    kind: FrameKind::WhileBefore { inst },
+                    region,
+                    ..
+                }) = self.pes[p].frames.pop()
+                else {
+                    return Ok(true);
+                };
+                let carried = self.vals(p, &func.region(region).params);
+                let w = func.inst(inst);
+                if vals[0].scalar() & 1 != 0 {
+                    let body = w.regions[1];
+                    self.bind(p, body, &carried);
+                    self.pes[p].frames.push(Frame {
+                        region: body,
+                        idx: 0,
+                        kind: FrameKind::WhileBody { inst },
+                    });
+                } else {
+                    self.set_results(p, &w.results, &carried);
+                }
+            }
+            Op::Return => self.pes[p].frames.clear(),
+            _ => self.advance(p),
+        }
+        Ok(true)
+    }
+
+    fn enter_loop(&mut self, p: usize, region: Region, dt: DType, iv: i64, carried: &[Val]) {
+        let at = self.pes[p].issue_ps;
+        let mut vals = Vec::with_capacity(carried.len() + 1);
+        vals.push(Val::Ready {
+            v: RtValue::Scalar(elem::from_i64(dt, iv)),
+            at,
+        });
+        vals.extend(carried.iter().cloned());
+        self.bind(p, region, &vals);
+    }
+
+    /// `yield`/`continue`: end an `if`, or start a loop's next iteration.
+    fn loop_next(&mut self, p: usize, carried: &[Val], is_continue: bool) {
+        let func = self.l.func;
+        if is_continue {
+            // `continue` may sit inside `if`s: leave them first.
+            while matches!(self.pes[p].frames.last().map(|f| &f.kind), Some(FrameKind::If { .. })) {
+                self.pes[p].frames.pop();
+            }
+        }
+        let Some(frame) = self.pes[p].frames.pop() else { return };
+        match frame.kind {
+            FrameKind::If { inst } => self.set_results(p, &func.inst(inst).results, carried),
+            FrameKind::For { inst, iv, ub, step, dt } => {
+                let next = iv.saturating_add(step);
+                if (step > 0 && next < ub) || (step < 0 && next > ub) {
+                    self.enter_loop(p, frame.region, dt, next, carried);
+                    self.pes[p].frames.push(Frame {
+                        region: frame.region,
+                        idx: 0,
+                        kind: FrameKind::For {
+                            inst,
+                            iv: next,
+                            ub,
+                            step,
+                            dt,
+                        },
+                    });
+                } else {
+                    self.set_results(p, &func.inst(inst).results, carried);
+                }
+            }
+            FrameKind::WhileBody { inst } => {
+                let before = func.inst(inst).regions[0];
+                self.bind(p, before, carried);
+                self.pes[p].frames.push(Frame {
+                    region: before,
+                    idx: 0,
+                    kind: FrameKind::WhileBefore { inst },
+                });
+            }
+            FrameKind::Body | FrameKind::WhileBefore { .. } => {}
+        }
+    }
+
+    fn loop_break(&mut self, p: usize, carried: &[Val]) {
+        let func = self.l.func;
+        while let Some(frame) = self.pes[p].frames.pop() {
+            if let FrameKind::For { inst, .. } | FrameKind::WhileBody { inst } = frame.kind {
+                self.set_results(p, &func.inst(inst).results, carried);
+                return;
+            }
+        }
+    }
+}

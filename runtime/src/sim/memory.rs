@@ -1,0 +1,272 @@
+//! The simulated machine's memory: one virtual address space whose
+//! allocations (segments) each live in one physical memory — a PE's HBM
+//! slice, a cube's SRAM or a PE's TCM — with capacity accounting per
+//! memory. Kernels see pointers as virtual addresses; an access outside
+//! every segment is a fault the simulator reports at the source line.
+//!
+//! Allocations made together for every rank of a communicator (sharded or
+//! replicated tensors) form a *symmetric* group: `tl.symm_at(ptr, r)` maps
+//! an address in one rank's segment to the same offset in rank `r`'s.
+
+use super::fabric::Endpoint;
+use crate::exec::FlatMemory;
+use crate::topology::{PeCoord, Space, Topology};
+use kernbench_compiler::datapath::{MemFault, Memory};
+use std::collections::HashMap;
+use std::fmt;
+
+/// Where an allocation lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Placement {
+    /// A PE's slice of its cube's HBM.
+    Hbm(PeCoord),
+    /// A cube's shared SRAM.
+    Sram { sip: u32, cube: u32 },
+    /// A PE's TCM scratchpad.
+    Tcm(PeCoord),
+}
+
+impl Placement {
+    pub fn space(self) -> Space {
+        match self {
+            Placement::Hbm(_) => Space::Hbm,
+            Placement::Sram { .. } => Space::Sram,
+            Placement::Tcm(_) => Space::Tcm,
+        }
+    }
+
+    pub fn sip(self) -> u32 {
+        match self {
+            Placement::Hbm(p) | Placement::Tcm(p) => p.sip,
+            Placement::Sram { sip, .. } => sip,
+        }
+    }
+
+    /// The memory `space` nearest to PE `pe`.
+    pub fn near(space: Space, pe: PeCoord) -> Placement {
+        match space {
+            Space::Hbm => Placement::Hbm(pe),
+            Space::Sram => Placement::Sram {
+                sip: pe.sip,
+                cube: pe.cube,
+            },
+            Space::Tcm => Placement::Tcm(pe),
+        }
+    }
+
+    pub fn endpoint(self) -> Endpoint {
+        match self {
+            Placement::Hbm(p) => Endpoint::Hbm(p),
+            Placement::Sram { sip, cube } => Endpoint::Sram { sip, cube },
+            Placement::Tcm(p) => Endpoint::Tcm(p),
+        }
+    }
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Placement::Hbm(p) => write!(f, "HBM slice of {p}"),
+            Placement::Sram { sip, cube } => write!(f, "SRAM of (sip {sip}, cube {cube})"),
+            Placement::Tcm(p) => write!(f, "TCM of {p}"),
+        }
+    }
+}
+
+/// What the machine knows about one segment.
+#[derive(Clone, Debug)]
+pub struct SegmentInfo {
+    pub placement: Placement,
+    /// The symmetric group and this segment's rank in it.
+    pub symmetric: Option<(u32, u32)>,
+}
+
+/// An allocation that did not fit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutOfMemory {
+    pub name: String,
+    pub need_bytes: u64,
+    pub placement: Placement,
+    pub used_bytes: u64,
+    pub capacity_bytes: u64,
+}
+
+impl fmt::Display for OutOfMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` ({} bytes) does not fit in the {}: {} of {} bytes are in use",
+            self.name, self.need_bytes, self.placement, self.used_bytes, self.capacity_bytes
+        )
+    }
+}
+
+pub struct SimMemory {
+    flat: FlatMemory,
+    /// Indexed by the flat segment's tag.
+    info: Vec<SegmentInfo>,
+    used: HashMap<Placement, u64>,
+    /// Symmetric groups: the base address of each rank's segment.
+    groups: Vec<Vec<u64>>,
+    hbm_slice_bytes: u64,
+    sram_bytes: u64,
+    tcm_bytes: u64,
+}
+
+impl SimMemory {
+    pub fn new(topo: &Topology) -> SimMemory {
+        let s = &topo.spec;
+        SimMemory {
+            flat: FlatMemory::new(),
+            info: Vec::new(),
+            used: HashMap::new(),
+            groups: Vec::new(),
+            hbm_slice_bytes: s.cube.hbm_capacity_bytes.0 / topo.pes_per_cube() as u64,
+            sram_bytes: s.cube.sram.capacity_bytes.0,
+            tcm_bytes: s.pe.tcm.capacity_bytes.0,
+        }
+    }
+
+    pub fn capacity(&self, p: Placement) -> u64 {
+        match p {
+            Placement::Hbm(_) => self.hbm_slice_bytes,
+            Placement::Sram { .. } => self.sram_bytes,
+            Placement::Tcm(_) => self.tcm_bytes,
+        }
+    }
+
+    pub fn used(&self, p: Placement) -> u64 {
+        self.used.get(&p).copied().unwrap_or(0)
+    }
+
+    /// Allocates `data` in one memory and returns its address.
+    pub fn alloc(&mut self, name: &str, p: Placement, data: Vec<u8>) -> Result<u64, OutOfMemory> {
+        self.alloc_in_group(name, p, data, None)
+    }
+
+    /// Allocates one segment per rank (same size each) as a symmetric
+    /// group; returns the base addresses in rank order.
+    pub fn alloc_symmetric(&mut self, name: &str, parts: Vec<(Placement, Vec<u8>)>) -> Result<Vec<u64>, OutOfMemory> {
+        // Check every part first so a failure leaves nothing allocated.
+        let mut need: HashMap<Placement, u64> = HashMap::new();
+        for (p, d) in &parts {
+            *need.entry(*p).or_insert(0) += d.len() as u64;
+        }
+        let mut places: Vec<_> = need.into_iter().collect();
+        places.sort();
+        for (p, n) in places {
+            if self.used(p) + n > self.capacity(p) {
+                return Err(OutOfMemory {
+                    name: name.into(),
+                    need_bytes: n,
+                    placement: p,
+                    used_bytes: self.used(p),
+                    capacity_bytes: self.capacity(p),
+                });
+            }
+        }
+        let g = self.groups.len() as u32;
+        self.groups.push(Vec::new());
+        let mut bases = Vec::with_capacity(parts.len());
+        for (rank, (p, d)) in parts.into_iter().enumerate() {
+            let a = self.alloc_in_group(&format!("{name}[{rank}]"), p, d, Some((g, rank as u32)))?;
+            bases.push(a);
+        }
+        self.groups[g as usize] = bases.clone();
+        Ok(bases)
+    }
+
+    fn alloc_in_group(
+        &mut self,
+        name: &str,
+        p: Placement,
+        data: Vec<u8>,
+        symmetric: Option<(u32, u32)>,
+    ) -> Result<u64, OutOfMemory> {
+        let need = data.len() as u64;
+        let (used, cap) = (self.used(p), self.capacity(p));
+        if used + need > cap {
+            return Err(OutOfMemory {
+                name: name.into(),
+                need_bytes: need,
+                placement: p,
+                used_bytes: used,
+                capacity_bytes: cap,
+            });
+        }
+        *self.used.entry(p).or_insert(0) += need;
+        let tag = self.info.len() as u32;
+        self.info.push(SegmentInfo {
+            placement: p,
+            symmetric,
+        });
+        Ok(self.flat.alloc_tagged(name, data, tag))
+    }
+
+    /// The segment holding `addr`: (base, info).
+    pub fn lookup(&self, addr: u64) -> Option<(u64, &SegmentInfo)> {
+        let s = self.flat.segment_at(addr)?;
+        Some((s.base, self.info.get(s.tag as usize)?))
+    }
+
+    pub fn placement_of(&self, addr: u64) -> Option<Placement> {
+        self.lookup(addr).map(|(_, i)| i.placement)
+    }
+
+    /// `addr` in the same symmetric group's segment of `rank`.
+    pub fn symmetric_at(&self, addr: u64, rank: u32) -> Option<u64> {
+        let (base, info) = self.lookup(addr)?;
+        let (g, _) = info.symmetric?;
+        let target = *self.groups.get(g as usize)?.get(rank as usize)?;
+        Some(target + (addr - base))
+    }
+
+    /// A segment's bytes by its base address.
+    pub fn bytes_at(&self, base: u64) -> Option<&[u8]> {
+        self.flat
+            .segment_at(base)
+            .filter(|s| s.base == base)
+            .map(|s| s.data.as_slice())
+    }
+}
+
+impl Memory for SimMemory {
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemFault> {
+        self.flat.read(addr, out)
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemFault> {
+        self.flat.write(addr, data)
+    }
+
+    fn segment(&mut self, addr: u64) -> Option<(u64, &mut [u8])> {
+        self.flat.segment(addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_and_symmetric_groups() {
+        let topo = Topology::load("tiny").expect("tiny preset");
+        let mut m = SimMemory::new(&topo);
+        let pe = |k| PeCoord { sip: 0, cube: 0, pe: k };
+        let tcm = m.capacity(Placement::Tcm(pe(0)));
+        let e = m
+            .alloc("big", Placement::Tcm(pe(0)), vec![0; tcm as usize + 1])
+            .expect_err("too big");
+        assert_eq!(e.capacity_bytes, tcm);
+        let bases = m
+            .alloc_symmetric(
+                "x",
+                (0..4).map(|k| (Placement::Hbm(pe(k)), vec![k as u8; 64])).collect(),
+            )
+            .expect("fits");
+        assert_eq!(m.symmetric_at(bases[1] + 8, 3), Some(bases[3] + 8));
+        assert_eq!(m.placement_of(bases[2] + 63), Some(Placement::Hbm(pe(2))));
+        assert_eq!(m.placement_of(bases[2] + 64), None);
+        assert_eq!(m.used(Placement::Hbm(pe(1))), 64);
+    }
+}

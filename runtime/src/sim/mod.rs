@@ -1,0 +1,215 @@
+//! The simulated machine: a deterministic discrete-event model of every PE
+//! of a launch running the per-PE IR on real data.
+//!
+//! Each PE has an in-order issue unit that walks its program, paying
+//! `dispatch_cycles` per operation: it computes scalars itself and sends
+//! each block operation to an engine's FIFO queue (DMA, GEMM, MATH, and the
+//! IPCQ's send and receive sides). An operation starts when its engine is
+//! free, its operands are ready (scoreboard) and, for memory operations,
+//! no earlier overlapping write of the same PE is in flight; issue stalls
+//! only on a value it must read (a scalar of a block, a branch condition, a
+//! blocking `recv`/`wait`) or a full queue. Data effects happen in global
+//! time order in the same pass that computes the timing: a load reads
+//! memory when it starts, a store writes when it ends, a send captures its
+//! data when it starts, a receive's data is there when its last packet has
+//! arrived (DESIGN §2, normative).
+//!
+//! Time is integer picoseconds; events at equal times run in the order
+//! they were created, so a launch gives the same bits and the same times
+//! on every run. Links are FIFO servers with reservations ([`fabric`]);
+//! inter-PE queues ([`ipcq`]) have slots, credits and back-pressure. When
+//! no event is pending and some PE still waits, the run is a deadlock and
+//! the error names every blocked PE, what it waits for and where.
+
+mod agu;
+mod comm;
+pub mod cost;
+mod engines;
+mod events;
+pub mod fabric;
+mod ipcq;
+mod issue;
+mod memory;
+mod pe;
+pub mod place;
+mod report;
+
+pub use comm::{mesh_dims, ring_order, select_pes, Communicator};
+pub use fabric::{Endpoint, Fabric, LinkId, PathCost, Transfer, LINK_CLASSES};
+pub use memory::{OutOfMemory, Placement, SimMemory};
+pub use report::{
+    render_deadlock, render_sim_error, summary_json, summary_text, trace_json, Blocked, LinkStat, PeStat, Report,
+    Slice, WaitReason,
+};
+
+use crate::topology::{PeCoord, Space, Topology};
+use kernbench_compiler::datapath::{DataPath, ExecError, Plan, RtValue};
+use kernbench_compiler::ir::{Function, Op, Region, Type, Value};
+use std::collections::HashMap;
+
+/// The engines of a PE that have queues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Engine {
+    Dma,
+    Gemm,
+    Math,
+    /// The IPCQ's send side.
+    Send,
+    /// The IPCQ's receive side (copies messages out of their slots).
+    Recv,
+}
+
+impl Engine {
+    pub const COUNT: usize = 5;
+    pub const ALL: [Engine; 5] = [Engine::Dma, Engine::Gemm, Engine::Math, Engine::Send, Engine::Recv];
+    /// Names of the engines and, last, of the issue unit.
+    pub const NAMES: [&'static str; 6] = ["dma", "gemm", "math", "ipcq send", "ipcq recv", "issue"];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self.index()]
+    }
+}
+
+/// The machine's state that outlives a launch: the topology, the memory
+/// (allocations with their placement), the fabric's links and the clock.
+pub struct Machine {
+    pub topo: Topology,
+    pub mem: SimMemory,
+    pub fabric: Fabric,
+    /// When the last launch ended.
+    pub now_ps: u64,
+}
+
+impl Machine {
+    pub fn new(topo: &Topology) -> Machine {
+        Machine {
+            topo: topo.clone(),
+            mem: SimMemory::new(topo),
+            fabric: Fabric::new(topo),
+            now_ps: 0,
+        }
+    }
+
+    /// Runs a launch to completion (or deadlock) and reports its time.
+    pub fn run(&mut self, launch: &Launch, dp: &mut dyn DataPath) -> Result<Report, SimError> {
+        events::run(self, launch, dp)
+    }
+
+    /// Host → PCIe → IO CPU → NoC: when a launch issued at `t` starts on
+    /// every PE of `pes` (one common time, stamped by the IO CPU).
+    pub fn launch_latency_ps(&mut self, pes: &[PeCoord]) -> u64 {
+        let h = &self.topo.spec.host;
+        let host = Topology::ns_to_ps(h.pcie.latency_ns.0 + h.io_cpu_latency_ns.0 + h.launch_overhead_ns.0);
+        let noc = pes.iter().map(|p| self.fabric.io_latency_ps(*p)).max().unwrap_or(0);
+        host + noc
+    }
+}
+
+/// One launch: a kernel, the communicator it runs on, and each rank's
+/// arguments (addresses for pointers, bits for scalars).
+pub struct Launch<'a> {
+    pub func: &'a Function,
+    /// An unfused plan: each data-path operation is timed on its own.
+    pub plan: &'a Plan,
+    pub comm: &'a Communicator,
+    pub args: Vec<Vec<RtValue>>,
+    /// Programs per grid axis; rank r runs programs r, r + world, … of the
+    /// flattened grid (axis 0 fastest).
+    pub grid: [u32; 3],
+    /// Record every operation and link reservation for a trace.
+    pub trace: bool,
+}
+
+#[derive(Clone, Debug)]
+pub enum SimError {
+    /// An operation failed (out of bounds, division by zero, assertion, …).
+    Exec {
+        pe: PeCoord,
+        rank: u32,
+        program: [u32; 3],
+        error: ExecError,
+    },
+    Deadlock {
+        time_ps: u64,
+        blocked: Vec<Blocked>,
+    },
+    /// The kernel's live blocks (with the PE's TCM allocations and IPCQ
+    /// slots) do not fit in a PE's TCM.
+    TcmCapacity {
+        kernel: String,
+        pe: PeCoord,
+        need_bytes: u64,
+        have_bytes: u64,
+    },
+    /// The launch itself is malformed (arguments, compilation).
+    Setup(String),
+}
+
+/// The kernel's peak bytes of live blocks, a static estimate: a block is
+/// live from its definition to its last use in program order, and a value
+/// used inside a loop lives until the loop ends.
+pub fn peak_live_bytes(func: &Function) -> u64 {
+    fn walk(f: &Function, r: Region, order: &mut Vec<kernbench_compiler::ir::Inst>, loops: &mut Vec<(usize, usize)>) {
+        for &i in &f.region(r).insts {
+            let start = order.len();
+            order.push(i);
+            for &sub in &f.inst(i).regions {
+                walk(f, sub, order, loops);
+            }
+            if matches!(f.inst(i).op, Op::For | Op::While) {
+                loops.push((start, order.len()));
+            }
+        }
+    }
+    let mut order = Vec::new();
+    let mut loops = Vec::new();
+    walk(func, func.body, &mut order, &mut loops);
+    let mut last_use: HashMap<Value, usize> = HashMap::new();
+    let mut def_at: HashMap<Value, usize> = HashMap::new();
+    for (k, &i) in order.iter().enumerate() {
+        let end = loops
+            .iter()
+            .filter(|(s, e)| *s <= k && k < *e)
+            .map(|(_, e)| *e)
+            .max()
+            .unwrap_or(k);
+        for a in &func.inst(i).args {
+            let slot = last_use.entry(*a).or_insert(0);
+            *slot = (*slot).max(end);
+        }
+        for r in &func.inst(i).results {
+            def_at.insert(*r, k);
+        }
+    }
+    let mut delta = vec![0i64; order.len() + 2];
+    for (v, data) in func.values.iter() {
+        if let Type::Block(e, s) = &data.ty {
+            let bytes = s.iter().product::<u64>() as i64 * kernbench_compiler::datapath::elem_size(*e) as i64;
+            if let (Some(&d), Some(&u)) = (def_at.get(&v), last_use.get(&v)) {
+                delta[d] += bytes;
+                delta[u + 1] -= bytes;
+            }
+        }
+    }
+    let (mut cur, mut peak) = (0i64, 0i64);
+    for d in delta {
+        cur += d;
+        peak = peak.max(cur);
+    }
+    peak.max(0) as u64
+}
+
+/// Bytes a PE's TCM must hold for a launch besides its live blocks: the
+/// IPCQ slots when they live in TCM.
+pub fn ipcq_tcm_bytes(topo: &Topology) -> u64 {
+    let q = &topo.spec.pe.ipcq;
+    if q.buffer_space == Space::Tcm {
+        q.n_slots.0 * q.slot_size_bytes.0
+    } else {
+        0
+    }
+}

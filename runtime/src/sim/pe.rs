@@ -1,0 +1,320 @@
+//! One PE's state during a launch: its issue unit (where it is in the
+//! program, the values it has defined), its engines' FIFO queues, the
+//! operations in flight, and the memory operations that order each other.
+//!
+//! **Renaming.** The issue unit runs ahead of the engines, so a loop body
+//! may define a value again before the previous iteration's consumers have
+//! run. Every dynamic definition therefore gets its own [`Slot`]; an
+//! operation captures the slots of its operands when it is issued (the way
+//! hardware renames registers), and the environment maps each IR value to
+//! its latest definition.
+
+use super::Engine;
+use kernbench_compiler::datapath::RtValue;
+use kernbench_compiler::ir::{Inst, Region, Value};
+use kernbench_compiler::sema::types::DType;
+use std::cell::{Cell, OnceCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+/// Ready time of a value whose producer has not started.
+pub const UNKNOWN: u64 = u64::MAX;
+
+/// The result of an engine operation: filled when the operation starts
+/// (its data) and ready when it ends.
+#[derive(Debug)]
+pub struct Slot {
+    pub data: OnceCell<RtValue>,
+    pub ready_ps: Cell<u64>,
+}
+
+impl Slot {
+    pub fn new() -> Rc<Slot> {
+        Rc::new(Slot {
+            data: OnceCell::new(),
+            ready_ps: Cell::new(UNKNOWN),
+        })
+    }
+}
+
+/// A value as the issue unit holds it.
+#[derive(Clone, Debug, Default)]
+pub enum Val {
+    #[default]
+    Unset,
+    /// Known now (computed by the issue unit), ready at `at`.
+    Ready { v: RtValue, at: u64 },
+    /// Produced by an engine operation.
+    Pending(Rc<Slot>),
+}
+
+impl Val {
+    /// When the value is ready, if its producer has started.
+    pub fn ready_ps(&self) -> Option<u64> {
+        match self {
+            Val::Unset => Some(0),
+            Val::Ready { at, .. } => Some(*at),
+            Val::Pending(s) => Some(s.ready_ps.get()).filter(|t| *t != UNKNOWN),
+        }
+    }
+
+    /// The data, once the producer has started.
+    pub fn data(&self) -> Option<&RtValue> {
+        match self {
+            Val::Unset => None,
+            Val::Ready { v, .. } => Some(v),
+            Val::Pending(s) => s.data.get(),
+        }
+    }
+}
+
+/// What kind of engine operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// A data-path group: compute (MATH, GEMM) or memory (DMA, `tl.gemm`).
+    Group(usize),
+    /// `tl.send` on queue `queue`; `msg` is its message number, known once
+    /// it starts.
+    Send { queue: u32, msg: u64 },
+    /// `tl.recv`/`tl.recv_async` of message `msg` of queue `queue`.
+    Recv { queue: u32, msg: u64 },
+}
+
+/// An issued operation.
+#[derive(Debug)]
+pub struct OpRec {
+    pub inst: Inst,
+    pub kind: OpKind,
+    /// Captured operands: for a group its inputs (in the group's order),
+    /// for a send the value (and rank), for a receive nothing.
+    pub args: Vec<(Value, Val)>,
+    pub results: Vec<Rc<Slot>>,
+    /// Its entry in the PE's memory-order list.
+    pub mem_id: Option<u64>,
+    /// Filled when it starts: when it began, for the trace and statistics.
+    pub start_ps: u64,
+}
+
+impl OpRec {
+    pub fn arg(&self, v: Value) -> Option<&Val> {
+        self.args.iter().find(|(a, _)| *a == v).map(|(_, x)| x)
+    }
+}
+
+/// An engine's FIFO queue.
+#[derive(Debug, Default)]
+pub struct EngineQueue {
+    pub queue: VecDeque<OpRec>,
+    /// When the engine can start its next operation.
+    pub free_at_ps: u64,
+    /// The earliest pending kick event (avoids duplicates).
+    pub kick_at: Option<u64>,
+    /// Since when the head waits for credits (poll back-pressure).
+    pub blocked_since: Option<u64>,
+    /// The head waits for something of this PE (an operand, an earlier
+    /// memory operation): the PE's next finishing operation retries it.
+    pub waiting_on_pe: bool,
+}
+
+/// A memory operation's footprint, for ordering inside the PE.
+#[derive(Debug)]
+pub struct MemOp {
+    pub id: u64,
+    /// `[lo, hi)` byte ranges and whether each is written.
+    pub ranges: Vec<(u64, u64, bool)>,
+    pub started: bool,
+    pub done: bool,
+}
+
+/// Where the issue unit is inside a region.
+#[derive(Clone, Debug)]
+pub enum FrameKind {
+    Body,
+    If {
+        inst: Inst,
+    },
+    For {
+        inst: Inst,
+        iv: i64,
+        ub: i64,
+        step: i64,
+        dt: DType,
+    },
+    WhileBefore {
+        inst: Inst,
+    },
+    WhileBody {
+        inst: Inst,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub region: Region,
+    pub idx: usize,
+    pub kind: FrameKind,
+}
+
+/// Why the issue unit is not issuing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stall {
+    /// It may go on (an issue event is scheduled or due).
+    None,
+    /// It needs a value an engine has not produced yet.
+    Data,
+    /// An engine queue is full.
+    QueueFull(Engine),
+    /// Its engines must drain (program end, barrier).
+    Drain,
+    /// Waiting at `tl.barrier` for the other ranks.
+    Barrier,
+    /// No programs left.
+    Finished,
+}
+
+pub struct PeState {
+    pub rank: u32,
+    /// Programs still to run (flattened grid indices).
+    pub programs: VecDeque<u32>,
+    pub pid: [u32; 3],
+    pub frames: Vec<Frame>,
+    pub env: Vec<Val>,
+    /// The issue unit's own clock (never behind the global clock when it
+    /// acts on shared state).
+    pub issue_ps: u64,
+    pub stall: Stall,
+    pub issue_scheduled: bool,
+    pub engines: [EngineQueue; Engine::COUNT],
+    /// Started, not finished operations (slab indices).
+    pub inflight: Vec<Option<OpRec>>,
+    pub free_slots: Vec<u32>,
+    pub inflight_count: u32,
+    pub mem_ops: VecDeque<MemOp>,
+    pub next_mem_id: u64,
+    /// Busy time per engine, plus the issue unit's (last entry).
+    pub busy_ps: [u64; Engine::COUNT + 1],
+    /// When the last operation of the PE finished.
+    pub last_done_ps: u64,
+    pub end_ps: u64,
+    /// Arrived at the current barrier.
+    pub at_barrier: bool,
+    /// A blocking receive or wait: issue resumes when this is ready.
+    pub wait_for: Option<Rc<Slot>>,
+}
+
+impl PeState {
+    pub fn new(rank: u32, programs: VecDeque<u32>, nvals: usize, t0: u64) -> PeState {
+        PeState {
+            rank,
+            programs,
+            pid: [0; 3],
+            frames: Vec::new(),
+            env: vec![Val::Unset; nvals],
+            issue_ps: t0,
+            stall: Stall::None,
+            issue_scheduled: false,
+            engines: Default::default(),
+            inflight: Vec::new(),
+            free_slots: Vec::new(),
+            inflight_count: 0,
+            mem_ops: VecDeque::new(),
+            next_mem_id: 0,
+            busy_ps: [0; Engine::COUNT + 1],
+            last_done_ps: t0,
+            end_ps: t0,
+            at_barrier: false,
+            wait_for: None,
+        }
+    }
+
+    /// Every queue empty and nothing in flight.
+    pub fn drained(&self) -> bool {
+        self.inflight_count == 0 && self.engines.iter().all(|e| e.queue.is_empty())
+    }
+
+    pub fn get(&self, v: Value) -> &Val {
+        &self.env[v.as_u32() as usize]
+    }
+
+    pub fn set(&mut self, v: Value, x: Val) {
+        self.env[v.as_u32() as usize] = x;
+    }
+
+    /// Parks a started operation until it finishes; returns its slab index.
+    pub fn park(&mut self, op: OpRec) -> u32 {
+        self.inflight_count += 1;
+        match self.free_slots.pop() {
+            Some(i) => {
+                self.inflight[i as usize] = Some(op);
+                i
+            }
+            None => {
+                self.inflight.push(Some(op));
+                (self.inflight.len() - 1) as u32
+            }
+        }
+    }
+
+    pub fn unpark(&mut self, i: u32) -> Option<OpRec> {
+        let op = self.inflight.get_mut(i as usize)?.take()?;
+        self.free_slots.push(i);
+        self.inflight_count -= 1;
+        Some(op)
+    }
+
+    /// Registers a memory operation in program order.
+    pub fn new_mem_op(&mut self) -> u64 {
+        let id = self.next_mem_id;
+        self.next_mem_id += 1;
+        self.mem_ops.push_back(MemOp {
+            id,
+            ranges: Vec::new(),
+            started: false,
+            done: false,
+        });
+        id
+    }
+
+    /// Whether memory operation `id` (with `ranges`) may start: every
+    /// earlier memory operation has started (so its footprint is known),
+    /// and none that overlaps and writes is still in flight. (An earlier
+    /// read has sampled memory when it started, so a later write to the
+    /// same bytes may go ahead.)
+    pub fn mem_may_start(&self, id: u64, ranges: &[(u64, u64, bool)]) -> bool {
+        for m in &self.mem_ops {
+            if m.id >= id {
+                break;
+            }
+            if !m.started {
+                return false;
+            }
+            if m.done {
+                continue;
+            }
+            for &(lo, hi, w) in &m.ranges {
+                for &(lo2, hi2, _) in ranges {
+                    if w && lo < hi2 && lo2 < hi {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    pub fn mem_started(&mut self, id: u64, ranges: Vec<(u64, u64, bool)>) {
+        if let Some(m) = self.mem_ops.iter_mut().find(|m| m.id == id) {
+            m.ranges = ranges;
+            m.started = true;
+        }
+    }
+
+    pub fn mem_done(&mut self, id: u64) {
+        if let Some(m) = self.mem_ops.iter_mut().find(|m| m.id == id) {
+            m.done = true;
+        }
+        while self.mem_ops.front().is_some_and(|m| m.done) {
+            self.mem_ops.pop_front();
+        }
+    }
+}

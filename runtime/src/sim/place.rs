@@ -1,0 +1,164 @@
+//! Launch arguments on the simulated machine: where each tensor argument
+//! lives and what pointer each rank sees. A tensor is either one copy (in
+//! the memory of rank 0's PE; every rank sees the same pointer), sharded
+//! along axis 0 (rank r's pointer sees its own shard, placed in its own
+//! PE's memory), or replicated (a full copy per rank). Sharded and
+//! replicated tensors are symmetric: `tl.symm_at` finds a rank's copy.
+
+use super::{Communicator, Machine, Placement};
+use crate::topology::Space;
+use kernbench_compiler::datapath::{elem::Bits, RtValue, Tensor};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dist {
+    /// One copy, near rank 0.
+    Single,
+    /// Split along axis 0 into one equal shard per rank.
+    Shard,
+    /// A full copy per rank.
+    Replicate,
+}
+
+/// How a tensor argument is laid out over a communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub dist: Dist,
+    pub space: Space,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout {
+            dist: Dist::Single,
+            space: Space::Hbm,
+        }
+    }
+}
+
+impl Layout {
+    /// Parses `shard`, `shard:tcm`, `replicate:sram`, `tcm`, … (the part
+    /// after the argument's value).
+    pub fn parse(words: &[&str]) -> Result<Layout, String> {
+        let mut l = Layout::default();
+        for w in words {
+            match *w {
+                "shard" => l.dist = Dist::Shard,
+                "replicate" => l.dist = Dist::Replicate,
+                "hbm" => l.space = Space::Hbm,
+                "sram" => l.space = Space::Sram,
+                "tcm" => l.space = Space::Tcm,
+                other => return Err(format!("`:{other}` is not a layout (shard, replicate, hbm, sram, tcm)")),
+            }
+        }
+        Ok(l)
+    }
+}
+
+pub enum LaunchArg {
+    Scalar(Bits),
+    Tensor {
+        name: String,
+        tensor: Tensor,
+        layout: Layout,
+    },
+}
+
+/// A tensor argument after placement.
+#[derive(Clone, Debug)]
+pub struct PlacedTensor {
+    pub name: String,
+    pub elem: kernbench_compiler::sema::types::Elem,
+    pub shape: Vec<usize>,
+    pub layout: Layout,
+    /// Base address of each part (one, or one per rank).
+    pub bases: Vec<u64>,
+}
+
+/// Allocates every tensor argument and returns each rank's argument
+/// values and the placed tensors (in argument order).
+pub fn place_args(
+    m: &mut Machine,
+    comm: &Communicator,
+    args: Vec<LaunchArg>,
+) -> Result<(Vec<Vec<RtValue>>, Vec<PlacedTensor>), String> {
+    let world = comm.world() as usize;
+    let mut per_rank: Vec<Vec<RtValue>> = vec![Vec::with_capacity(args.len()); world];
+    let mut placed = Vec::new();
+    for a in args {
+        match a {
+            LaunchArg::Scalar(b) => per_rank.iter_mut().for_each(|v| v.push(RtValue::Scalar(b))),
+            LaunchArg::Tensor { name, tensor, layout } => {
+                let bytes = tensor.bytes();
+                let bases = match layout.dist {
+                    Dist::Single => {
+                        let p = Placement::near(layout.space, comm.pes[0]);
+                        vec![m.mem.alloc(&name, p, bytes.to_vec()).map_err(|e| e.to_string())?]
+                    }
+                    Dist::Replicate => {
+                        let parts = comm
+                            .pes
+                            .iter()
+                            .map(|pe| (Placement::near(layout.space, *pe), bytes.to_vec()))
+                            .collect();
+                        m.mem.alloc_symmetric(&name, parts).map_err(|e| e.to_string())?
+                    }
+                    Dist::Shard => {
+                        let rows = tensor.shape.first().copied().unwrap_or(1);
+                        if rows % world != 0 {
+                            return Err(format!(
+                                "`{name}` has {rows} elements along axis 0, which do not split into {world} equal shards"
+                            ));
+                        }
+                        let part = bytes.len() / world;
+                        let parts = comm
+                            .pes
+                            .iter()
+                            .enumerate()
+                            .map(|(r, pe)| {
+                                (
+                                    Placement::near(layout.space, *pe),
+                                    bytes[r * part..(r + 1) * part].to_vec(),
+                                )
+                            })
+                            .collect();
+                        m.mem.alloc_symmetric(&name, parts).map_err(|e| e.to_string())?
+                    }
+                };
+                for (r, v) in per_rank.iter_mut().enumerate() {
+                    let base = if bases.len() == 1 { bases[0] } else { bases[r] };
+                    v.push(RtValue::Scalar(base));
+                }
+                placed.push(PlacedTensor {
+                    name,
+                    elem: tensor.elem,
+                    shape: tensor.shape.clone(),
+                    layout,
+                    bases,
+                });
+            }
+        }
+    }
+    Ok((per_rank, placed))
+}
+
+/// A placed tensor's current contents: shards concatenated, rank 0's copy
+/// of a replicated tensor.
+pub fn gather(m: &Machine, t: &PlacedTensor) -> Tensor {
+    let mut bytes = Vec::new();
+    let parts: &[u64] = match t.layout.dist {
+        Dist::Shard => &t.bases,
+        _ => &t.bases[..1],
+    };
+    for &b in parts {
+        bytes.extend_from_slice(m.mem.bytes_at(b).unwrap_or(&[]));
+    }
+    Tensor::from_bytes(t.elem, &t.shape, &bytes).unwrap_or_else(|| Tensor::zeros(t.elem, &t.shape))
+}
+
+/// Every rank's copy of a replicated tensor (or each shard), in rank order.
+pub fn parts(m: &Machine, t: &PlacedTensor) -> Vec<Vec<u8>> {
+    t.bases
+        .iter()
+        .map(|&b| m.mem.bytes_at(b).unwrap_or(&[]).to_vec())
+        .collect()
+}

@@ -1,0 +1,363 @@
+//! What a simulated run reports: total time, per-engine busy time over the
+//! PEs, bytes and achieved bandwidth per link class, the most contended
+//! links; a Chrome trace (one process per PE, one thread per engine, link
+//! occupancy as counter tracks); and the run's errors rendered like
+//! compiler diagnostics (a failing operation, a deadlock).
+
+use super::{Engine, LinkId, SimError, LINK_CLASSES};
+use crate::topology::PeCoord;
+use codespan_reporting::diagnostic as cs;
+use codespan_reporting::term;
+use kernbench_compiler::diag::{ColorMode, SourceMap};
+use kernbench_compiler::ir::{Function, Inst};
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// One operation on one engine, for the trace.
+#[derive(Clone, Debug)]
+pub struct Slice {
+    pub rank: u32,
+    pub engine: Engine,
+    /// The engine's busy interval.
+    pub start_ps: u64,
+    pub end_ps: u64,
+    /// When the operation's effect completed (a transfer's last byte).
+    pub done_ps: u64,
+    pub inst: Inst,
+}
+
+#[derive(Clone, Debug)]
+pub struct PeStat {
+    pub pe: PeCoord,
+    pub rank: u32,
+    pub end_ps: u64,
+    /// Busy time per engine ([`Engine::NAMES`] order; the issue unit last).
+    pub busy_ps: [u64; Engine::COUNT + 1],
+}
+
+#[derive(Clone, Debug)]
+pub struct LinkStat {
+    pub id: LinkId,
+    pub busy_ps: u64,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub kernel: String,
+    /// When every PE started (after the launch's host path).
+    pub start_ps: u64,
+    /// When the last PE finished.
+    pub end_ps: u64,
+    pub pes: Vec<PeStat>,
+    /// Every link that carried bytes.
+    pub links: Vec<LinkStat>,
+    pub events: u64,
+    pub slices: Vec<Slice>,
+    /// Link reservations (when tracing): link, start, end.
+    pub link_intervals: Vec<(LinkId, u64, u64)>,
+}
+
+impl Report {
+    /// The kernel's time: from the common start to the last PE's end.
+    pub fn elapsed_ps(&self) -> u64 {
+        self.end_ps - self.start_ps
+    }
+
+    /// Per engine (and the issue unit): (min, mean, max) busy % over PEs.
+    pub fn engine_busy(&self) -> Vec<(&'static str, f64, f64, f64)> {
+        let total = self.elapsed_ps().max(1) as f64;
+        (0..=Engine::COUNT)
+            .map(|e| {
+                let v: Vec<f64> = self.pes.iter().map(|p| 100.0 * p.busy_ps[e] as f64 / total).collect();
+                let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+                let max = v.iter().cloned().fold(0.0, f64::max);
+                let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+                (Engine::NAMES[e], if min.is_finite() { min } else { 0.0 }, mean, max)
+            })
+            .collect()
+    }
+
+    /// Per link class: (bytes, busy ps summed, links used).
+    pub fn link_classes(&self) -> BTreeMap<usize, (u64, u64, usize)> {
+        let mut m: BTreeMap<usize, (u64, u64, usize)> = BTreeMap::new();
+        for l in &self.links {
+            let e = m.entry(l.id.class()).or_default();
+            e.0 += l.bytes;
+            e.1 += l.busy_ps;
+            e.2 += 1;
+        }
+        m
+    }
+
+    /// The busiest links, most first (ties in link order).
+    pub fn top_links(&self, n: usize) -> Vec<&LinkStat> {
+        let mut v: Vec<&LinkStat> = self.links.iter().collect();
+        v.sort_by_key(|l| (std::cmp::Reverse(l.busy_ps), l.id));
+        v.truncate(n);
+        v
+    }
+}
+
+fn us(ps: u64) -> f64 {
+    ps as f64 / 1e6
+}
+
+/// Bytes per picosecond × 1000 = GB/s.
+fn gbps(bytes: u64, ps: u64) -> f64 {
+    if ps == 0 {
+        0.0
+    } else {
+        bytes as f64 * 1000.0 / ps as f64
+    }
+}
+
+pub fn summary_text(r: &Report) -> String {
+    let n = r.pes.len();
+    let mut o = format!(
+        "simulated time {:.3} us for `{}` on {n} PE{} (start at {:.3} us after the host's launch; {} events)\n",
+        us(r.elapsed_ps()),
+        r.kernel,
+        if n == 1 { "" } else { "s" },
+        us(r.start_ps),
+        r.events
+    );
+    o.push_str("engine busy %        min     mean      max\n");
+    for (name, min, mean, max) in r.engine_busy() {
+        o.push_str(&format!("  {name:<12} {min:>8.1} {mean:>8.1} {max:>8.1}\n"));
+    }
+    let classes = r.link_classes();
+    if !classes.is_empty() {
+        o.push_str("link class          bytes   links  GB/s over the run  GB/s per link while busy\n");
+        for (class, (bytes, busy, links)) in &classes {
+            o.push_str(&format!(
+                "  {:<13} {bytes:>12} {links:>7} {:>18.1} {:>25.1}\n",
+                LINK_CLASSES[*class],
+                gbps(*bytes, r.elapsed_ps()),
+                gbps(*bytes, *busy)
+            ));
+        }
+        o.push_str("most contended links (busy % of the run)\n");
+        for l in r.top_links(5) {
+            o.push_str(&format!(
+                "  {:>6.1}%  {} ({} bytes)\n",
+                100.0 * l.busy_ps as f64 / r.elapsed_ps().max(1) as f64,
+                l.id.describe(),
+                l.bytes
+            ));
+        }
+    }
+    o
+}
+
+pub fn summary_json(r: &Report) -> serde_json::Value {
+    let engines: Vec<serde_json::Value> = r
+        .engine_busy()
+        .into_iter()
+        .map(
+            |(n, min, mean, max)| json!({"engine": n, "busy_pct_min": min, "busy_pct_mean": mean, "busy_pct_max": max}),
+        )
+        .collect();
+    let classes: Vec<serde_json::Value> = r
+        .link_classes()
+        .into_iter()
+        .map(|(c, (bytes, busy, n))| {
+            json!({"class": LINK_CLASSES[c], "bytes": bytes, "busy_ps": busy, "links": n,
+                   "gb_per_s": gbps(bytes, r.elapsed_ps()), "gb_per_s_per_link_busy": gbps(bytes, busy)})
+        })
+        .collect();
+    let top: Vec<serde_json::Value> = r
+        .top_links(5)
+        .into_iter()
+        .map(|l| json!({"link": l.id.describe(), "class": l.id.class_name(), "busy_ps": l.busy_ps, "bytes": l.bytes}))
+        .collect();
+    json!({
+        "kernel": r.kernel,
+        "time_ps": r.elapsed_ps(),
+        "start_ps": r.start_ps,
+        "end_ps": r.end_ps,
+        "pes": r.pes.len(),
+        "events": r.events,
+        "engines": engines,
+        "link_classes": classes,
+        "top_links": top,
+    })
+}
+
+/// A Chrome trace (chrome://tracing, Perfetto): one process per PE, one
+/// thread per engine, each operation a slice named by its source line;
+/// the busiest links' occupancy as counter tracks. Times in µs.
+pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap) -> serde_json::Value {
+    let mut events = Vec::new();
+    for (k, p) in r.pes.iter().enumerate() {
+        events.push(
+            json!({"ph": "M", "name": "process_name", "pid": k, "args": {"name": format!("rank {} {}", p.rank, p.pe)}}),
+        );
+        for (e, name) in Engine::NAMES.iter().enumerate().take(Engine::COUNT) {
+            events.push(json!({"ph": "M", "name": "thread_name", "pid": k, "tid": e, "args": {"name": name}}));
+        }
+    }
+    let t = |ps: u64| ps as f64 / 1e6;
+    for s in &r.slices {
+        let d = func.inst(s.inst);
+        let (line, col) = sources.line_col(d.loc.file, d.loc.span.lo);
+        let file = sources.name(d.loc.file);
+        let file = file.rsplit('/').next().unwrap_or(file);
+        events.push(json!({
+            "ph": "X", "name": format!("{} {file}:{line}:{col}", d.op.mnemonic()),
+            "pid": s.rank, "tid": s.engine.index(),
+            "ts": t(s.start_ps), "dur": t(s.end_ps - s.start_ps),
+            "args": {"source": sources.snippet(d.loc.file, d.loc.span).trim()},
+        }));
+    }
+    // Counter tracks for the busiest links: 1 while a transfer holds it.
+    let links_pid = r.pes.len();
+    events.push(json!({"ph": "M", "name": "process_name", "pid": links_pid, "args": {"name": "links"}}));
+    let top: Vec<LinkId> = r.top_links(16).iter().map(|l| l.id).collect();
+    for id in top {
+        let mut iv: Vec<(u64, u64)> = r
+            .link_intervals
+            .iter()
+            .filter(|(l, _, _)| *l == id)
+            .map(|(_, s, e)| (*s, *e))
+            .collect();
+        iv.sort();
+        let name = id.describe();
+        for (s, e) in iv {
+            events.push(json!({"ph": "C", "name": name, "pid": links_pid, "ts": t(s), "args": {"busy": 1}}));
+            events.push(json!({"ph": "C", "name": name, "pid": links_pid, "ts": t(e), "args": {"busy": 0}}));
+        }
+    }
+    json!({ "traceEvents": events, "displayTimeUnit": "ns" })
+}
+
+/// Why a PE could not go on when the machine stopped.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WaitReason {
+    /// A send waits for credits: the queue to `to_rank` is full.
+    QueueFull { to_rank: u32, used: u32, slots: u32 },
+    /// A receive waits for a message from `from_rank`.
+    NoData { from_rank: u32 },
+    /// Waiting at `tl.barrier` for the other ranks.
+    Barrier { arrived: u32, world: u32 },
+    /// Waiting for one of its own operations that cannot start.
+    Other,
+}
+
+/// A blocked PE.
+#[derive(Clone, Debug)]
+pub struct Blocked {
+    pub pe: PeCoord,
+    pub rank: u32,
+    pub inst: Inst,
+    pub reason: WaitReason,
+}
+
+fn buffer(color: ColorMode) -> term::termcolor::Buffer {
+    match color {
+        ColorMode::Always => term::termcolor::Buffer::ansi(),
+        ColorMode::Never => term::termcolor::Buffer::no_color(),
+    }
+}
+
+/// The deadlock diagnostic: every blocked PE, what it waits for, where.
+pub fn render_deadlock(
+    func: &Function,
+    sources: &SourceMap,
+    time_ps: u64,
+    blocked: &[Blocked],
+    color: ColorMode,
+) -> String {
+    let mut labels: Vec<cs::Label<kernbench_compiler::span::FileId>> = Vec::new();
+    let mut notes = Vec::new();
+    for b in blocked {
+        let why = match &b.reason {
+            WaitReason::QueueFull { to_rank, used, slots } => {
+                format!(
+                    "rank {} {} is blocked in a send: the queue to rank {to_rank} is full ({used}/{slots} slots)",
+                    b.rank, b.pe
+                )
+            }
+            WaitReason::NoData { from_rank } => {
+                format!(
+                    "rank {} {} is blocked in a receive: waiting for data from rank {from_rank}",
+                    b.rank, b.pe
+                )
+            }
+            WaitReason::Barrier { arrived, world } => {
+                format!(
+                    "rank {} {} waits at the barrier ({arrived} of {world} ranks arrived)",
+                    b.rank, b.pe
+                )
+            }
+            WaitReason::Other => format!("rank {} {} waits for its own operations", b.rank, b.pe),
+        };
+        notes.push(why);
+        let loc = func.inst(b.inst).loc;
+        if !labels
+            .iter()
+            .any(|l| l.file_id == loc.file && l.range == loc.span.range())
+        {
+            let count = blocked.iter().filter(|o| o.inst == b.inst).count();
+            labels.push(cs::Label::primary(loc.file, loc.span.range()).with_message(format!(
+                "{count} rank{} blocked here",
+                if count == 1 { "" } else { "s" }
+            )));
+        }
+    }
+    let shown = 16;
+    if notes.len() > shown {
+        let more = notes.len() - shown;
+        notes.truncate(shown);
+        notes.push(format!("… and {more} more"));
+    }
+    let d = cs::Diagnostic::error()
+        .with_message(format!(
+            "deadlock in `{}` at {:.3} us: {} rank{} blocked and nothing left to happen",
+            func.name,
+            us(time_ps),
+            blocked.len(),
+            if blocked.len() == 1 { "" } else { "s" }
+        ))
+        .with_labels(labels)
+        .with_notes(notes);
+    let mut out = buffer(color);
+    let _ = term::emit(&mut out, &term::Config::default(), sources, &d);
+    String::from_utf8_lossy(out.as_slice()).into_owned()
+}
+
+/// Any simulation error, rendered for a terminal.
+pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, color: ColorMode) -> String {
+    match e {
+        SimError::Exec {
+            pe,
+            rank,
+            program,
+            error,
+        } => {
+            let inst = func.inst(error.inst);
+            let [x, y, z] = program;
+            let d = cs::Diagnostic::error()
+                .with_message(format!(
+                    "{} (kernel `{}`, rank {rank} {pe}, program ({x}, {y}, {z}))",
+                    error.kind, func.name
+                ))
+                .with_labels(vec![cs::Label::primary(inst.loc.file, inst.loc.span.range())
+                    .with_message(format!("in this `{}`", inst.op.mnemonic()))]);
+            let mut out = buffer(color);
+            let _ = term::emit(&mut out, &term::Config::default(), sources, &d);
+            String::from_utf8_lossy(out.as_slice()).into_owned()
+        }
+        SimError::Deadlock { time_ps, blocked } => render_deadlock(func, sources, *time_ps, blocked, color),
+        SimError::TcmCapacity {
+            kernel,
+            pe,
+            need_bytes,
+            have_bytes,
+        } => format!(
+            "error: kernel `{kernel}` needs {need_bytes} bytes of TCM on {pe} (its live blocks, the PE's TCM \
+             allocations and IPCQ slots) but the TCM holds {have_bytes} bytes\n"
+        ),
+        SimError::Setup(m) => format!("error: {m}\n"),
+    }
+}

@@ -1,0 +1,534 @@
+//! The simulated machine: timing of single operations against their
+//! closed forms (computed here from the topology's numbers, not by the
+//! simulator's own cost functions), contention, communication with exact
+//! integer results at many world sizes, the ring all-reduce's time against
+//! the alpha-beta model, deadlock diagnostics and determinism.
+
+use kernbench_compiler::datapath::{elem, Tensor};
+use kernbench_compiler::diag::ColorMode;
+use kernbench_compiler::sema::types::{DType, Elem, Konst};
+use kernbench_runtime::args::random_tensor;
+use kernbench_runtime::sim::place::LaunchArg;
+use kernbench_runtime::sim::{self, Engine, SimError};
+use kernbench_runtime::topology::{PeCoord, Topology};
+use kernbench_tests::exec::lower_file;
+use kernbench_tests::sim::{simulate, tensor, SimRun};
+use kernbench_tests::*;
+
+fn pe(sip: u32, cube: u32, pe: u32) -> PeCoord {
+    PeCoord { sip, cube, pe }
+}
+
+fn lower(
+    src: &str,
+    kernel: &str,
+    defines: &[(&str, Konst)],
+) -> (kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap) {
+    lower_file("case.tl", src, kernel, defines).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn i32s(shape: &[usize], f: impl Fn(usize) -> i32) -> Tensor {
+    let mut t = Tensor::zeros(Elem::Num(DType::I32), shape);
+    for k in 0..t.numel() {
+        t.set_bits(k, elem::from_i64(DType::I32, f(k) as i64));
+    }
+    t
+}
+
+fn scalar_i32(v: i64) -> LaunchArg {
+    LaunchArg::Scalar(elem::from_i64(DType::I32, v))
+}
+
+/// The one slice of an instruction whose source text is `what` (rank 0).
+fn slice_of<'a>(run: &'a SimRun, func: &kernbench_compiler::ir::Function, mnemonic: &str) -> &'a sim::Slice {
+    let found: Vec<&sim::Slice> = run
+        .report
+        .slices
+        .iter()
+        .filter(|s| s.rank == 0 && func.inst(s.inst).op.mnemonic() == mnemonic)
+        .collect();
+    assert_eq!(found.len(), 1, "one `{mnemonic}` slice expected, found {}", found.len());
+    found[0]
+}
+
+fn ps(ns: f64) -> f64 {
+    ns * 1000.0
+}
+
+/// Relative difference.
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs().max(1e-9)
+}
+
+const LOAD_STORE: &str = "
+@kernel
+def copy(src: ptr[f32], dst: ptr[f32], N: constexpr = 4096):
+    offs = tl.arange(0, N)
+    tl.store(dst + offs, tl.load(src + offs))
+";
+
+#[test]
+fn one_dma_from_own_hbm_matches_the_closed_form() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(LOAD_STORE, "copy", &[]);
+    let n = 4096usize;
+    let run = simulate(
+        &topo,
+        vec![pe(0, 0, 0)],
+        &func,
+        vec![
+            tensor("src", random_tensor(DType::F32, &[n], 1), &[]),
+            tensor("dst", Tensor::zeros(Elem::Num(DType::F32), &[n]), &["tcm"]),
+        ],
+        None,
+        true,
+    )
+    .expect("runs");
+    let s = &topo.spec;
+    let c = &s.pe.hbm_controller;
+    // setup + controller latency + bytes over all pseudo-channels (the
+    // buffer is 4 KiB aligned, so each channel takes an equal share).
+    let bytes = 4.0 * n as f64;
+    let channel_bw = c.channel_bandwidth_bytes_per_ns.0 * c.efficiency.0;
+    let want = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0
+        + c.latency_ns.0
+        + bytes / c.pseudo_channels.0 as f64 / channel_bw);
+    let load = slice_of(&run, &func, "load");
+    let got = (load.done_ps - load.start_ps) as f64;
+    assert!(rel(got, want) < 1e-3, "load took {got} ps, closed form {want} ps");
+    // The store into the PE's own TCM: setup + TCM latency + bytes at the
+    // write port.
+    let store = slice_of(&run, &func, "store");
+    let want = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0
+        + s.pe.tcm.latency_ns.0
+        + bytes / s.pe.tcm.write_bandwidth_bytes_per_ns.0);
+    let got = (store.done_ps - store.start_ps) as f64;
+    assert!(rel(got, want) < 1e-3, "store took {got} ps, closed form {want} ps");
+    assert!(store.start_ps >= load.done_ps, "the store waits for the loaded block");
+    // And the data arrived.
+    assert_eq!(run.tensors[1], run.tensors[0]);
+}
+
+#[test]
+fn remote_cube_dma_is_latency_sum_plus_bytes_over_the_bottleneck() {
+    let topo = Topology::default_machine();
+    // `src` is one copy, in rank 0's HBM slice at (0,5,3); only rank 1, at
+    // (0,0,0), copies it.
+    let src = "
+@kernel
+def copy(src: ptr[f32], dst: ptr[f32], N: constexpr = 4096):
+    offs = tl.arange(0, N)
+    if tl.rank() == 1:
+        tl.store(dst + offs, tl.load(src + offs))
+";
+    let (func, _) = lower(src, "copy", &[]);
+    let n = 4096usize;
+    let far = pe(0, 5, 3);
+    let run = simulate(
+        &topo,
+        vec![far, pe(0, 0, 0)],
+        &func,
+        vec![
+            tensor("src", random_tensor(DType::F32, &[n], 2), &[]),
+            tensor("dst", Tensor::zeros(Elem::Num(DType::F32), &[n]), &["replicate", "tcm"]),
+        ],
+        None,
+        true,
+    )
+    .expect("runs");
+    // Rank 1 at (0,0,0) reads (0,5,3)'s HBM slice: HBM → router hop
+    // (corner 1 → 0 of cube 5) → UCIe 5→4 → hop (1 → 0 of cube 4) → UCIe
+    // 4→0 → hop (2 → 0 of cube 0) → router→PE.
+    let s = &topo.spec;
+    let c = &s.pe.hbm_controller;
+    let hop = s.cube.router.hop_latency_ns.0;
+    let lat = c.latency_ns.0 + 3.0 * hop + 2.0 * s.sip.ucie.latency_ns.0 + hop;
+    let hbm_bw = c.pseudo_channels.0 as f64 * c.channel_bandwidth_bytes_per_ns.0 * c.efficiency.0;
+    let min_bw = hbm_bw
+        .min(s.cube.router.link_bandwidth_bytes_per_ns.0)
+        .min(topo.ucie_bandwidth_bytes_per_ns());
+    let bytes = 4.0 * n as f64;
+    let closed = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0 + lat + bytes / min_bw);
+    let load = run
+        .report
+        .slices
+        .iter()
+        .find(|sl| sl.rank == 1 && func.inst(sl.inst).op.mnemonic() == "load")
+        .expect("rank 1's load");
+    let got = (load.done_ps - load.start_ps) as f64;
+    // The head packet is stored and forwarded at each link: at most its
+    // serialization on every link beyond the closed form.
+    let head = s.fabric.packet_bytes.0 as f64;
+    let slack = ps(head / hbm_bw
+        + 5.0 * head / s.cube.router.link_bandwidth_bytes_per_ns.0
+        + 2.0 * head / topo.ucie_bandwidth_bytes_per_ns());
+    assert!(
+        got >= closed - 1.0 && got <= closed + slack + 1.0,
+        "remote load took {got} ps, closed form {closed} ps (+ ≤ {slack} ps)"
+    );
+    assert!(rel(got, closed) < 0.05);
+}
+
+#[test]
+fn math_and_dot_cost_their_cycles() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def ops(x: ptr[f32], a: ptr[f16], b: ptr[f16], out: ptr[f32], N: constexpr = 1000, M: constexpr = 64):
+    v = tl.load(x + tl.arange(0, N))
+    tl.store(x + tl.arange(0, N), tl.exp(v))
+    r = tl.arange(0, M)
+    ta = tl.load(a + r[:, None] * M + r[None, :])
+    tb = tl.load(b + r[:, None] * M + r[None, :])
+    tl.store(out + r[:, None] * M + r[None, :], tl.dot(ta, tb))
+";
+    let (func, _) = lower(src, "ops", &[]);
+    let run = simulate(
+        &topo,
+        vec![pe(0, 0, 0)],
+        &func,
+        vec![
+            tensor("x", random_tensor(DType::F32, &[1000], 3), &[]),
+            tensor("a", random_tensor(DType::F16, &[64, 64], 4), &[]),
+            tensor("b", random_tensor(DType::F16, &[64, 64], 5), &[]),
+            tensor("out", Tensor::zeros(Elem::Num(DType::F32), &[64, 64]), &[]),
+        ],
+        None,
+        true,
+    )
+    .expect("runs");
+    let s = &topo.spec;
+    let exp = slice_of(&run, &func, "exp");
+    let want = 1000u64.div_ceil(s.pe.math.lanes.0) * s.pe.math.op_cycles["exp"].0 * topo.cycle_ps;
+    assert_eq!(exp.done_ps - exp.start_ps, want, "exp on 1000 elements");
+    let dot = slice_of(&run, &func, "dot");
+    let g = &s.pe.gemm;
+    let tiles = 64u64.div_ceil(g.tile_m.0) * 64u64.div_ceil(g.tile_n.0) * 64u64.div_ceil(g.tile_k.0);
+    let want = (tiles * g.cycles_per_tile["f16"].0 + g.pipeline_latency_cycles) * topo.cycle_ps;
+    assert_eq!(dot.done_ps - dot.start_ps, want, "dot 64x64x64 f16");
+    assert_eq!(exp.engine, Engine::Math);
+    assert_eq!(dot.engine, Engine::Gemm);
+}
+
+#[test]
+fn n_flows_into_one_hbm_controller_take_n_times_as_long() {
+    let topo = Topology::default_machine();
+    // Every rank copies its 64 KiB chunk of a tensor in rank 0's HBM.
+    let src = "
+@kernel
+def pull(src: ptr[f32], dst: ptr[f32], N: constexpr = 16384):
+    r = tl.rank()
+    tl.store(dst + tl.arange(0, N), tl.load(src + r * N + tl.arange(0, N)))
+";
+    let (func, _) = lower(src, "pull", &[]);
+    let mut times = Vec::new();
+    for n in [1usize, 2, 4, 8] {
+        let pes: Vec<PeCoord> = (0..n as u32).map(|k| pe(0, 0, k)).collect();
+        let run = simulate(
+            &topo,
+            pes,
+            &func,
+            vec![
+                tensor("src", random_tensor(DType::F32, &[8 * 16384], 6), &[]),
+                tensor("dst", Tensor::zeros(Elem::Num(DType::F32), &[n * 16384]), &["shard"]),
+            ],
+            None,
+            true,
+        )
+        .expect("runs");
+        let last = run
+            .report
+            .slices
+            .iter()
+            .filter(|s| func.inst(s.inst).op.mnemonic() == "load")
+            .map(|s| s.done_ps)
+            .max()
+            .unwrap();
+        let first = run
+            .report
+            .slices
+            .iter()
+            .filter(|s| func.inst(s.inst).op.mnemonic() == "load")
+            .map(|s| s.start_ps)
+            .min()
+            .unwrap();
+        times.push((last - first) as f64);
+    }
+    // Beyond the fixed latency (DMA setup and the controller's), N flows
+    // stream N times the bytes through one controller.
+    let s = &topo.spec;
+    let fixed = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0 + s.pe.hbm_controller.latency_ns.0);
+    for (k, n) in [1.0, 2.0, 4.0, 8.0].iter().enumerate() {
+        let ratio = (times[k] - fixed) / (times[0] - fixed);
+        assert!(
+            (ratio - n).abs() / n < 0.05,
+            "{n} flows: {ratio:.2}× one flow ({times:?})"
+        );
+    }
+}
+
+const SEND_RECV: &str = "
+@kernel
+def pair(buf: ptr[i32], N: constexpr = 1024):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        tl.send(1, tl.load(buf + offs))
+    else:
+        tl.store(buf + offs, tl.recv(0, [N], i32))
+";
+
+#[test]
+fn a_send_recv_pair_matches_the_closed_form() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(SEND_RECV, "pair", &[]);
+    // Ranks on corners 0 and 1 of one cube: one router hop apart.
+    let run = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(0, 0, 2)],
+        &func,
+        vec![tensor(
+            "buf",
+            i32s(&[2, 1024], |k| if k < 1024 { k as i32 } else { -1 }),
+            &["shard", "tcm"],
+        )],
+        None,
+        true,
+    )
+    .expect("runs");
+    let out = &run.tensors[0];
+    for k in 0..1024 {
+        assert_eq!(out.get_bits(1024 + k), k as u64, "rank 1 received rank 0's data");
+    }
+    let s = &topo.spec;
+    let bytes = 4096.0;
+    let head = s.fabric.packet_bytes.0 as f64;
+    let (link_bw, hop) = (
+        s.cube.router.link_bandwidth_bytes_per_ns.0,
+        s.cube.router.hop_latency_ns.0,
+    );
+    let tcm_w = s.pe.tcm.write_bandwidth_bytes_per_ns.0;
+    // PE→router, router hop, router→PE, TCM write port (the IPCQ slots).
+    let want = ps(3.0 * hop + s.pe.tcm.latency_ns.0 + 3.0 * head / link_bw + head / tcm_w + (bytes - head) / link_bw);
+    let send = run
+        .report
+        .slices
+        .iter()
+        .find(|sl| sl.engine == Engine::Send)
+        .expect("a send");
+    let got = (send.done_ps - send.start_ps) as f64;
+    assert!(rel(got, want) < 1e-3, "send took {got} ps, closed form {want} ps");
+    let recv = run
+        .report
+        .slices
+        .iter()
+        .find(|sl| sl.engine == Engine::Recv)
+        .expect("a recv");
+    assert!(recv.start_ps >= send.done_ps, "a receive starts after its data arrived");
+    let want = ps(s.pe.tcm.latency_ns.0 + bytes / s.pe.tcm.read_bandwidth_bytes_per_ns.0);
+    let got = (recv.done_ps - recv.start_ps) as f64;
+    assert!(rel(got, want) < 1e-3, "copy-out took {got} ps, closed form {want} ps");
+}
+
+fn ring_source() -> String {
+    std::fs::read_to_string(repo_root().join("tests/sim/ring_allreduce.tl")).expect("ring source")
+}
+
+/// Runs the test ring all-reduce on `world` PEs (ring order) with i32
+/// data and checks every rank holds the exact sum.
+fn ring_exact(topo: &Topology, world: usize, n_elem: usize, chunk: i64, stdlib: bool, layout: &[&str]) -> SimRun {
+    let (src, kernel) = if stdlib {
+        (
+            std::fs::read_to_string(repo_root().join("stdlib/ccl/ring_allreduce.tl")).expect("stdlib ring"),
+            "ring_allreduce",
+        )
+    } else {
+        (ring_source(), "ring_allreduce")
+    };
+    let (func, _) = lower(
+        &src,
+        kernel,
+        &[("T", Konst::DType(DType::I32)), ("CHUNK", Konst::Int(chunk))],
+    );
+    let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
+    let data = i32s(&[world, n_elem], |k| {
+        ((k * 7919) % 2001) as i32 - 1000 + (k / n_elem) as i32 * 100_000
+    });
+    let run = simulate(
+        topo,
+        pes,
+        &func,
+        vec![tensor("buf", data.clone(), layout), scalar_i32(n_elem as i64)],
+        None,
+        false,
+    )
+    .unwrap_or_else(|e| panic!("world {world}: {e:?}"));
+    let out = &run.tensors[0];
+    for i in 0..n_elem {
+        let want: i64 = (0..world)
+            .map(|r| elem::to_i64(DType::I32, data.get_bits(r * n_elem + i)))
+            .sum();
+        for r in 0..world {
+            let got = elem::to_i64(DType::I32, out.get_bits(r * n_elem + i));
+            assert_eq!(got, want, "world {world}, rank {r}, element {i}");
+        }
+    }
+    run
+}
+
+#[test]
+fn ring_allreduce_is_exact_at_many_world_sizes() {
+    let topo = Topology::default_machine();
+    for world in [2, 3, 4, 7, 8, 16, 128] {
+        // Element counts that do not divide by the world size, and some
+        // smaller than it.
+        for n in [1000, 13] {
+            ring_exact(&topo, world, n, 64, false, &["shard"]);
+        }
+    }
+    // The stdlib's simple ring too.
+    for world in [2, 3, 8] {
+        ring_exact(&topo, world, 777, 256, true, &["shard"]);
+    }
+}
+
+/// A topology where the ring's links are the bottleneck: TCM ports and
+/// DMA setup fast enough that only the links limit bandwidth.
+fn link_bound_topology() -> Topology {
+    let y = kernbench_runtime::topology::DEFAULT_YAML
+        .replace("read_bandwidth_bytes_per_ns: 512", "read_bandwidth_bytes_per_ns: 4096")
+        .replace(
+            "write_bandwidth_bytes_per_ns: 512",
+            "write_bandwidth_bytes_per_ns: 4096",
+        )
+        .replace("setup_cycles: 10", "setup_cycles: 1")
+        .replace("link_bandwidth_bytes_per_ns: 256", "link_bandwidth_bytes_per_ns: 32");
+    Topology::parse("link-bound.yaml", &y).expect("valid variant")
+}
+
+#[test]
+fn ring_allreduce_time_follows_the_alpha_beta_model() {
+    let topo = link_bound_topology();
+    let world = 8usize;
+    let n_elem = 128 * 1024; // 512 KiB of i32 per rank
+    let run = ring_exact(&topo, world, n_elem, 1024, false, &["shard", "tcm"]);
+    let s = &topo.spec;
+    let p = world as f64;
+    let bytes = 4.0 * n_elem as f64;
+    // B: the bottleneck link of a ring step (PE→router, router hops and
+    // router→PE all run at the router's link bandwidth). α: one chunk's
+    // trip on an idle path (3 link latencies at most within a cube, the
+    // TCM write, the head packet's store-and-forward) plus its copy out
+    // of the slots.
+    let b = s.cube.router.link_bandwidth_bytes_per_ns.0;
+    let chunk = 4096.0;
+    let alpha = 3.0 * s.cube.router.hop_latency_ns.0
+        + 2.0 * s.pe.tcm.latency_ns.0
+        + chunk / s.pe.tcm.read_bandwidth_bytes_per_ns.0
+        + 3.0 * s.fabric.packet_bytes.0 as f64 / b;
+    let model = 2.0 * (p - 1.0) / p * bytes / b + 2.0 * (p - 1.0) * alpha;
+    let got = run.report.elapsed_ps() as f64 / 1000.0;
+    assert!(
+        rel(got, model) < 0.10,
+        "ring all-reduce of {bytes} bytes on {world} PEs: {got:.1} ns, model {model:.1} ns ({:.1}% off)",
+        100.0 * rel(got, model)
+    );
+}
+
+const DEADLOCK: &str = "
+@kernel
+def wrong_ring(buf: ptr[i32], N: constexpr = 64):
+    offs = tl.arange(0, N)
+    got = tl.recv(tl.PREV, [N], i32)
+    tl.send(tl.NEXT, tl.load(buf + offs) + got)
+";
+
+#[test]
+fn receiving_first_deadlocks_with_a_diagnostic() {
+    let topo = Topology::default_machine();
+    let (func, sources) = lower(DEADLOCK, "wrong_ring", &[]);
+    let pes = sim::select_pes(&topo, "4").unwrap();
+    let e = simulate(
+        &topo,
+        pes,
+        &func,
+        vec![tensor("buf", i32s(&[4, 64], |k| k as i32), &["shard"])],
+        None,
+        false,
+    )
+    .err()
+    .expect("a deadlock");
+    let SimError::Deadlock { ref blocked, .. } = e else {
+        panic!("expected a deadlock, got {e:?}")
+    };
+    assert_eq!(blocked.len(), 4);
+    for b in blocked {
+        assert_eq!(
+            b.reason,
+            sim::WaitReason::NoData {
+                from_rank: (b.rank + 3) % 4
+            }
+        );
+    }
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    compare_or_bless(&repo_root().join("tests/sim/deadlock-recv-first.stderr"), &text)
+        .unwrap_or_else(|d| panic!("{d}"));
+}
+
+const FLOOD: &str = "
+@kernel
+def flood(buf: ptr[i32], N: constexpr = 1024):
+    offs = tl.arange(0, N)
+    for i in range(16):
+        tl.send(tl.NEXT, tl.load(buf + offs))
+    for i in range(16):
+        tl.store(buf + offs, tl.recv(tl.PREV, [N], i32))
+";
+
+#[test]
+fn a_full_queue_deadlocks_with_a_diagnostic() {
+    let topo = Topology::default_machine();
+    let (func, sources) = lower(FLOOD, "flood", &[]);
+    let pes = sim::select_pes(&topo, "2").unwrap();
+    let e = simulate(
+        &topo,
+        pes,
+        &func,
+        vec![tensor("buf", i32s(&[2, 1024], |k| k as i32), &["shard"])],
+        None,
+        false,
+    )
+    .err()
+    .expect("a deadlock");
+    let SimError::Deadlock { ref blocked, .. } = e else {
+        panic!("expected a deadlock, got {e:?}")
+    };
+    assert!(
+        blocked
+            .iter()
+            .all(|b| matches!(b.reason, sim::WaitReason::QueueFull { used: 4, slots: 4, .. })),
+        "{blocked:?}"
+    );
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    compare_or_bless(&repo_root().join("tests/sim/deadlock-queue-full.stderr"), &text)
+        .unwrap_or_else(|d| panic!("{d}"));
+}
+
+#[test]
+fn same_inputs_give_same_bits_and_times() {
+    let topo = Topology::default_machine();
+    let a = ring_exact(&topo, 16, 5000, 128, false, &["shard"]);
+    let b = ring_exact(&topo, 16, 5000, 128, false, &["shard"]);
+    assert_eq!(a.tensors, b.tensors);
+    assert_eq!(a.report.end_ps, b.report.end_ps);
+    assert_eq!(a.report.events, b.report.events);
+    let busy = |r: &SimRun| r.report.pes.iter().map(|p| p.busy_ps).collect::<Vec<_>>();
+    assert_eq!(busy(&a), busy(&b));
+    let links = |r: &SimRun| {
+        r.report
+            .links
+            .iter()
+            .map(|l| (l.id, l.busy_ps, l.bytes))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(links(&a), links(&b));
+}
