@@ -532,3 +532,292 @@ fn same_inputs_give_same_bits_and_times() {
     };
     assert_eq!(links(&a), links(&b));
 }
+
+#[test]
+fn tl_gemm_follows_its_pipeline_closed_form() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def g(a: ptr[f16], b: ptr[f16], c: ptr[f32], M: i32, N: i32, K: i32):
+    tl.gemm(a, b, c, M, N, K)
+";
+    let (func, _) = lower(src, "g", &[]);
+    let (m, n, k) = (128usize, 128usize, 128usize);
+    let a = random_tensor(DType::F16, &[m, k], 11);
+    let b = random_tensor(DType::F16, &[k, n], 12);
+    let run = simulate(
+        &topo,
+        vec![pe(0, 0, 0)],
+        &func,
+        vec![
+            tensor("a", a.clone(), &[]),
+            tensor("b", b.clone(), &[]),
+            tensor("c", Tensor::zeros(Elem::Num(DType::F32), &[m, n]), &[]),
+            scalar_i32(m as i64),
+            scalar_i32(n as i64),
+            scalar_i32(k as i64),
+        ],
+        None,
+        true,
+    )
+    .expect("runs");
+    // Numbers: c = a @ b accumulated in f32.
+    let c = &run.tensors[2];
+    for (i, j) in [(0, 0), (5, 77), (127, 127), (64, 3)] {
+        let want: f32 = (0..k)
+            .map(|q| elem::to_f32(DType::F16, a.get_bits(i * k + q)) * elem::to_f32(DType::F16, b.get_bits(q * n + j)))
+            .sum();
+        let got = elem::to_f32(DType::F32, c.get_bits(i * n + j));
+        assert!(
+            (got - want).abs() <= 1e-3 * want.abs().max(1.0),
+            "c[{i}][{j}] = {got}, want {want}"
+        );
+    }
+    // Time: every operand in the PE's own HBM slice (all pseudo-channels).
+    let s = &topo.spec;
+    let g = &s.pe.gemm;
+    let (tm, tn, tk) = (g.tile_m.0 as f64, g.tile_n.0 as f64, g.tile_k.0 as f64);
+    let hc = &s.pe.hbm_controller;
+    let hbm_bw = hc.pseudo_channels.0 as f64 * hc.channel_bandwidth_bytes_per_ns.0 * hc.efficiency.0;
+    let k_steps = (k as f64 / tk).ceil();
+    let tiles = (m as f64 / tm).ceil() * (n as f64 / tn).ceil();
+    let dma_in = k_steps * (tm * tk * 2.0 + tk * tn * 2.0) / hbm_bw;
+    let gemm = k_steps * g.cycles_per_tile["f16"].0 as f64 / s.clock_ghz.0;
+    let math = (tm * tn / s.pe.math.lanes.0 as f64).ceil() * s.pe.math.op_cycles["default"].0 as f64 / s.clock_ghz.0;
+    let wb = tm * tn * 4.0 / hbm_bw;
+    let latency = 2.0 * hc.latency_ns.0 + g.pipeline_latency_cycles as f64 / s.clock_ghz.0;
+    let slowest = dma_in.max(gemm).max(math).max(wb);
+    let want = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0
+        + latency
+        + dma_in
+        + gemm
+        + math
+        + wb
+        + (tiles - 1.0) * slowest);
+    let sl = slice_of(&run, &func, "gemm");
+    let got = (sl.done_ps - sl.start_ps) as f64;
+    assert!(
+        rel(got, want) < 1e-3,
+        "tl.gemm took {got} ps, pipeline closed form {want} ps"
+    );
+}
+
+const ASYNC: &str = "
+@kernel
+def two(buf: ptr[i32], out: ptr[i32], N: constexpr = 256):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        tl.send(1, tl.load(buf + offs))
+        tl.send(1, tl.load(buf + N + offs))
+    else:
+        first = tl.recv_async(0, [N], i32)
+        second = tl.recv_async(0, [N], i32)
+        tl.store(out + offs, tl.wait(second))
+        tl.store(out + N + offs, tl.wait(first))
+";
+
+#[test]
+fn recv_async_matches_messages_in_order_whatever_the_wait_order() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(ASYNC, "two", &[]);
+    let run = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(0, 3, 5)],
+        &func,
+        vec![
+            tensor("buf", i32s(&[512], |k| k as i32), &[]),
+            tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[2, 512]), &["shard"]),
+        ],
+        None,
+        false,
+    )
+    .expect("runs");
+    let out = &run.tensors[1];
+    for i in 0..256 {
+        assert_eq!(out.get_bits(512 + i), (256 + i) as u64, "second message first");
+        assert_eq!(out.get_bits(512 + 256 + i), i as u64, "then the first");
+    }
+}
+
+const BARRIER: &str = "
+@kernel
+def b(buf: ptr[f32], flag: ptr[f32], out: ptr[f32], N: constexpr = 4096):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        x = tl.load(buf + offs)
+        tl.store(flag + offs, tl.exp(tl.exp(tl.exp(x))))
+    tl.barrier()
+    tl.store(out + offs, tl.load(flag + offs))
+";
+
+#[test]
+fn barrier_orders_memory_and_time() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(BARRIER, "b", &[]);
+    let x = random_tensor(DType::F32, &[4096], 13);
+    let run = simulate(
+        &topo,
+        sim::select_pes(&topo, "cube").unwrap(),
+        &func,
+        vec![
+            tensor("buf", x.clone(), &[]),
+            tensor("flag", Tensor::zeros(Elem::Num(DType::F32), &[4096]), &[]),
+            tensor("out", Tensor::zeros(Elem::Num(DType::F32), &[8, 4096]), &["shard"]),
+        ],
+        None,
+        true,
+    )
+    .expect("runs");
+    // Every rank reads what rank 0 stored before the barrier.
+    let flag = &run.tensors[1];
+    let out = &run.tensors[2];
+    for r in 0..8 {
+        for i in (0..4096).step_by(97) {
+            assert_eq!(out.get_bits(r * 4096 + i), flag.get_bits(i), "rank {r} element {i}");
+        }
+    }
+    let store0 = run
+        .report
+        .slices
+        .iter()
+        .filter(|s| s.rank == 0 && func.inst(s.inst).op.mnemonic() == "store")
+        .map(|s| s.done_ps)
+        .min()
+        .unwrap();
+    for r in 1..8 {
+        let load = run
+            .report
+            .slices
+            .iter()
+            .find(|s| s.rank == r && func.inst(s.inst).op.mnemonic() == "load")
+            .unwrap();
+        assert!(load.start_ps > store0, "rank {r} loads after rank 0's store completed");
+    }
+}
+
+#[test]
+fn polling_senders_notice_credits_later_than_sleeping_ones() {
+    // Messages of four slots: the queue holds one, so every send after the
+    // first waits for credits and must notice them coming back.
+    let src = "
+@kernel
+def flood(buf: ptr[i32], N: constexpr = 4096):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        for i in range(12):
+            tl.send(1, tl.load(buf + offs))
+    else:
+        for i in range(12):
+            tl.store(buf + offs, tl.recv(0, [N], i32))
+";
+    let (func, _) = lower(src, "flood", &[]);
+    let time = |yaml: String| {
+        let topo = Topology::parse("t.yaml", &yaml).expect("valid");
+        let run = simulate(
+            &topo,
+            vec![pe(0, 0, 0), pe(0, 0, 1)],
+            &func,
+            vec![tensor("buf", i32s(&[2, 4096], |k| k as i32), &["shard", "tcm"])],
+            None,
+            false,
+        )
+        .expect("runs");
+        run.report.elapsed_ps()
+    };
+    let base = kernbench_runtime::topology::DEFAULT_YAML.to_string();
+    let sleep = time(base.clone());
+    let poll = time(
+        base.replace("backpressure: sleep", "backpressure: poll")
+            .replace("poll_interval_ns: 50", "poll_interval_ns: 2000"),
+    );
+    // Eleven sends wait for credits; each notices them at its next poll.
+    assert!(
+        poll > sleep + 10 * 1_000_000,
+        "polling every 2 us ({poll} ps) vs sleeping ({sleep} ps)"
+    );
+}
+
+#[test]
+fn live_blocks_that_exceed_the_tcm_are_an_error() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def big(x: ptr[f32], N: constexpr = 524288):
+    v = tl.load(x + tl.arange(0, N))
+    tl.store(x + tl.arange(0, N), v * 2.0)
+";
+    let (func, _) = lower(src, "big", &[]);
+    let e = simulate(
+        &topo,
+        vec![pe(0, 0, 0)],
+        &func,
+        vec![tensor("x", random_tensor(DType::F32, &[524288], 1), &[])],
+        None,
+        false,
+    )
+    .err()
+    .expect("too big for the TCM");
+    match e {
+        SimError::TcmCapacity {
+            kernel,
+            need_bytes,
+            have_bytes,
+            ..
+        } => {
+            assert_eq!(kernel, "big");
+            assert!(need_bytes > have_bytes && have_bytes == topo.spec.pe.tcm.capacity_bytes.0);
+        }
+        other => panic!("expected a TCM error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_accesses_are_errors_at_the_source_line() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def oob(x: ptr[f32], N: constexpr = 64):
+    v = tl.load(x + tl.arange(0, N) + 8)
+    tl.store(x + tl.arange(0, N), v)
+";
+    let (func, sources) = lower(src, "oob", &[]);
+    let e = simulate(
+        &topo,
+        vec![pe(0, 0, 0)],
+        &func,
+        vec![tensor("x", random_tensor(DType::F32, &[64], 1), &[])],
+        None,
+        false,
+    )
+    .err()
+    .expect("out of bounds");
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    assert!(
+        text.contains("outside every allocation")
+            && text.contains("case.tl:4:9")
+            && text.contains("rank 0 (sip 0, cube 0, pe 0)"),
+        "{text}"
+    );
+    // Another SIP's memory is out of a plain load's reach.
+    let src = "
+@kernel
+def far(x: ptr[f32], y: ptr[f32], N: constexpr = 64):
+    tl.store(y + tl.arange(0, N), tl.load(x + tl.arange(0, N)))
+";
+    let (func, sources) = lower(src, "far", &[]);
+    let e = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(1, 0, 0)],
+        &func,
+        vec![
+            tensor("x", random_tensor(DType::F32, &[64], 1), &[]),
+            tensor("y", Tensor::zeros(Elem::Num(DType::F32), &[128]), &["shard"]),
+        ],
+        None,
+        false,
+    )
+    .err()
+    .expect("cross-SIP load");
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    assert!(text.contains("on another SIP") && text.contains("rank 1"), "{text}");
+}

@@ -287,3 +287,170 @@ fn topology_summarizes_presets_and_reports_bad_files() {
     assert_eq!(tlc(&["topology", "no-such-file.yaml"]).status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Reads an `.npy` file of i32 (little-endian) without NumPy.
+fn read_i32_npy(path: &Path) -> Vec<i32> {
+    let b = std::fs::read(path).expect("npy file");
+    let header_len = u16::from_le_bytes([b[8], b[9]]) as usize;
+    b[10 + header_len..]
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn run_on_many_pes_shards_gathers_and_reports_time() {
+    let dir = temp_dir("sim");
+    let out = dir.to_string_lossy().into_owned();
+    let trace = dir.join("trace.json").to_string_lossy().into_owned();
+    let o = tlc(&[
+        "run",
+        "stdlib/ccl/ring_allreduce.tl",
+        "--kernel",
+        "ring_allreduce",
+        "-D",
+        "T=i32",
+        "--pes",
+        "4",
+        "--arg",
+        "buf=rand((4,100),i32,5):shard",
+        "--arg",
+        "n_elem=100",
+        "--format",
+        "json",
+        "--trace",
+        &trace,
+        "--out",
+        &out,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // The JSON summary on stdout.
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json summary");
+    assert_eq!(v["pes"], 4);
+    assert!(v["time_ps"].as_u64().unwrap_or(0) > 0);
+    assert!(v["engines"]
+        .as_array()
+        .is_some_and(|e| e.iter().any(|x| x["engine"] == "ipcq send")));
+    assert!(v["link_classes"].as_array().is_some_and(|c| !c.is_empty()));
+    // Every rank's shard holds the same sums.
+    let got = read_i32_npy(&dir.join("buf.npy"));
+    assert_eq!(got.len(), 400);
+    for r in 1..4 {
+        assert_eq!(got[r * 100..(r + 1) * 100], got[..100], "rank {r} agrees with rank 0");
+    }
+    // A Chrome trace with one process per PE and named slices.
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
+    let events = t["traceEvents"].as_array().expect("events");
+    assert!(events.iter().any(|e| e["ph"] == "X"
+        && e["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("send ring_allreduce.tl:"))));
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("rank 3 "))));
+    assert!(events.iter().any(|e| e["ph"] == "C"), "link counter tracks");
+    // The human summary.
+    let o = tlc(&[
+        "run",
+        "stdlib/kernels/add.tl",
+        "--kernel",
+        "add",
+        "--pes",
+        "cube",
+        "--arg",
+        "x=rand(8192,f32)",
+        "--arg",
+        "y=rand(8192,f32)",
+        "--arg",
+        "out=zeros(8192,f32)",
+        "--arg",
+        "n=8192",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("on 8 PEs") && text.contains("engine busy %") && text.contains("most contended links"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_reports_deadlocks_and_bad_machine_arguments() {
+    let dir = temp_dir("deadlock");
+    let file = dir.join("wrong.tl");
+    std::fs::write(
+        &file,
+        "@kernel\ndef wrong(buf: ptr[i32]):\n    got = tl.recv(tl.PREV, [64], i32)\n    tl.send(tl.NEXT, got)\n",
+    )
+    .expect("write");
+    let f = file.to_string_lossy().into_owned();
+    let o = tlc(&[
+        "run",
+        &f,
+        "--kernel",
+        "wrong",
+        "--pes",
+        "3",
+        "--color",
+        "never",
+        "--arg",
+        "buf=zeros(3,i32)",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(
+        e.contains("deadlock in `wrong`") && e.contains("waiting for data from rank 2") && e.contains("wrong.tl:3:11"),
+        "{e}"
+    );
+    let base = [
+        "run",
+        "stdlib/kernels/add.tl",
+        "--kernel",
+        "add",
+        "--arg",
+        "x=rand(4,f32)",
+        "--arg",
+        "y=rand(4,f32)",
+        "--arg",
+        "out=zeros(4,f32)",
+        "--arg",
+        "n=4",
+    ];
+    let with = |extra: &[&str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        tlc(&a)
+    };
+    assert_eq!(with(&["--pes", "9999"]).status.code(), Some(2));
+    assert_eq!(with(&["--pes", "0.0.99"]).status.code(), Some(2));
+    assert_eq!(with(&["--topology", "nope.yaml"]).status.code(), Some(2));
+    assert_eq!(
+        with(&["--arg", "x=rand(4,f32)"]).status.code(),
+        Some(2),
+        "an argument given twice"
+    );
+    let o = tlc(&[
+        "run",
+        "stdlib/kernels/add.tl",
+        "--kernel",
+        "add",
+        "--pes",
+        "3",
+        "--arg",
+        "x=rand(4,f32):shard",
+        "--arg",
+        "y=rand(4,f32)",
+        "--arg",
+        "out=zeros(4,f32)",
+        "--arg",
+        "n=4",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("do not split into 3 equal shards"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -144,6 +144,9 @@ pub fn run(a: RunArgs) -> ExitCode {
             args::parse_arg(&spec).map(|(n, s)| (n, s, layout))
         });
         match parsed {
+            Ok(x) if specs.iter().any(|(n, _, _)| *n == x.0) => {
+                return usage_error(&format!("`--arg {}=…` is given twice", x.0))
+            }
             Ok(x) => specs.push(x),
             Err(e) => return usage_error(&e),
         }
