@@ -454,3 +454,29 @@ fn run_reports_deadlocks_and_bad_machine_arguments() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn probe_lists_cases_with_breakdowns() {
+    let o = tlc(&["probe"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for case in [
+        "same-pe",
+        "remote-cube-worst",
+        "remote-sip",
+        "hbm-3-issuers",
+        "ucie-east",
+        "hotspot",
+        "sip-one-slice",
+    ] {
+        assert!(text.contains(case), "{case} in {text}");
+    }
+    assert!(text.contains("hbm channel 100.0") && text.contains("%aggr"), "{text}");
+    let o = tlc(&["probe", "--case", "hotspot", "--bytes", "1M", "--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v[0]["flows"], 8);
+    assert_eq!(v[0]["bytes_per_flow"], 1 << 20);
+    assert!(v[0]["pct_of_aggregate_peak"].as_f64().unwrap_or(0.0) > 90.0);
+    assert_eq!(tlc(&["probe", "--case", "nope"]).status.code(), Some(2));
+    assert_eq!(tlc(&["probe", "--bytes", "0"]).status.code(), Some(2));
+}

@@ -284,6 +284,11 @@ impl Fabric {
         i
     }
 
+    /// The dense index of a link that exists.
+    pub fn link_index_of(&self, id: LinkId) -> Option<u32> {
+        self.index.get(&id).copied()
+    }
+
     fn corner(&self, pe: u32) -> u8 {
         let per = self.topo.spec.cube.pe_layout.pe_per_corner.0 as u32;
         (pe / per).min(3) as u8

@@ -32,6 +32,7 @@ mod issue;
 mod memory;
 mod pe;
 pub mod place;
+pub mod probe;
 mod report;
 
 pub use comm::{mesh_dims, ring_order, select_pes, Communicator};

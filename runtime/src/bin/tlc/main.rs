@@ -121,6 +121,21 @@ enum Command {
         #[arg(long, value_enum, default_value = "human")]
         format: Format,
     },
+    /// Traffic probes: DMA latency by distance and congestion scenarios, with
+    /// latency broken down by link class and bandwidth against the peaks.
+    Probe {
+        /// Run only this case (see the list without it).
+        #[arg(long)]
+        case: Option<String>,
+        /// Bytes per transfer (K, M, G suffixes: 64K).
+        #[arg(long, default_value = "64K")]
+        bytes: String,
+        /// A topology file or preset (default: the embedded default machine).
+        #[arg(long, value_name = "FILE")]
+        topology: Option<String>,
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+    },
     /// Print the per-PE IR of a kernel (all kernels when --kernel is absent).
     EmitIr {
         file: PathBuf,
@@ -155,6 +170,12 @@ fn main() -> ExitCode {
             stdlib,
         } => emit_ir(&file, kernel.as_deref(), &define, color, stdlib),
         Command::Topology { file, format } => topology(file.as_deref(), format),
+        Command::Probe {
+            case,
+            bytes,
+            topology,
+            format,
+        } => probe(case.as_deref(), &bytes, topology.as_deref(), format),
         Command::Run {
             file,
             kernel,
@@ -296,16 +317,67 @@ pub(crate) fn lower_kernel(
     }
 }
 
-fn topology(file: Option<&str>, format: Format) -> ExitCode {
-    let topo = match file {
-        Some(f) => match kernbench_runtime::topology::Topology::load(f) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(if e.unreadable { 2 } else { 1 });
+/// Parses a byte count with an optional K, M or G suffix (powers of 1024).
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{s}` is not a size (a positive number of bytes, optionally with K, M or G)"))
+}
+
+/// The topology of `--topology`, or the exit code after printing why not.
+pub(crate) fn load_topology(file: Option<&str>) -> Result<kernbench_runtime::topology::Topology, ExitCode> {
+    match file {
+        Some(f) => kernbench_runtime::topology::Topology::load(f).map_err(|e| {
+            eprintln!("error: {e}");
+            ExitCode::from(if e.unreadable { 2 } else { 1 })
+        }),
+        None => Ok(kernbench_runtime::topology::Topology::default_machine()),
+    }
+}
+
+fn probe(case: Option<&str>, bytes: &str, topology: Option<&str>, format: Format) -> ExitCode {
+    use kernbench_runtime::sim::probe;
+    let bytes = match parse_size(bytes) {
+        Ok(b) => b,
+        Err(e) => return usage_error(&format!("--bytes: {e}")),
+    };
+    let topo = match load_topology(topology) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let all = probe::cases(&topo);
+    let chosen: Vec<&probe::Case> = match case {
+        None => all.iter().collect(),
+        Some(name) => match all.iter().find(|c| c.name == name) {
+            Some(c) => vec![c],
+            None => {
+                let names: Vec<&str> = all.iter().map(|c| c.name).collect();
+                return usage_error(&format!("no probe case `{name}` (cases: {})", names.join(", ")));
             }
         },
-        None => kernbench_runtime::topology::Topology::default_machine(),
+    };
+    let results: Vec<probe::ProbeResult> = chosen.iter().map(|c| probe::run_case(&topo, c, bytes)).collect();
+    match format {
+        Format::Human => print!("{}", probe::report_text(&topo, &results)),
+        Format::Json => println!("{}", probe::report_json(&results)),
+    }
+    ExitCode::SUCCESS
+}
+
+fn topology(file: Option<&str>, format: Format) -> ExitCode {
+    let topo = match load_topology(file) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     match format {
         Format::Json => println!("{}", kernbench_runtime::topology::summary_json(&topo)),

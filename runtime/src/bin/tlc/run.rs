@@ -13,7 +13,6 @@ use kernbench_runtime::args::{self, HostArg};
 use kernbench_runtime::exec::{render_run_error, run_grid, FlatMemory};
 use kernbench_runtime::sim::place::{self, LaunchArg, Layout};
 use kernbench_runtime::sim::{self, Communicator, Launch, Machine};
-use kernbench_runtime::topology::Topology;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -151,15 +150,9 @@ pub fn run(a: RunArgs) -> ExitCode {
             Err(e) => return usage_error(&e),
         }
     }
-    let topo = match &a.topology {
-        None => Topology::default_machine(),
-        Some(t) => match Topology::load(t) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(if e.unreadable { 2 } else { 1 });
-            }
-        },
+    let topo = match super::load_topology(a.topology.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
     };
     let pes = match sim::select_pes(&topo, &a.pes) {
         Ok(p) => p,
