@@ -242,7 +242,7 @@ pub mod sim {
     //! Running kernels on the simulated machine, for the timing and
     //! communication tests.
 
-    use kernbench_compiler::datapath::{jit::Jit, plan, Tensor};
+    use kernbench_compiler::datapath::{jit::Jit, Tensor};
     use kernbench_compiler::ir::Function;
     use kernbench_runtime::sim::place::{self, LaunchArg};
     use kernbench_runtime::sim::{Communicator, Launch, Machine, Report, SimError};
@@ -269,10 +269,8 @@ pub mod sim {
         let comm = Communicator::new(pes);
         let mut machine = Machine::new(topo);
         let (rank_args, placed) = place::place_args(&mut machine, &comm, args).map_err(SimError::Setup)?;
-        let p = plan(func, false);
         let launch = Launch {
             func,
-            plan: &p,
             comm: &comm,
             args: rank_args,
             grid: grid.unwrap_or([comm.world(), 1, 1]),

@@ -10,7 +10,9 @@
 //! the operand's space; other reductions, `dot`, `trans` and `gemm` are
 //! groups of their own;
 //! `reshape` is a relabelling the executor does itself. Without fusion
-//! every data-path instruction is its own group (the simulator times each).
+//! every data-path instruction is its own group. [`Fusion::Compute`]
+//! fuses elementwise chains but keeps every memory operation alone, so
+//! that each group runs on one engine: the simulator's plan.
 
 use crate::ir::{Function, Inst, Op, ReduceOp, Region, Type, Value};
 use cranelift_entity::SecondaryMap;
@@ -134,16 +136,36 @@ fn space(func: &Function, i: Inst) -> Vec<u64> {
     }
 }
 
+/// How a plan groups instructions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fusion {
+    /// Every data-path instruction is a group of its own.
+    None,
+    /// Elementwise chains with their loads (and a closing store or
+    /// whole-operand reduction): the fastest functional execution.
+    Full,
+    /// Elementwise chains (and a closing whole-operand reduction) only:
+    /// memory operations stay alone, so a group runs on one engine. The
+    /// simulator's plan.
+    Compute,
+}
+
 struct Planner<'f> {
     func: &'f Function,
-    fuse: bool,
+    mode: Fusion,
     plan: Plan,
     /// Every use of each value, to compute group outputs.
     uses: SecondaryMap<Value, Vec<Inst>>,
 }
 
-/// Plans `func`'s execution; `fuse` groups elementwise chains.
+/// Plans `func`'s execution; `fuse` groups elementwise chains with their
+/// loads ([`Fusion::Full`]), otherwise nothing is grouped.
 pub fn plan(func: &Function, fuse: bool) -> Plan {
+    plan_with(func, if fuse { Fusion::Full } else { Fusion::None })
+}
+
+/// Plans `func`'s execution with the given fusion.
+pub fn plan_with(func: &Function, mode: Fusion) -> Plan {
     let mut uses: SecondaryMap<Value, Vec<Inst>> = SecondaryMap::new();
     for (i, d) in func.insts.iter() {
         for a in &d.args {
@@ -152,7 +174,7 @@ pub fn plan(func: &Function, fuse: bool) -> Plan {
     }
     let mut p = Planner {
         func,
-        fuse,
+        mode,
         plan: Plan::default(),
         uses,
     };
@@ -170,7 +192,11 @@ impl Planner<'_> {
         let mut open_has_load = false;
         for i in insts {
             let k = kind(self.func, i);
-            let fusible = self.fuse && matches!(k, Kind::Elementwise | Kind::Load | Kind::Store | Kind::FullReduce);
+            let fusible = match self.mode {
+                Fusion::None => false,
+                Fusion::Full => matches!(k, Kind::Elementwise | Kind::Load | Kind::Store | Kind::FullReduce),
+                Fusion::Compute => matches!(k, Kind::Elementwise | Kind::FullReduce),
+            };
             if !open.is_empty() {
                 let same_space = space(self.func, i) == open_space;
                 let joins = fusible && same_space && !(k == Kind::Store && open_has_load);
@@ -201,7 +227,7 @@ impl Planner<'_> {
                     let g = self.group(vec![i]);
                     steps.push(Step::Group(g));
                 }
-                _ if !self.fuse || (k == Kind::FullReduce && open.is_empty()) => {
+                _ if !fusible || (k == Kind::FullReduce && open.is_empty()) => {
                     let g = self.group(vec![i]);
                     steps.push(Step::Group(g));
                 }

@@ -17,7 +17,7 @@ pub mod interp;
 pub mod jit;
 mod tensor;
 
-pub use fuse::{plan, Group, GroupId, Plan, Step};
+pub use fuse::{plan, plan_with, Fusion, Group, GroupId, Plan, Step};
 pub use tensor::{elem_size, Tensor};
 
 use crate::ir::{Function, Inst};

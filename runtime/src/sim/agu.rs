@@ -10,7 +10,8 @@
 //! `splat`, `broadcast`, pointer and integer arithmetic, comparisons,
 //! `&`/`|`, …) whose result reaches, through such operations and loop-
 //! carried values only, nothing but the pointer and mask operands of
-//! loads, stores and atomics as *address generation*: it is computed when
+//! loads, stores and atomics (or a load's `other=` fill value, a splat) as
+//! *address generation*: it is computed when
 //! issued (its operands being known), at no engine time. Anything else —
 //! an index block that is also stored, or an address computed from loaded
 //! data — runs on the MATH engine at its cost.
@@ -60,6 +61,11 @@ fn candidate_op(func: &Function, i: Inst) -> bool {
         Elem::Ptr(_) => true,
         Elem::Num(t) => !t.is_float(),
     });
+    // A splat or broadcast of a fill value (`other=`) is part of the load's
+    // descriptor, whatever its dtype.
+    if matches!(d.op, Op::Splat | Op::Broadcast | Op::Reshape) {
+        return true;
+    }
     integral
         && args_integral
         && match &d.op {
@@ -71,10 +77,11 @@ fn candidate_op(func: &Function, i: Inst) -> bool {
         }
 }
 
-/// Operand positions of a memory operation that are addresses or masks.
+/// Operand positions of a memory operation that are addresses, masks or a
+/// load's fill value.
 fn address_operand(op: &Op, k: usize) -> bool {
     match op {
-        Op::Load { has_mask, .. } => k == 0 || (*has_mask && k == 1),
+        Op::Load { .. } => k <= 2,
         Op::Store { has_mask } | Op::AtomicAdd { has_mask } => k == 0 || (*has_mask && k == 2),
         _ => false,
     }

@@ -358,7 +358,7 @@ impl Sim<'_> {
             .map(|(v, x)| fit(func.ty(*v), x.data().unwrap_or(&RtValue::Scalar(0))))
             .collect();
         let refs: Vec<&RtValue> = inputs.iter().collect();
-        let r = self.dp.run(func, self.l.plan, g, &refs, &mut self.m.mem);
+        let r = self.dp.run(func, self.plan, g, &refs, &mut self.m.mem);
         r.map_err(|e| self.fail(p, e))
     }
 

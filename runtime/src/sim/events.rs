@@ -7,8 +7,8 @@ use super::ipcq::Queues;
 use super::pe::{PeState, Stall};
 use super::report::{Blocked, LinkStat, PeStat, Report, Slice, WaitReason};
 use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Engine, Launch, Machine, Placement, SimError};
-use kernbench_compiler::datapath::{DataPath, ExecError, ExecErrorKind, GroupId};
-use kernbench_compiler::ir::{Op, Value};
+use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind, Fusion, GroupId, Plan};
+use kernbench_compiler::ir::{Function, Inst, Op, Value};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
 
@@ -36,12 +36,17 @@ pub(super) struct GroupInfo {
     pub effect_at_end: bool,
     /// Address generation (see [`super::agu`]): computed when issued.
     pub address: bool,
+    /// The member that names the group in traces and diagnostics (the
+    /// first that is not address generation).
+    pub label: Inst,
 }
 
 pub(super) struct Sim<'a> {
     pub m: &'a mut Machine,
     pub dp: &'a mut dyn DataPath,
     pub l: &'a Launch<'a>,
+    /// The launch's plan ([`Fusion::Compute`]: each group on one engine).
+    pub plan: &'a Plan,
     pub pes: Vec<PeState>,
     events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
     seq: u64,
@@ -60,50 +65,40 @@ pub(super) struct Sim<'a> {
     pub start_ps: u64,
 }
 
-fn group_info(m: &Machine, l: &Launch, g: GroupId, address: &HashSet<Value>) -> GroupInfo {
-    let func = l.func;
-    let i = l.plan.groups[g].insts[0];
-    let d = func.inst(i);
+fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, address: &HashSet<Value>) -> GroupInfo {
+    let group = &plan.groups[g];
+    let i = group.insts[0];
     let topo = &m.topo;
-    let mut info = match d.op {
-        Op::Load { .. } => GroupInfo {
-            engine: Engine::Dma,
-            cost_ps: 0,
-            memory: true,
-            effect_at_end: false,
-            address: false,
-        },
-        Op::Store { .. } | Op::AtomicAdd { .. } => GroupInfo {
-            engine: Engine::Dma,
-            cost_ps: 0,
-            memory: true,
-            effect_at_end: true,
-            address: false,
-        },
-        Op::Gemm { .. } => GroupInfo {
-            engine: Engine::Gemm,
-            cost_ps: 0,
-            memory: true,
-            effect_at_end: true,
-            address: false,
-        },
-        Op::Dot { .. } => GroupInfo {
-            engine: Engine::Gemm,
-            cost_ps: topo.cycles_to_ps(cost::dot_cycles_of(topo, func, i)),
-            memory: false,
-            effect_at_end: false,
-            address: false,
-        },
-        _ => GroupInfo {
-            engine: Engine::Math,
-            cost_ps: topo.cycles_to_ps(cost::math_cycles(topo, func, i)),
-            memory: false,
-            effect_at_end: false,
-            address: false,
-        },
+    let (engine, memory, effect_at_end) = match func.inst(i).op {
+        Op::Load { .. } => (Engine::Dma, true, false),
+        Op::Store { .. } | Op::AtomicAdd { .. } => (Engine::Dma, true, true),
+        Op::Gemm { .. } => (Engine::Gemm, true, true),
+        Op::Dot { .. } => (Engine::Gemm, false, false),
+        _ => (Engine::Math, false, false),
     };
-    info.address = !d.results.is_empty() && d.results.iter().all(|r| address.contains(r));
-    info
+    let is_address = |i: &Inst| {
+        let d = func.inst(*i);
+        !d.results.is_empty() && d.results.iter().all(|r| address.contains(r))
+    };
+    // A fused elementwise chain costs its members' cycles, except those
+    // that are address generation.
+    let cycles: u64 = group
+        .insts
+        .iter()
+        .filter(|i| !is_address(i))
+        .map(|i| match func.inst(*i).op {
+            Op::Dot { .. } => cost::dot_cycles_of(topo, func, *i),
+            _ => cost::math_cycles(topo, func, *i),
+        })
+        .sum();
+    GroupInfo {
+        engine,
+        cost_ps: if memory { 0 } else { topo.cycles_to_ps(cycles) },
+        memory,
+        effect_at_end,
+        address: !memory && group.insts.iter().all(is_address),
+        label: group.insts.iter().copied().find(|i| !is_address(i)).unwrap_or(i),
+    }
 }
 
 pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<Report, SimError> {
@@ -132,11 +127,12 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
             });
         }
     }
-    dp.prepare(func, l.plan)
+    let plan = plan_with(func, Fusion::Compute);
+    dp.prepare(func, &plan)
         .map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
     let address = super::agu::address_values(func);
-    let groups = (0..l.plan.groups.len())
-        .map(|g| group_info(m, l, g, &address))
+    let groups = (0..plan.groups.len())
+        .map(|g| group_info(m, func, &plan, g, &address))
         .collect();
     let start = m.now_ps + m.launch_latency_ps(&l.comm.pes);
     m.fabric.reset_stats();
@@ -159,6 +155,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         m,
         dp,
         l,
+        plan: &plan,
         pes,
         events: BinaryHeap::new(),
         seq: 0,
@@ -331,12 +328,12 @@ impl Sim<'_> {
             let inst = pe
                 .frames
                 .last()
-                .and_then(|f| self.l.plan.steps[f.region].get(f.idx))
+                .and_then(|f| self.plan.steps[f.region].get(f.idx))
                 .map(|s| match *s {
                     kernbench_compiler::datapath::Step::Inst(i)
                     | kernbench_compiler::datapath::Step::Relabel(i)
                     | kernbench_compiler::datapath::Step::Control(i) => i,
-                    kernbench_compiler::datapath::Step::Group(g) => self.l.plan.groups[g].insts[0],
+                    kernbench_compiler::datapath::Step::Group(g) => self.plan.groups[g].insts[0],
                 })
                 .unwrap_or_else(|| func.region(func.body).insts[0]);
             let reason = match pe.stall {

@@ -48,7 +48,7 @@ impl Sim<'_> {
             let Some(frame) = self.pes[p].frames.last() else {
                 return self.end_program(p);
             };
-            let Some(&step) = self.l.plan.steps[frame.region].get(frame.idx) else {
+            let Some(&step) = self.plan.steps[frame.region].get(frame.idx) else {
                 // A region without a terminator (the verifier forbids it).
                 self.pes[p].frames.clear();
                 continue;
@@ -200,7 +200,7 @@ impl Sim<'_> {
     fn issue_group(&mut self, p: usize, g: usize) -> Result<bool, SimError> {
         let info = self.groups[g];
         if info.address {
-            let group = &self.l.plan.groups[g];
+            let group = &self.plan.groups[g];
             if let Some((vals, ready)) = self.operands(p, &group.inputs) {
                 let func = self.l.func;
                 let inputs: Vec<RtValue> = group
@@ -212,7 +212,7 @@ impl Sim<'_> {
                 let refs: Vec<&RtValue> = inputs.iter().collect();
                 let outs = self
                     .dp
-                    .run(func, self.l.plan, g, &refs, &mut self.m.mem)
+                    .run(func, self.plan, g, &refs, &mut self.m.mem)
                     .map_err(|e| self.fail(p, e))?;
                 let t = self.pes[p].issue_ps.max(ready);
                 let at = self.dispatch(p, t);
@@ -227,7 +227,7 @@ impl Sim<'_> {
         if self.pes[p].engines[e.index()].queue.len() >= self.queue_depth {
             return Ok(self.stall(p, Stall::QueueFull(e)));
         }
-        let group = &self.l.plan.groups[g];
+        let group = &self.plan.groups[g];
         let pe = &mut self.pes[p];
         let args: Vec<(Value, Val)> = group.inputs.iter().map(|v| (*v, pe.get(*v).clone())).collect();
         let mut results = Vec::with_capacity(group.outputs.len());
@@ -237,7 +237,7 @@ impl Sim<'_> {
             results.push(s);
         }
         let mem_id = info.memory.then(|| pe.new_mem_op());
-        let inst = group.insts[0];
+        let inst = info.label;
         let t = self.dispatch(p, 0);
         self.pes[p].engines[e.index()].queue.push_back(OpRec {
             inst,

@@ -44,7 +44,7 @@ pub use report::{
 };
 
 use crate::topology::{PeCoord, Space, Topology};
-use kernbench_compiler::datapath::{DataPath, ExecError, Plan, RtValue};
+use kernbench_compiler::datapath::{DataPath, ExecError, RtValue};
 use kernbench_compiler::ir::{Function, Op, Region, Type, Value};
 use std::collections::HashMap;
 
@@ -114,8 +114,6 @@ impl Machine {
 /// arguments (addresses for pointers, bits for scalars).
 pub struct Launch<'a> {
     pub func: &'a Function,
-    /// An unfused plan: each data-path operation is timed on its own.
-    pub plan: &'a Plan,
     pub comm: &'a Communicator,
     pub args: Vec<Vec<RtValue>>,
     /// Programs per grid axis; rank r runs programs r, r + world, … of the

@@ -224,11 +224,9 @@ pub fn run(a: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let plan = plan(&func, false);
     let grid = grid.unwrap_or([comm.world(), 1, 1]);
     let launch = Launch {
         func: &func,
-        plan: &plan,
         comm: &comm,
         args: rank_args,
         grid,
