@@ -150,7 +150,7 @@ pub mod exec {
     //! Running kernels from source on both data paths, for the numerics and
     //! differential tests.
 
-    use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
+    use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan_with, DataPath, Fusion, RtValue, Tensor};
     use kernbench_compiler::diag::SourceMap;
     use kernbench_compiler::ir::Function;
     use kernbench_compiler::sema::{self, Konst};
@@ -199,6 +199,18 @@ pub mod exec {
     /// Runs `func` over `grid` with `args` on the JIT or the interpreter;
     /// returns every tensor argument after the run.
     pub fn run_raw(func: &Function, args: &[Arg], grid: [u32; 3], jit: bool) -> Result<Vec<Tensor>, RunError> {
+        run_fused(func, args, grid, jit, Fusion::Full)
+    }
+
+    /// [`run_raw`] with a given fusion (memory operations stay alone with
+    /// [`Fusion::None`] and [`Fusion::Compute`]).
+    pub fn run_fused(
+        func: &Function,
+        args: &[Arg],
+        grid: [u32; 3],
+        jit: bool,
+        fusion: Fusion,
+    ) -> Result<Vec<Tensor>, RunError> {
         let mut mem = FlatMemory::new();
         let mut values = Vec::new();
         let mut tensors = Vec::new();
@@ -213,7 +225,7 @@ pub mod exec {
                 }
             }
         }
-        let p = plan(func, true);
+        let p = plan_with(func, fusion);
         let mut dp: Box<dyn DataPath> = if jit {
             Box::new(Jit::new())
         } else {

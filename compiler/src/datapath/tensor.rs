@@ -63,6 +63,12 @@ impl Tensor {
         self.words.as_mut_ptr() as *mut u8
     }
 
+    /// The elements as words, for 8-byte element types (pointers, i64) on
+    /// this little-endian host: a fast read path for address blocks.
+    pub fn words(&self) -> Option<&[u64]> {
+        (elem_size(self.elem) == 8 && cfg!(target_endian = "little")).then(|| &self.words[..self.numel()])
+    }
+
     /// Element `i`'s bits, zero-extended.
     pub fn get_bits(&self, i: usize) -> Bits {
         let size = elem_size(self.elem);

@@ -19,22 +19,26 @@
 
 use super::events::{Ev, Sim};
 use super::fabric::Endpoint;
-use super::pe::{OpKind, OpRec, Stall, Val};
+use super::pe::{OpKind, OpRec, Ranges, Stall, Val};
 use super::{cost, Engine, Placement, SimError};
 use crate::topology::{Backpressure, Topology};
 use kernbench_compiler::datapath::{elem_size, ExecErrorKind, MemFault, RtValue, Tensor};
 use kernbench_compiler::ir::{Op, Type};
 use kernbench_compiler::sema::types::{DType, Elem};
+use smallvec::{smallvec, SmallVec};
 use std::rc::Rc;
 
 /// What a memory operation touches.
 struct Access {
     /// One entry per memory touched: where, bytes, bytes per HBM
     /// pseudo-channel (empty unless HBM), and whether it is written.
-    parts: Vec<(Placement, u64, Vec<u64>, bool)>,
+    parts: SmallVec<[(Placement, u64, Channels, bool); 1]>,
     /// Byte ranges for ordering inside the PE.
-    ranges: Vec<(u64, u64, bool)>,
+    ranges: Ranges,
 }
+
+/// Bytes per HBM pseudo-channel.
+type Channels = SmallVec<[u64; 8]>;
 
 fn pointee(ty: &Type) -> DType {
     match ty.elem() {
@@ -64,6 +68,11 @@ pub(super) fn fit(ty: &Type, v: &RtValue) -> RtValue {
 
 /// A received message's bytes as a value of the receiver's type.
 fn reinterpret(ty: &Type, v: &RtValue) -> RtValue {
+    if let (Type::Block(e, s), RtValue::Block(t)) = (ty, v) {
+        if t.elem == *e && t.shape.iter().map(|&d| d as u64).eq(s.iter().copied()) {
+            return v.clone();
+        }
+    }
     let bytes: Vec<u8> = match v {
         RtValue::Block(t) => t.bytes().to_vec(),
         RtValue::Scalar(b) => b.to_le_bytes().to_vec(),
@@ -81,6 +90,115 @@ fn reinterpret(ty: &Type, v: &RtValue) -> RtValue {
             let t = Tensor::from_bytes(e, &shape, &bytes).unwrap_or_else(|| Tensor::zeros(e, &shape));
             RtValue::Block(Rc::new(t))
         }
+    }
+}
+
+/// Whether lane `k` of a mask is on (no mask: every lane).
+fn lane_on(mask: Option<&RtValue>, k: usize) -> bool {
+    match mask {
+        None => true,
+        Some(RtValue::Scalar(m)) => m & 1 != 0,
+        Some(RtValue::Block(t)) => t.bytes().get(k).is_some_and(|b| b & 1 != 0),
+    }
+}
+
+/// Calls `f` with every active lane's address.
+fn for_each_active(ptr: &RtValue, mask: Option<&RtValue>, mut f: impl FnMut(u64)) {
+    match ptr {
+        RtValue::Scalar(a) => {
+            if lane_on(mask, 0) {
+                f(*a)
+            }
+        }
+        RtValue::Block(t) => match t.words() {
+            Some(words) => {
+                for (k, a) in words.iter().enumerate() {
+                    if lane_on(mask, k) {
+                        f(*a)
+                    }
+                }
+            }
+            None => {
+                for k in 0..t.numel() {
+                    if lane_on(mask, k) {
+                        f(t.get_bits(k))
+                    }
+                }
+            }
+        },
+    }
+}
+
+/// The active lanes of an access: how many, the first, the byte range
+/// they span, and whether they are consecutive elements in order.
+struct LaneScan {
+    count: u64,
+    first: Option<u64>,
+    lo: u64,
+    hi: u64,
+    contiguous: bool,
+}
+
+impl LaneScan {
+    fn of(ptr: &RtValue, mask: Option<&RtValue>, size: u64) -> LaneScan {
+        let mut s = LaneScan {
+            count: 0,
+            first: None,
+            lo: u64::MAX,
+            hi: 0,
+            contiguous: true,
+        };
+        // Which lanes are on: all, none, or as the mask block says.
+        let lanes: Option<&[u8]> = match mask {
+            Some(RtValue::Scalar(m)) if m & 1 == 0 => return s,
+            Some(RtValue::Block(m)) if !m.bytes().iter().all(|b| b & 1 != 0) => Some(m.bytes()),
+            _ => None,
+        };
+        match (ptr_words(ptr), lanes) {
+            // Every lane on (the common case): consecutive addresses span
+            // first..last; a vectorizable check, no per-lane branches.
+            (Some(words), None) if !words.is_empty() => {
+                let first = words[0];
+                s.first = Some(first);
+                s.count = words.len() as u64;
+                let mut expect = first;
+                let mut same = true;
+                for a in words {
+                    same &= *a == expect;
+                    expect = expect.wrapping_add(size);
+                }
+                s.contiguous = same;
+                if s.contiguous {
+                    s.lo = first;
+                    s.hi = first.saturating_add(s.count * size);
+                } else {
+                    s.lo = words.iter().copied().min().unwrap_or(first);
+                    s.hi = words.iter().copied().max().unwrap_or(first).saturating_add(size);
+                }
+            }
+            _ => {
+                let mut next = 0u64;
+                for_each_active(ptr, mask, |a| {
+                    if s.first.is_none() {
+                        s.first = Some(a);
+                    } else if a != next {
+                        s.contiguous = false;
+                    }
+                    next = a.wrapping_add(size);
+                    s.lo = s.lo.min(a);
+                    s.hi = s.hi.max(a.saturating_add(size));
+                    s.count += 1;
+                });
+            }
+        }
+        s
+    }
+}
+
+fn ptr_words(ptr: &RtValue) -> Option<&[u64]> {
+    match ptr {
+        RtValue::Block(t) => t.words(),
+        RtValue::Scalar(_) => None,
     }
 }
 
@@ -352,12 +470,12 @@ impl Sim<'_> {
     /// Runs a data-path group on the operation's captured operands.
     fn run_group(&mut self, p: usize, op: &OpRec, g: usize) -> Result<Vec<RtValue>, SimError> {
         let func = self.l.func;
-        let inputs: Vec<RtValue> = op
+        let inputs: SmallVec<[RtValue; 4]> = op
             .args
             .iter()
             .map(|(v, x)| fit(func.ty(*v), x.data().unwrap_or(&RtValue::Scalar(0))))
             .collect();
-        let refs: Vec<&RtValue> = inputs.iter().collect();
+        let refs: SmallVec<[&RtValue; 4]> = inputs.iter().collect();
         let r = self.dp.run(func, self.plan, g, &refs, &mut self.m.mem);
         r.map_err(|e| self.fail(p, e))
     }
@@ -379,38 +497,11 @@ impl Sim<'_> {
         let size = pointee(func.ty(d.args[0])).size_bytes();
         let ptr = data(0).cloned().unwrap_or(RtValue::Scalar(0));
         let mask = mask_arg.and_then(data).cloned();
-        // Active lanes' addresses.
-        let mut addrs: Vec<u64> = Vec::new();
-        match (&ptr, &mask) {
-            (RtValue::Scalar(a), Some(RtValue::Scalar(m))) => {
-                if m & 1 != 0 {
-                    addrs.push(*a)
-                }
-            }
-            (RtValue::Scalar(a), _) => addrs.push(*a),
-            (RtValue::Block(t), m) => {
-                let pb = t.bytes();
-                let mb = match m {
-                    Some(RtValue::Block(mt)) => Some(mt.bytes()),
-                    _ => None,
-                };
-                let all_on = !matches!(m, Some(RtValue::Scalar(0)));
-                addrs.reserve(t.numel());
-                for (k, w) in pb.chunks_exact(8).enumerate() {
-                    let on = match mb {
-                        Some(mb) => mb.get(k).is_some_and(|b| b & 1 != 0),
-                        None => all_on,
-                    };
-                    if on {
-                        addrs.push(u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]));
-                    }
-                }
-            }
-        }
-        let Some(&first) = addrs.first() else {
+        let scan = LaneScan::of(&ptr, mask.as_ref(), size);
+        let Some(first) = scan.first else {
             return Ok(Access {
-                parts: vec![(Placement::Tcm(self.l.comm.pes[p]), 0, Vec::new(), write)],
-                ranges: Vec::new(),
+                parts: smallvec![(Placement::Tcm(self.l.comm.pes[p]), 0, Channels::new(), write)],
+                ranges: Ranges::new(),
             });
         };
         let fault = || {
@@ -426,25 +517,20 @@ impl Sim<'_> {
         };
         let place = self.m.mem.placement_of(first).ok_or_else(fault)?;
         self.check_reach(p, op, place, first, write)?;
-        let (lo, hi) = addrs
-            .iter()
-            .fold((u64::MAX, 0), |(l, h), &a| (l.min(a), h.max(a + size)));
-        let bytes = addrs.len() as u64 * size;
-        let mut hbm = Vec::new();
+        let bytes = scan.count * size;
+        let mut hbm = Channels::new();
         if let Placement::Hbm(_) = place {
             let f = &self.m.fabric;
-            hbm = vec![0; f.channels() as usize];
-            if hi - lo == bytes {
-                f.split_contiguous(lo, bytes, &mut hbm);
+            hbm = smallvec![0; f.channels() as usize];
+            if scan.contiguous {
+                f.split_contiguous(first, bytes, &mut hbm);
             } else {
-                for a in &addrs {
-                    hbm[f.channel_of(*a)] += size;
-                }
+                for_each_active(&ptr, mask.as_ref(), |a| hbm[f.channel_of(a)] += size);
             }
         }
         Ok(Access {
-            parts: vec![(place, bytes, hbm, write)],
-            ranges: vec![(lo, hi, write)],
+            parts: smallvec![(place, bytes, hbm, write)],
+            ranges: smallvec![(scan.lo, scan.hi, write)],
         })
     }
 
@@ -484,8 +570,8 @@ impl Sim<'_> {
         let (m, n, k) = (dim(3), dim(4), dim(5));
         let isz = pointee(func.ty(d.args[0])).size_bytes();
         let osz = pointee(func.ty(d.args[2])).size_bytes();
-        let mut parts = Vec::new();
-        let mut ranges = Vec::new();
+        let mut parts = SmallVec::new();
+        let mut ranges = Ranges::new();
         for (arg, bytes, write) in [(0, m * k * isz, false), (1, k * n * isz, false), (2, m * n * osz, true)] {
             let addr = s(arg);
             if bytes == 0 {
@@ -494,9 +580,9 @@ impl Sim<'_> {
             let fault = || self.exec_error(p, op.inst, ExecErrorKind::OutOfBounds(MemFault { addr, bytes, write }));
             let place = self.m.mem.placement_of(addr).ok_or_else(fault)?;
             self.check_reach(p, op, place, addr, write)?;
-            let mut hbm = Vec::new();
+            let mut hbm = Channels::new();
             if let Placement::Hbm(_) = place {
-                hbm = vec![0; self.m.fabric.channels() as usize];
+                hbm = smallvec![0; self.m.fabric.channels() as usize];
                 self.m.fabric.split_contiguous(addr, bytes, &mut hbm);
             }
             parts.push((place, bytes, hbm, write));

@@ -31,7 +31,7 @@
 //! times as long. All arithmetic is on integers.
 
 use crate::topology::{PeCoord, SipTopology, Topology};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::rc::Rc;
 
 /// A link's identity. Directed links name both ends.
@@ -224,8 +224,8 @@ impl Fabric {
         Fabric {
             topo: topo.clone(),
             links: Vec::new(),
-            index: HashMap::new(),
-            routes: HashMap::new(),
+            index: HashMap::default(),
+            routes: HashMap::default(),
             packet_bytes: topo.spec.fabric.packet_bytes.0,
             channels: c.pseudo_channels.0 as u32,
             interleave_bytes: c.interleave_bytes.0,

@@ -8,7 +8,8 @@
 //! the peer's identity, never by a direction name.
 
 use kernbench_compiler::datapath::RtValue;
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::VecDeque;
 
 pub struct Msg {
     pub data: RtValue,
@@ -60,7 +61,7 @@ impl Queues {
     pub fn new(n_slots: u32) -> Queues {
         Queues {
             queues: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             n_slots,
         }
     }

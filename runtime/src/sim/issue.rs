@@ -8,12 +8,13 @@
 //! it at `max(that time, its clock)`.
 
 use super::events::Sim;
-use super::pe::{Frame, FrameKind, OpKind, OpRec, Slot, Stall, Val};
+use super::pe::{Args, Frame, FrameKind, OpKind, OpRec, Slot, Stall, Val};
 use super::{Engine, SimError};
 use crate::exec::{scalar_op, Scalar, ScalarCtx};
 use kernbench_compiler::datapath::{elem, ExecErrorKind, RtValue, Step};
 use kernbench_compiler::ir::{Inst, Op, Peer, Region, Value};
 use kernbench_compiler::sema::types::{DType, Elem};
+use smallvec::SmallVec;
 
 /// Steps one issue event may take before yielding to other events (the
 /// result does not depend on it; it bounds one event's work).
@@ -121,10 +122,10 @@ impl Sim<'_> {
 
     /// The values of `args` for the issue unit to compute with, and when
     /// the last is ready; `None` when one is not produced yet.
-    fn operands(&self, p: usize, args: &[Value]) -> Option<(Vec<RtValue>, u64)> {
+    fn operands(&self, p: usize, args: &[Value]) -> Option<(SmallVec<[RtValue; 4]>, u64)> {
         let pe = &self.pes[p];
         let mut t = 0;
-        let mut out = Vec::with_capacity(args.len());
+        let mut out = SmallVec::new();
         for a in args {
             let v = pe.get(*a);
             t = t.max(v.ready_ps()?);
@@ -195,61 +196,155 @@ impl Sim<'_> {
         Ok(true)
     }
 
-    /// Queues a data-path group on its engine (or, for address
-    /// generation with known operands, computes it now).
-    fn issue_group(&mut self, p: usize, g: usize) -> Result<bool, SimError> {
-        let info = self.groups[g];
-        if info.address {
-            let group = &self.plan.groups[g];
-            if let Some((vals, ready)) = self.operands(p, &group.inputs) {
-                let func = self.l.func;
-                let inputs: Vec<RtValue> = group
-                    .inputs
-                    .iter()
-                    .zip(&vals)
-                    .map(|(v, x)| super::engines::fit(func.ty(*v), x))
-                    .collect();
-                let refs: Vec<&RtValue> = inputs.iter().collect();
-                let outs = self
-                    .dp
-                    .run(func, self.plan, g, &refs, &mut self.m.mem)
-                    .map_err(|e| self.fail(p, e))?;
-                let t = self.pes[p].issue_ps.max(ready);
-                let at = self.dispatch(p, t);
-                for (v, x) in group.outputs.iter().zip(outs) {
-                    self.pes[p].set(*v, Val::Ready { v: x, at });
-                }
-                self.advance(p);
-                return Ok(true);
+    /// Runs a pure group on known operands now (the data does not depend
+    /// on when); returns its outputs.
+    fn compute_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<Vec<RtValue>, SimError> {
+        let func = self.l.func;
+        let group = &self.plan.groups[g];
+        let inputs: SmallVec<[RtValue; 4]> = group
+            .inputs
+            .iter()
+            .zip(vals)
+            .map(|(v, x)| super::engines::fit(func.ty(*v), x))
+            .collect();
+        let refs: SmallVec<[&RtValue; 4]> = inputs.iter().collect();
+        self.dp
+            .run(func, self.plan, g, &refs, &mut self.m.mem)
+            .map_err(|e| self.fail(p, e))
+    }
+
+    /// Operations waiting in engine `e`'s queue at the issue unit's clock,
+    /// counting compute scheduled ahead (which it drops once started).
+    fn queued(&mut self, p: usize, e: Engine) -> usize {
+        let pe = &mut self.pes[p];
+        let t = pe.issue_ps;
+        let eq = &mut pe.engines[e.index()];
+        while eq.scheduled_starts.front().is_some_and(|s| *s <= t) {
+            eq.scheduled_starts.pop_front();
+        }
+        eq.queue.len() + eq.scheduled_starts.len()
+    }
+
+    /// Whether engine `e`'s queue has room at the issue unit's clock; when
+    /// it is full of scheduled compute, the clock moves to the time the
+    /// first of it starts (a stall whose end is known). False when queued
+    /// operations fill it: the issue unit must wait for one to start.
+    fn make_room(&mut self, p: usize, e: Engine) -> bool {
+        loop {
+            if self.queued(p, e) < self.queue_depth {
+                return true;
+            }
+            let pe = &mut self.pes[p];
+            match pe.engines[e.index()].scheduled_starts.front() {
+                Some(&s) => pe.issue_ps = pe.issue_ps.max(s),
+                None => return false,
             }
         }
+    }
+
+    /// Issues a data-path group. Address generation with known operands
+    /// is computed now at no engine time; a compute group (MATH, `dot`)
+    /// whose operands' ready times are known and whose engine has nothing
+    /// queued is scheduled now — its start is `max(issue, engine free,
+    /// operands ready)` and it touches no shared state, so no event is
+    /// needed; everything else is queued and started by an event.
+    fn issue_group(&mut self, p: usize, g: usize) -> Result<bool, SimError> {
+        let info = self.groups[g];
         let e = info.engine;
-        if self.pes[p].engines[e.index()].queue.len() >= self.queue_depth {
+        let group = &self.plan.groups[g];
+        if info.address || !info.memory {
+            if let Some((vals, ready)) = self.operands(p, &group.inputs) {
+                if info.address {
+                    let outs = self.compute_now(p, g, &vals)?;
+                    let t = self.pes[p].issue_ps.max(ready);
+                    let at = self.dispatch(p, t);
+                    for (v, x) in group.outputs.iter().zip(outs) {
+                        self.pes[p].set(*v, Val::Ready { v: x, at });
+                    }
+                    self.advance(p);
+                    return Ok(true);
+                }
+                if self.pes[p].engines[e.index()].queue.is_empty() && self.make_room(p, e) {
+                    let outs = self.compute_now(p, g, &vals)?;
+                    let t = self.dispatch(p, 0);
+                    let pe = &mut self.pes[p];
+                    let eq = &mut pe.engines[e.index()];
+                    let start = t.max(eq.free_at_ps).max(ready);
+                    let end = start + info.cost_ps;
+                    eq.free_at_ps = end;
+                    eq.scheduled_starts.push_back(start);
+                    pe.busy_ps[e.index()] += info.cost_ps;
+                    pe.last_done_ps = pe.last_done_ps.max(end);
+                    for (v, x) in group.outputs.iter().zip(outs) {
+                        pe.set(*v, Val::Ready { v: x, at: end });
+                    }
+                    if self.l.trace {
+                        self.slices.push(super::report::Slice {
+                            rank: p as u32,
+                            engine: e,
+                            start_ps: start,
+                            end_ps: end,
+                            done_ps: end,
+                            inst: info.label,
+                        });
+                    }
+                    self.advance(p);
+                    return Ok(true);
+                }
+            }
+        }
+        if !self.make_room(p, e) {
             return Ok(self.stall(p, Stall::QueueFull(e)));
         }
-        let group = &self.plan.groups[g];
         let pe = &mut self.pes[p];
-        let args: Vec<(Value, Val)> = group.inputs.iter().map(|v| (*v, pe.get(*v).clone())).collect();
-        let mut results = Vec::with_capacity(group.outputs.len());
+        let args: Args = group.inputs.iter().map(|v| (*v, pe.get(*v).clone())).collect();
+        let mut results = SmallVec::new();
         for v in &group.outputs {
             let s = Slot::new();
             pe.set(*v, Val::Pending(s.clone()));
             results.push(s);
         }
         let mem_id = info.memory.then(|| pe.new_mem_op());
-        let inst = info.label;
         let t = self.dispatch(p, 0);
-        self.pes[p].engines[e.index()].queue.push_back(OpRec {
-            inst,
-            kind: OpKind::Group(g),
-            args,
-            results,
-            mem_id,
-            start_ps: 0,
-        });
+        self.enqueue(
+            p,
+            e,
+            t,
+            OpRec {
+                inst: info.label,
+                kind: OpKind::Group(g),
+                args,
+                results,
+                mem_id,
+                start_ps: 0,
+            },
+        );
         self.advance(p);
-        self.request_kick(p, e, t);
         Ok(true)
+    }
+
+    /// Queues an operation issued at `t`. Only a new head needs a kick (the
+    /// engine moves on to later ones itself), and not before the engine
+    /// is free and the operands it knows of are ready; an operand not yet
+    /// produced kicks the engine when its producer ends.
+    fn enqueue(&mut self, p: usize, e: Engine, t: u64, op: OpRec) {
+        let eq = &mut self.pes[p].engines[e.index()];
+        let head = eq.queue.is_empty();
+        let mut at = Some(t.max(eq.free_at_ps));
+        for (_, v) in &op.args {
+            at = match (at, v.ready_ps()) {
+                (Some(a), Some(r)) => Some(a.max(r)),
+                _ => None,
+            };
+        }
+        eq.queue.push_back(op);
+        if !head {
+            return;
+        }
+        match at {
+            Some(at) => self.request_kick(p, e, at),
+            None => self.pes[p].engines[e.index()].waiting_on_pe = true,
+        }
     }
 
     /// The rank a send or receive talks to.
@@ -284,7 +379,7 @@ impl Sim<'_> {
     }
 
     fn issue_send(&mut self, p: usize, i: Inst, peer: Peer) -> Result<bool, SimError> {
-        if self.pes[p].engines[Engine::Send.index()].queue.len() >= self.queue_depth {
+        if !self.make_room(p, Engine::Send) {
             return Ok(self.stall(p, Stall::QueueFull(Engine::Send)));
         }
         let Some(dst) = self.peer_rank(p, i, peer)? else {
@@ -296,21 +391,21 @@ impl Sim<'_> {
         let queue = self.queues.get(me, dst);
         let val = self.pes[p].get(value).clone();
         let t = self.dispatch(p, 0);
-        self.pes[p].engines[Engine::Send.index()].queue.push_back(OpRec {
+        let op = OpRec {
             inst: i,
             kind: OpKind::Send { queue, msg: 0 },
-            args: vec![(value, val)],
-            results: Vec::new(),
+            args: smallvec::smallvec![(value, val)],
+            results: SmallVec::new(),
             mem_id: None,
             start_ps: 0,
-        });
+        };
+        self.enqueue(p, Engine::Send, t, op);
         self.advance(p);
-        self.request_kick(p, Engine::Send, t);
         Ok(true)
     }
 
     fn issue_recv(&mut self, p: usize, i: Inst, peer: Peer, is_async: bool) -> Result<bool, SimError> {
-        if self.pes[p].engines[Engine::Recv.index()].queue.len() >= self.queue_depth {
+        if !self.make_room(p, Engine::Recv) {
             return Ok(self.stall(p, Stall::QueueFull(Engine::Recv)));
         }
         let Some(src) = self.peer_rank(p, i, peer)? else {
@@ -325,19 +420,19 @@ impl Sim<'_> {
         let r = self.l.func.inst(i).results[0];
         self.pes[p].set(r, Val::Pending(slot.clone()));
         let t = self.dispatch(p, 0);
-        self.pes[p].engines[Engine::Recv.index()].queue.push_back(OpRec {
+        let op = OpRec {
             inst: i,
             kind: OpKind::Recv { queue, msg },
-            args: Vec::new(),
-            results: vec![slot.clone()],
+            args: Args::new(),
+            results: smallvec::smallvec![slot.clone()],
             mem_id: None,
             start_ps: 0,
-        });
+        };
+        self.enqueue(p, Engine::Recv, t, op);
         if !is_async {
             self.pes[p].wait_for = Some(slot);
         }
         self.advance(p);
-        self.request_kick(p, Engine::Recv, t);
         Ok(true)
     }
 

@@ -13,9 +13,15 @@ use super::Engine;
 use kernbench_compiler::datapath::RtValue;
 use kernbench_compiler::ir::{Inst, Region, Value};
 use kernbench_compiler::sema::types::DType;
+use smallvec::SmallVec;
 use std::cell::{Cell, OnceCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
+
+/// Captured operands: most operations have few.
+pub type Args = SmallVec<[(Value, Val); 3]>;
+/// Byte ranges `[lo, hi)` of a memory operation and whether each is written.
+pub type Ranges = SmallVec<[(u64, u64, bool); 3]>;
 
 /// Ready time of a value whose producer has not started.
 pub const UNKNOWN: u64 = u64::MAX;
@@ -87,8 +93,8 @@ pub struct OpRec {
     pub kind: OpKind,
     /// Captured operands: for a group its inputs (in the group's order),
     /// for a send the value (and rank), for a receive nothing.
-    pub args: Vec<(Value, Val)>,
-    pub results: Vec<Rc<Slot>>,
+    pub args: Args,
+    pub results: SmallVec<[Rc<Slot>; 1]>,
     /// Its entry in the PE's memory-order list.
     pub mem_id: Option<u64>,
     /// Filled when it starts: when it began, for the trace and statistics.
@@ -114,14 +120,16 @@ pub struct EngineQueue {
     /// The head waits for something of this PE (an operand, an earlier
     /// memory operation): the PE's next finishing operation retries it.
     pub waiting_on_pe: bool,
+    /// Start times of compute scheduled at issue (it occupies queue
+    /// entries until it starts).
+    pub scheduled_starts: VecDeque<u64>,
 }
 
 /// A memory operation's footprint, for ordering inside the PE.
 #[derive(Debug)]
 pub struct MemOp {
     pub id: u64,
-    /// `[lo, hi)` byte ranges and whether each is written.
-    pub ranges: Vec<(u64, u64, bool)>,
+    pub ranges: Ranges,
     pub started: bool,
     pub done: bool,
 }
@@ -268,7 +276,7 @@ impl PeState {
         self.next_mem_id += 1;
         self.mem_ops.push_back(MemOp {
             id,
-            ranges: Vec::new(),
+            ranges: Ranges::new(),
             started: false,
             done: false,
         });
@@ -302,7 +310,7 @@ impl PeState {
         true
     }
 
-    pub fn mem_started(&mut self, id: u64, ranges: Vec<(u64, u64, bool)>) {
+    pub fn mem_started(&mut self, id: u64, ranges: Ranges) {
         if let Some(m) = self.mem_ops.iter_mut().find(|m| m.id == id) {
             m.ranges = ranges;
             m.started = true;

@@ -265,6 +265,108 @@ fn widened(t: &Tensor) -> Option<Tensor> {
     Some(out)
 }
 
+/// Active lanes of a mask that switches off only a tail: `Some(k)` when
+/// lanes `0..k` are on and the rest off (`n` without a mask).
+fn prefix_lanes(mask: Option<&RtValue>, n: usize) -> Option<usize> {
+    match mask {
+        None => Some(n),
+        Some(RtValue::Scalar(m)) => Some(if m & 1 != 0 { n } else { 0 }),
+        Some(RtValue::Block(t)) => {
+            // Bools are one byte, 0 or 1: eight lanes per word.
+            let b = t.bytes();
+            let on = |c: &[u8]| c.iter().fold(0u8, |a, x| a | (x ^ 1)) == 0;
+            let off = |c: &[u8]| c.iter().fold(0u8, |a, x| a | x) & 1 == 0;
+            let k = b.chunks(8).position(|c| !on(c)).map_or(b.len(), |w| {
+                let c = &b[w * 8..(w * 8 + 8).min(b.len())];
+                w * 8 + c.iter().position(|x| x & 1 == 0).unwrap_or(c.len())
+            });
+            off(&b[k..]).then_some(k.min(n))
+        }
+    }
+}
+
+/// A lone load or store whose pointers are consecutive elements and whose
+/// mask switches off at most a tail is a copy between memory and the
+/// block: done here with `memcpy`, bit-identical to the compiled loop
+/// (which it would otherwise run lane by lane). `None` when the group is
+/// not such a copy or the bytes are not all in one allocation (the
+/// compiled code then runs, and reports the fault).
+fn contiguous_copy(func: &Function, group: &Group, inputs: &[&RtValue], mem: &mut dyn Memory) -> Option<Vec<RtValue>> {
+    let [i] = group.insts[..] else { return None };
+    let d = func.inst(i);
+    if !matches!(d.op, Op::Load { .. } | Op::Store { .. }) {
+        return None;
+    }
+    let input = |v: crate::ir::Value| group.inputs.iter().position(|x| *x == v).map(|k| inputs[k]);
+    let RtValue::Block(ptrs) = input(d.args[0])? else {
+        return None;
+    };
+    let words = ptrs.words()?;
+    let size = super::elem_size(match func.ty(d.args[0]).elem() {
+        Elem::Ptr(t) => Elem::Num(t),
+        e => e,
+    });
+    let first = *words.first()?;
+    let mut next = first;
+    let mut consecutive = true;
+    for w in words {
+        consecutive &= *w == next;
+        next = next.wrapping_add(size as u64);
+    }
+    if !consecutive {
+        return None;
+    }
+    let (mask, write) = match d.op {
+        Op::Load { has_mask, .. } => (has_mask.then(|| d.args[1]), false),
+        Op::Store { has_mask } => (has_mask.then(|| d.args[2]), true),
+        _ => return None,
+    };
+    let mask = match mask {
+        Some(m) => Some(input(m)?),
+        None => None,
+    };
+    let active = prefix_lanes(mask, words.len())?;
+    let bytes = active * size;
+    if write {
+        let RtValue::Block(value) = input(d.args[1])? else {
+            return None;
+        };
+        if bytes > 0 {
+            let (base, seg) = mem.segment(first)?;
+            let off = usize::try_from(first - base).ok()?;
+            seg.get_mut(off..off.checked_add(bytes)?)?
+                .copy_from_slice(value.bytes().get(..bytes)?);
+        }
+        return Some(Vec::new());
+    }
+    let ty = func.ty(d.results[0]);
+    let shape: Vec<usize> = ty.shape().iter().map(|&x| x as usize).collect();
+    let mut out = Tensor::zeros(ty.elem(), &shape);
+    if bytes > 0 {
+        let (base, seg) = mem.segment(first)?;
+        let off = usize::try_from(first - base).ok()?;
+        out.bytes_mut()[..bytes].copy_from_slice(seg.get(off..off.checked_add(bytes)?)?);
+    }
+    if active < words.len() {
+        if let Op::Load { has_other: true, .. } = d.op {
+            match input(d.args[2])? {
+                RtValue::Block(o) => out.bytes_mut()[bytes..].copy_from_slice(o.bytes().get(bytes..)?),
+                RtValue::Scalar(b) => {
+                    for k in active..words.len() {
+                        out.set_bits(k, *b);
+                    }
+                }
+            }
+        }
+    }
+    let r = d.results[0];
+    Some(if group.outputs.contains(&r) {
+        vec![RtValue::Block(Rc::new(out))]
+    } else {
+        Vec::new()
+    })
+}
+
 impl DataPath for Jit {
     fn name(&self) -> &'static str {
         "jit"
@@ -325,10 +427,13 @@ impl DataPath for Jit {
         if let Kind::Interp = kind {
             return self.interp.run(func, plan, g, inputs, mem);
         }
+        if let Some(r) = contiguous_copy(func, group, inputs, mem) {
+            return Ok(r);
+        }
         // Inputs: scalars as bits, blocks as data pointers (f32 copies for
         // a float dot).
         let mut keep: Vec<Tensor> = Vec::new();
-        let mut words: Vec<u64> = Vec::with_capacity(group.inputs.len() + group.outputs.len());
+        let mut words: smallvec::SmallVec<[u64; 16]> = smallvec::SmallVec::new();
         for v in inputs {
             match v {
                 RtValue::Scalar(b) => words.push(*b),
@@ -341,7 +446,7 @@ impl DataPath for Jit {
                 },
             }
         }
-        let mut outs: Vec<Tensor> = group
+        let mut outs: smallvec::SmallVec<[Tensor; 4]> = group
             .outputs
             .iter()
             .map(|o| {

@@ -75,25 +75,24 @@ fn pointee_elem(e: Elem) -> Elem {
 
 /// A tensor's one-line summary (sum, min, max).
 fn summary_line(name: &str, t: &Tensor) -> String {
+    use kernbench_compiler::datapath::elem;
     let d = t.dtype();
-    let vals: Vec<f64> = (0..t.numel())
-        .map(|i| {
-            let b = t.get_bits(i);
-            if d.is_float() {
-                kernbench_compiler::datapath::elem::to_f32(d, b) as f64
-            } else {
-                kernbench_compiler::datapath::elem::to_i64(d, b) as f64
-            }
-        })
-        .collect();
-    let (lo, hi) = vals
-        .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| (l.min(*v), h.max(*v)));
-    format!(
-        "  {name}: {d}{:?}  sum {:.6}  min {lo:.6}  max {hi:.6}",
-        t.shape,
-        vals.iter().sum::<f64>()
-    )
+    let size = d.size_bytes() as usize;
+    let (mut sum, mut lo, mut hi) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY);
+    for c in t.bytes().chunks_exact(size) {
+        let mut w = [0u8; 8];
+        w[..size].copy_from_slice(c);
+        let b = u64::from_le_bytes(w);
+        let v = if d.is_float() {
+            elem::to_f32(d, b) as f64
+        } else {
+            elem::to_i64(d, b) as f64
+        };
+        sum += v;
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    format!("  {name}: {d}{:?}  sum {sum:.6}  min {lo:.6}  max {hi:.6}", t.shape)
 }
 
 /// Writes every tensor to `DIR/NAME.npy`, or prints its summary.
