@@ -42,13 +42,7 @@ fn all_reduce(topo: &Topology, func: &kernbench_compiler::ir::Function, n_elem: 
         LaunchArg::Scalar(elem::from_i64(DType::I32, n_elem as i64)),
     ];
     let (args, _) = place_args(&mut m, &comm, args).expect("fits");
-    let launch = Launch {
-        func,
-        comm: &comm,
-        args,
-        grid: [comm.world(), 1, 1],
-        trace: false,
-    };
+    let launch = Launch::new(func, &comm, args);
     let mut jit = Jit::new();
     let r = m.run(&launch, &mut jit).expect("runs");
     (r.events, r.end_ps)

@@ -4,10 +4,14 @@
 //!   flat memory, no timing).
 //! - `args`: tensor and scalar arguments as `tlc run` takes them
 //!   (`.npy` files, `rand(...)`, `zeros(...)`, values).
+//! - `sim`: the simulated machine (discrete-event timing with real data).
+//! - `ccl`: the collective-algorithm registry (`ccl.yaml`) and `tlc bench
+//!   ccl`.
 //! - `topology`: the machine description (`topology.yaml`), presets and
 //!   the summary `tlc topology` prints.
 
 pub mod args;
+pub mod ccl;
 pub mod exec;
 pub mod sim;
 pub mod topology;

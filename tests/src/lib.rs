@@ -281,13 +281,9 @@ pub mod sim {
         let comm = Communicator::new(pes);
         let mut machine = Machine::new(topo);
         let (rank_args, placed) = place::place_args(&mut machine, &comm, args).map_err(SimError::Setup)?;
-        let launch = Launch {
-            func,
-            comm: &comm,
-            args: rank_args,
-            grid: grid.unwrap_or([comm.world(), 1, 1]),
-            trace,
-        };
+        let mut launch = Launch::new(func, &comm, rank_args);
+        launch.grid = grid.unwrap_or(launch.grid);
+        launch.trace = trace;
         let mut jit = Jit::new();
         let report = machine.run(&launch, &mut jit)?;
         let tensors = placed.iter().map(|t| place::gather(&machine, t)).collect();

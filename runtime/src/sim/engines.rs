@@ -3,8 +3,9 @@
 //!
 //! - MATH and GEMM (`dot`) compute when they start and are busy for their
 //!   cost; the results are ready when they end.
-//! - DMA: a load samples memory when its transfer starts (after
-//!   `setup_cycles`), a store or atomic writes when it ends. The engine is
+//! - DMA: a load samples memory when its transfer starts (the DMA
+//!   operation's start: `setup_cycles` is the transfer's first part), a
+//!   store or atomic writes when it ends. The engine is
 //!   busy for the setup and until the transfer's tail has left the first
 //!   link of its path; the rest of the path overlaps with the next. The memory touched is the
 //!   one holding the first active lane's address; masked-off lanes move
@@ -336,7 +337,7 @@ impl Sim<'_> {
                     return Ok(());
                 }
                 let (place, bytes, hbm, write) = access.parts[0].clone();
-                let me = self.l.comm.pes[p];
+                let me = self.coords[p];
                 let t0 = now + self.dma_setup_ps;
                 // The engine is busy until the transfer's tail has left the
                 // first stage; the rest of the path overlaps with the next.
@@ -401,12 +402,12 @@ impl Sim<'_> {
                         p,
                         op.inst,
                         ExecErrorKind::Unsupported(format!(
-                            "this receive expects {want} bytes ({ty}) but rank {src} sent {bytes} bytes"
+                            "this receive expects {want} bytes ({ty}) but rank {} sent {bytes} bytes",
+                            self.pes[src as usize].rank
                         )),
                     ));
                 }
-                let me = self.pes[p].rank;
-                let (route, hbm) = self.buffer_route(p, me, msg, bytes, false);
+                let (route, hbm) = self.buffer_route(p, p as u32, msg, bytes, false);
                 let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
                 if let Some(s) = op.results.first() {
                     let _ = s.data.set(reinterpret(&ty, &data));
@@ -421,7 +422,7 @@ impl Sim<'_> {
 
     /// Slots a send's message takes (an error when it can never fit).
     fn send_slots(&self, p: usize, op: &OpRec) -> Result<u32, SimError> {
-        let ipcq = &self.m.topo.spec.pe.ipcq;
+        let ipcq = &self.ipcq;
         let bytes = value_bytes(self.l.func.ty(op.args[0].0));
         let slots = bytes.div_ceil(ipcq.slot_size_bytes.0).max(1);
         if slots > ipcq.n_slots.0 {
@@ -430,7 +431,7 @@ impl Sim<'_> {
                 op.inst,
                 ExecErrorKind::Unsupported(format!(
                     "this message of {bytes} bytes needs {slots} slots, but a queue has {} slots of {} bytes \
-                     (send smaller blocks, or raise pe.ipcq in the topology)",
+                     (send smaller blocks, or raise the IPCQ's slots)",
                     ipcq.n_slots.0, ipcq.slot_size_bytes.0
                 )),
             ));
@@ -449,9 +450,9 @@ impl Sim<'_> {
         bytes: u64,
         to_slots: bool,
     ) -> (Rc<super::fabric::Route>, Vec<u64>) {
-        let me = self.l.comm.pes[p];
-        let owner_pe = self.l.comm.pes[owner as usize];
-        let ipcq = &self.m.topo.spec.pe.ipcq;
+        let me = self.coords[p];
+        let owner_pe = self.coords[owner as usize];
+        let ipcq = &self.ipcq;
         let place = Placement::near(ipcq.buffer_space, owner_pe);
         let offset = (msg % ipcq.n_slots.0) * ipcq.slot_size_bytes.0;
         let route = if to_slots {
@@ -500,7 +501,7 @@ impl Sim<'_> {
         let scan = LaneScan::of(&ptr, mask.as_ref(), size);
         let Some(first) = scan.first else {
             return Ok(Access {
-                parts: smallvec![(Placement::Tcm(self.l.comm.pes[p]), 0, Channels::new(), write)],
+                parts: smallvec![(Placement::Tcm(self.coords[p]), 0, Channels::new(), write)],
                 ranges: Ranges::new(),
             });
         };
@@ -537,7 +538,7 @@ impl Sim<'_> {
     /// A PE reaches its own TCM, its SIP's HBM and SRAM; another SIP only
     /// with a one-sided put into a symmetric buffer.
     fn check_reach(&self, p: usize, op: &OpRec, place: Placement, addr: u64, write: bool) -> Result<(), SimError> {
-        let me = self.l.comm.pes[p];
+        let me = self.coords[p];
         let why = match place {
             Placement::Tcm(owner) if owner != me => Some(format!(
                 "the address {addr:#x} is in the TCM of {owner}, which only that PE can access"
@@ -607,7 +608,7 @@ impl Sim<'_> {
             in_dtype: pointee(func.ty(d.args[0])),
             out_dtype: pointee(func.ty(d.args[2])),
         };
-        let me = self.l.comm.pes[p];
+        let me = self.coords[p];
         let t0 = now + self.dma_setup_ps;
         if access.parts.len() < 3 {
             // An empty product: nothing moves.
@@ -688,7 +689,7 @@ impl Sim<'_> {
                 let slots = q.msg(msg).map_or(0, |m| m.slots);
                 q.consume(msg);
                 let (src, dst) = (q.src, q.dst);
-                let back = self.core_latency_ps(dst, src);
+                let back = self.core_latency_ps(dst as usize, src as usize);
                 self.schedule(now + back, Ev::Credit(queue, slots));
             }
             _ => {}
@@ -716,7 +717,7 @@ impl Sim<'_> {
         q.credits += n;
         let p = q.src as usize;
         let since = self.pes[p].engines[Engine::Send.index()].blocked_since;
-        let ipcq = &self.m.topo.spec.pe.ipcq;
+        let ipcq = &self.ipcq;
         let t = match (ipcq.backpressure, since) {
             // A polling sender notices at its next poll.
             (Backpressure::Poll, Some(s)) => {

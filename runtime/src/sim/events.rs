@@ -6,7 +6,9 @@ use super::fabric::Endpoint;
 use super::ipcq::Queues;
 use super::pe::{PeState, Stall};
 use super::report::{Blocked, LinkStat, PeStat, Report, Slice, WaitReason};
-use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Engine, Launch, Machine, Placement, SimError};
+use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Communicator, Engine, Launch, Machine, Placement, SimError};
+use crate::topology::schema::Ipcq;
+use crate::topology::PeCoord;
 use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind, Fusion, GroupId, Plan};
 use kernbench_compiler::ir::{Function, Inst, Op, Value};
 use std::cmp::Reverse;
@@ -57,9 +59,18 @@ pub(super) struct Sim<'a> {
     pub dma_setup_ps: u64,
     pub queue_depth: usize,
     /// Barrier: ranks arrived, latest arrival.
-    pub barrier_arrived: u32,
-    pub barrier_latest_ps: u64,
-    pub barrier_latency_ps: Option<u64>,
+    /// Every PE of the launch (the groups in order, each in rank order).
+    pub coords: Vec<PeCoord>,
+    /// Each PE's group, and each group's first PE index.
+    pub group_of: Vec<u32>,
+    pub group_base: Vec<usize>,
+    /// The IPCQ of this launch.
+    pub ipcq: Ipcq,
+    /// Per group: ranks at the barrier, the latest arrival, the release
+    /// latency once computed.
+    pub barrier_arrived: Vec<u32>,
+    pub barrier_latest_ps: Vec<u64>,
+    pub barrier_latency_ps: Vec<Option<u64>>,
     pub events_run: u64,
     pub slices: Vec<Slice>,
     pub start_ps: u64,
@@ -103,75 +114,87 @@ fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, address: &H
 
 pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<Report, SimError> {
     let func = l.func;
-    let world = l.comm.world();
-    if world == 0 {
+    let coords: Vec<PeCoord> = l.groups.iter().flat_map(|c| c.pes.iter().copied()).collect();
+    if coords.is_empty() {
         return Err(SimError::Setup("the launch has no PEs".into()));
     }
-    if l.args.len() != world as usize {
-        return Err(SimError::Setup(format!(
-            "{} argument lists for {world} ranks",
-            l.args.len()
-        )));
+    if l.args.len() != coords.len() {
+        return Err(SimError::Setup(format!("{} argument lists for {} PEs", l.args.len(), coords.len())));
     }
+    let mut seen = HashSet::new();
+    if let Some(pe) = coords.iter().find(|c| !seen.insert(**c)) {
+        return Err(SimError::Setup(format!("{pe} is in the launch twice")));
+    }
+    let ipcq = l.ipcq.clone().unwrap_or_else(|| m.topo.spec.pe.ipcq.clone());
     // Live blocks, the PE's TCM allocations and IPCQ slots must fit.
-    let live = peak_live_bytes(func) + ipcq_tcm_bytes(&m.topo);
-    for &pe in &l.comm.pes {
+    let live = peak_live_bytes(func) + ipcq_tcm_bytes(&ipcq);
+    for &pe in &coords {
         let tcm = Placement::Tcm(pe);
         let (cap, used) = (m.mem.capacity(tcm), m.mem.used(tcm));
         if live + used > cap {
-            return Err(SimError::TcmCapacity {
-                kernel: func.name.clone(),
-                pe,
-                need_bytes: live + used,
-                have_bytes: cap,
-            });
+            return Err(SimError::TcmCapacity { kernel: func.name.clone(), pe, need_bytes: live + used, have_bytes: cap });
         }
     }
     let plan = plan_with(func, Fusion::Compute);
-    dp.prepare(func, &plan)
-        .map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
+    dp.prepare(func, &plan).map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
     let address = super::agu::address_values(func);
-    let groups = (0..plan.groups.len())
-        .map(|g| group_info(m, func, &plan, g, &address))
-        .collect();
-    let start = m.now_ps + m.launch_latency_ps(&l.comm.pes);
+    let groups = (0..plan.groups.len()).map(|g| group_info(m, func, &plan, g, &address)).collect();
+    let start = m.now_ps + m.launch_latency_ps(&coords);
     m.fabric.reset_stats();
     if l.trace {
         m.fabric.record = Some(Vec::new());
     }
+    let saved_packet = m.fabric.packet_bytes;
+    if let Some(b) = l.packet_bytes {
+        m.fabric.packet_bytes = b.max(1);
+    }
     let programs: u32 = l.grid.iter().product();
-    let pes = (0..world)
-        .map(|r| {
+    let mut pes = Vec::with_capacity(coords.len());
+    let mut group_of = Vec::with_capacity(coords.len());
+    let mut group_base = Vec::with_capacity(l.groups.len());
+    for (g, c) in l.groups.iter().enumerate() {
+        group_base.push(pes.len());
+        let world = c.world();
+        for r in 0..world {
             let mine: VecDeque<u32> = (r..programs).step_by(world as usize).collect();
-            PeState::new(r, mine, func.values.len(), start)
-        })
-        .collect();
+            pes.push(PeState::new(r, mine, func.values.len(), start));
+            group_of.push(g as u32);
+        }
+    }
+    let n_groups = l.groups.len();
     let t = &m.topo;
     let mut sim = Sim {
         dispatch_ps: t.cycles_to_ps(t.spec.pe.dispatch_cycles.0),
         dma_setup_ps: t.cycles_to_ps(t.spec.pe.dma.setup_cycles),
         queue_depth: t.spec.pe.queue_depth.0 as usize,
-        queues: Queues::new(t.spec.pe.ipcq.n_slots.0 as u32),
+        queues: Queues::new(ipcq.n_slots.0 as u32),
+        ipcq,
         m,
         dp,
         l,
         plan: &plan,
         pes,
+        coords,
+        group_of,
+        group_base,
         events: BinaryHeap::new(),
         seq: 0,
         now: start,
         groups,
-        barrier_arrived: 0,
-        barrier_latest_ps: 0,
-        barrier_latency_ps: None,
+        barrier_arrived: vec![0; n_groups],
+        barrier_latest_ps: vec![0; n_groups],
+        barrier_latency_ps: vec![None; n_groups],
         events_run: 0,
         slices: Vec::new(),
         start_ps: start,
     };
-    for p in 0..world as usize {
+    for p in 0..sim.pes.len() {
         sim.start_next_program(p);
     }
-    sim.run_events()?;
+    let result = sim.run_events();
+    sim.m.fabric.packet_bytes = saved_packet;
+    sim.m.fabric.record.take_if(|_| result.is_err());
+    result?;
     let report = sim.report();
     sim.m.now_ps = report.end_ps;
     sim.m.fabric.record = None;
@@ -215,11 +238,16 @@ impl Sim<'_> {
     pub fn fail(&self, p: usize, error: ExecError) -> SimError {
         let pe = &self.pes[p];
         SimError::Exec {
-            pe: self.l.comm.pes[p],
+            pe: self.coords[p],
             rank: pe.rank,
             program: pe.pid,
             error,
         }
+    }
+
+    /// PE `p`'s communicator.
+    pub fn comm(&self, p: usize) -> &Communicator {
+        &self.l.groups[self.group_of[p] as usize]
     }
 
     /// Starts PE `p`'s next program, or marks it finished.
@@ -289,7 +317,7 @@ impl Sim<'_> {
             if pe.stall == Stall::Finished {
                 continue;
             }
-            let coord = self.l.comm.pes[p];
+            let coord = self.coords[p];
             let mut found = false;
             for e in [Engine::Send, Engine::Recv] {
                 let Some(head) = pe.engines[e.index()].queue.front() else {
@@ -301,13 +329,13 @@ impl Sim<'_> {
                         if q.msg(msg).is_some_and(|m| m.arrived_ps.is_some()) {
                             continue;
                         }
-                        WaitReason::NoData { from_rank: q.src }
+                        WaitReason::NoData { from_rank: self.pes[q.src as usize].rank }
                     }
                     super::pe::OpKind::Send { queue, .. } => {
                         let q = &self.queues.queues[queue as usize];
                         let slots = self.queues.n_slots();
                         WaitReason::QueueFull {
-                            to_rank: q.dst,
+                            to_rank: self.pes[q.dst as usize].rank,
                             used: slots - q.credits,
                             slots,
                         }
@@ -337,10 +365,10 @@ impl Sim<'_> {
                 })
                 .unwrap_or_else(|| func.region(func.body).insts[0]);
             let reason = match pe.stall {
-                Stall::Barrier => WaitReason::Barrier {
-                    arrived: self.barrier_arrived,
-                    world: self.l.comm.world(),
-                },
+                Stall::Barrier => {
+                    let g = self.group_of[p] as usize;
+                    WaitReason::Barrier { arrived: self.barrier_arrived[g], world: self.l.groups[g].world() }
+                }
                 _ => WaitReason::Other,
             };
             out.push(Blocked {
@@ -387,7 +415,7 @@ impl Sim<'_> {
                 .iter()
                 .enumerate()
                 .map(|(p, s)| PeStat {
-                    pe: self.l.comm.pes[p],
+                    pe: self.coords[p],
                     rank: s.rank,
                     end_ps: s.end_ps,
                     busy_ps: s.busy_ps,
@@ -400,9 +428,10 @@ impl Sim<'_> {
         }
     }
 
-    /// The control-message latency between two ranks' cores.
-    pub fn core_latency_ps(&mut self, from: u32, to: u32) -> u64 {
-        let (a, b) = (self.l.comm.pes[from as usize], self.l.comm.pes[to as usize]);
+    /// The control-message latency between two PEs' cores (launch
+    /// indices).
+    pub fn core_latency_ps(&mut self, from: usize, to: usize) -> u64 {
+        let (a, b) = (self.coords[from], self.coords[to]);
         if a == b {
             return 0;
         }

@@ -1,5 +1,5 @@
 //! Inter-PE communication queues (IPCQ): one queue per ordered pair of
-//! ranks that talk, with `n_slots` slots of `slot_size` bytes in the
+//! PEs that talk, with `n_slots` slots of `slot_size` bytes in the
 //! receiver's buffer space. A message takes `ceil(bytes / slot_size)`
 //! slots; the sender needs that many credits to start, and the receiver
 //! returns them only after it has copied the message out of its slots.
@@ -20,7 +20,7 @@ pub struct Msg {
 }
 
 pub struct Queue {
-    /// Ranks.
+    /// The sender and the receiver (PE indices of the launch).
     pub src: u32,
     pub dst: u32,
     pub credits: u32,
@@ -66,7 +66,8 @@ impl Queues {
         }
     }
 
-    /// The queue from rank `src` to rank `dst`, created on first use.
+    /// The queue from PE `src` to PE `dst` (launch indices), created on
+    /// first use.
     pub fn get(&mut self, src: u32, dst: u32) -> u32 {
         if let Some(&q) = self.index.get(&(src, dst)) {
             return q;

@@ -90,7 +90,12 @@ impl Sim<'_> {
 
     /// Pays one dispatch at the issue unit's clock (or later, `t`).
     fn dispatch(&mut self, p: usize, t: u64) -> u64 {
-        let d = self.dispatch_ps;
+        self.dispatch_n(p, t, 1)
+    }
+
+    /// Pays `n` dispatches (a fused group: one per instruction).
+    fn dispatch_n(&mut self, p: usize, t: u64, n: usize) -> u64 {
+        let d = self.dispatch_ps * n as u64;
         let pe = &mut self.pes[p];
         pe.issue_ps = pe.issue_ps.max(t) + d;
         pe.busy_ps[Engine::COUNT] += d;
@@ -109,14 +114,15 @@ impl Sim<'_> {
 
     fn ctx(&self, p: usize) -> ScalarCtx {
         let pe = &self.pes[p];
-        let (row, col) = self.l.comm.mesh_pos(pe.rank);
+        let comm = self.comm(p);
+        let (row, col) = comm.mesh_pos(pe.rank);
         ScalarCtx {
             pid: pe.pid,
             grid: self.l.grid,
             rank: pe.rank,
-            world: self.l.comm.world(),
+            world: comm.world(),
             mesh_id: [row, col],
-            mesh_size: self.l.comm.mesh,
+            mesh_size: comm.mesh,
         }
     }
 
@@ -257,7 +263,7 @@ impl Sim<'_> {
                 if info.address {
                     let outs = self.compute_now(p, g, &vals)?;
                     let t = self.pes[p].issue_ps.max(ready);
-                    let at = self.dispatch(p, t);
+                    let at = self.dispatch_n(p, t, group.insts.len());
                     for (v, x) in group.outputs.iter().zip(outs) {
                         self.pes[p].set(*v, Val::Ready { v: x, at });
                     }
@@ -266,7 +272,7 @@ impl Sim<'_> {
                 }
                 if self.pes[p].engines[e.index()].queue.is_empty() && self.make_room(p, e) {
                     let outs = self.compute_now(p, g, &vals)?;
-                    let t = self.dispatch(p, 0);
+                    let t = self.dispatch_n(p, 0, group.insts.len());
                     let pe = &mut self.pes[p];
                     let eq = &mut pe.engines[e.index()];
                     let start = t.max(eq.free_at_ps).max(ready);
@@ -305,7 +311,7 @@ impl Sim<'_> {
             results.push(s);
         }
         let mem_id = info.memory.then(|| pe.new_mem_op());
-        let t = self.dispatch(p, 0);
+        let t = self.dispatch_n(p, 0, group.insts.len());
         self.enqueue(
             p,
             e,
@@ -348,11 +354,14 @@ impl Sim<'_> {
     }
 
     /// The rank a send or receive talks to.
+    /// The PE (launch index) a send or receive talks to; `None` while its
+    /// rank operand is not computed yet.
     fn peer_rank(&mut self, p: usize, i: Inst, peer: Peer) -> Result<Option<u32>, SimError> {
         let me = self.pes[p].rank;
-        let world = self.l.comm.world();
+        let base = self.group_base[self.group_of[p] as usize] as u32;
+        let world = self.comm(p).world();
         match peer {
-            Peer::Dir(d) => Ok(Some(self.l.comm.peer(me, d))),
+            Peer::Dir(d) => Ok(Some(base + self.comm(p).peer(me, d))),
             Peer::Rank => {
                 let v = self.l.func.inst(i).args[0];
                 let Some((vals, ready)) = self.operands(p, &[v]) else {
@@ -373,7 +382,7 @@ impl Sim<'_> {
                         )),
                     ));
                 }
-                Ok(Some(r as u32))
+                Ok(Some(base + r as u32))
             }
         }
     }
@@ -387,8 +396,7 @@ impl Sim<'_> {
         };
         let d = self.l.func.inst(i);
         let value = *d.args.last().unwrap_or(&d.args[0]);
-        let me = self.pes[p].rank;
-        let queue = self.queues.get(me, dst);
+        let queue = self.queues.get(p as u32, dst);
         let val = self.pes[p].get(value).clone();
         let t = self.dispatch(p, 0);
         let op = OpRec {
@@ -411,8 +419,7 @@ impl Sim<'_> {
         let Some(src) = self.peer_rank(p, i, peer)? else {
             return Ok(self.stall(p, Stall::Data));
         };
-        let me = self.pes[p].rank;
-        let queue = self.queues.get(src, me);
+        let queue = self.queues.get(src, p as u32);
         let q = &mut self.queues.queues[queue as usize];
         let msg = q.recvs_issued;
         q.recvs_issued += 1;
@@ -453,27 +460,29 @@ impl Sim<'_> {
             self.wake_issue(p);
             return false;
         }
+        let g = self.group_of[p] as usize;
         if !self.pes[p].at_barrier {
             self.pes[p].at_barrier = true;
-            self.barrier_arrived += 1;
-            self.barrier_latest_ps = self.barrier_latest_ps.max(t);
+            self.barrier_arrived[g] += 1;
+            self.barrier_latest_ps[g] = self.barrier_latest_ps[g].max(t);
         }
-        let world = self.l.comm.world();
-        if self.barrier_arrived < world {
+        let world = self.comm(p).world() as usize;
+        if (self.barrier_arrived[g] as usize) < world {
             return self.stall(p, Stall::Barrier);
         }
-        let lat = match self.barrier_latency_ps {
+        let base = self.group_base[g];
+        let lat = match self.barrier_latency_ps[g] {
             Some(l) => l,
             None => {
-                let l = (0..world).map(|r| self.core_latency_ps(r, 0)).max().unwrap_or(0) * 2;
-                self.barrier_latency_ps = Some(l);
+                let l = (base..base + world).map(|q| self.core_latency_ps(q, base)).max().unwrap_or(0) * 2;
+                self.barrier_latency_ps[g] = Some(l);
                 l
             }
         };
-        let release = self.barrier_latest_ps + lat;
-        self.barrier_arrived = 0;
-        self.barrier_latest_ps = 0;
-        for q in 0..self.pes.len() {
+        let release = self.barrier_latest_ps[g] + lat;
+        self.barrier_arrived[g] = 0;
+        self.barrier_latest_ps[g] = 0;
+        for q in base..base + world {
             let pe = &mut self.pes[q];
             pe.at_barrier = false;
             pe.issue_ps = release;

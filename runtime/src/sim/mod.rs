@@ -43,6 +43,7 @@ pub use report::{
     Slice, WaitReason,
 };
 
+use crate::topology::schema::Ipcq;
 use crate::topology::{PeCoord, Space, Topology};
 use kernbench_compiler::datapath::{DataPath, ExecError, RtValue};
 use kernbench_compiler::ir::{Function, Op, Region, Type, Value};
@@ -110,17 +111,42 @@ impl Machine {
     }
 }
 
-/// One launch: a kernel, the communicator it runs on, and each rank's
+/// One launch: a kernel, the communicators it runs on, and each PE's
 /// arguments (addresses for pointers, bits for scalars).
 pub struct Launch<'a> {
     pub func: &'a Function,
-    pub comm: &'a Communicator,
+    /// One communicator, or several disjoint ones running the kernel side
+    /// by side (a collective over the shard groups of a tensor): each has
+    /// its own ranks, queues and barrier.
+    pub groups: &'a [Communicator],
+    /// Each PE's arguments: the groups in order, each in rank order.
     pub args: Vec<Vec<RtValue>>,
-    /// Programs per grid axis; rank r runs programs r, r + world, … of the
-    /// flattened grid (axis 0 fastest).
+    /// Programs per grid axis, in each group; rank r runs programs r,
+    /// r + world, … of the flattened grid (axis 0 fastest).
     pub grid: [u32; 3],
+    /// The IPCQ and packet size for this launch (a collective's
+    /// registry entry), instead of the topology's `pe.ipcq` and
+    /// `fabric.packet_bytes`.
+    pub ipcq: Option<Ipcq>,
+    pub packet_bytes: Option<u64>,
     /// Record every operation and link reservation for a trace.
     pub trace: bool,
+}
+
+impl<'a> Launch<'a> {
+    /// A launch on one communicator with the topology's IPCQ, one program
+    /// per PE unless `grid`.
+    pub fn new(func: &'a Function, comm: &'a Communicator, args: Vec<Vec<RtValue>>) -> Launch<'a> {
+        Launch {
+            func,
+            groups: std::slice::from_ref(comm),
+            args,
+            grid: [comm.world(), 1, 1],
+            ipcq: None,
+            packet_bytes: None,
+            trace: false,
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -202,10 +228,9 @@ pub fn peak_live_bytes(func: &Function) -> u64 {
     peak.max(0) as u64
 }
 
-/// Bytes a PE's TCM must hold for a launch besides its live blocks: the
-/// IPCQ slots when they live in TCM.
-pub fn ipcq_tcm_bytes(topo: &Topology) -> u64 {
-    let q = &topo.spec.pe.ipcq;
+/// Bytes a PE's TCM must hold for a launch besides its live blocks: one
+/// queue's IPCQ slots when they live in TCM.
+pub fn ipcq_tcm_bytes(q: &Ipcq) -> u64 {
     if q.buffer_space == Space::Tcm {
         q.n_slots.0 * q.slot_size_bytes.0
     } else {

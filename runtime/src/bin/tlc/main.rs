@@ -4,6 +4,7 @@
 //! its arguments (clap), calls the library, and turns results into output
 //! and an exit code: 0 ok, 1 user error (diagnostics printed), 2 bad usage.
 
+mod bench;
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -121,6 +122,11 @@ enum Command {
         #[arg(long, value_enum, default_value = "human")]
         format: Format,
     },
+    /// Benchmarks on the simulated machine.
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
     /// Traffic probes: DMA latency by distance and congestion scenarios, with
     /// latency broken down by link class and bandwidth against the peaks.
     Probe {
@@ -152,6 +158,42 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// nccl-tests for the collective algorithms of ccl.yaml: size, count,
+    /// type, redop, simulated time, algbw, busbw and #wrong per size.
+    Ccl {
+        /// all_reduce, all_gather, reduce_scatter or broadcast.
+        #[arg(long, default_value = "all_reduce")]
+        op: String,
+        /// An algorithm of the registry, or `all` of the collective's.
+        #[arg(long, default_value = "all")]
+        algo: String,
+        /// MIN:MAX (powers of two), or a list: 1K:64M, 8K, 4K,1M.
+        #[arg(long, default_value = "1K:64M")]
+        sizes: String,
+        /// f16, bf16, f32 or i32.
+        #[arg(long, default_value = "f32")]
+        dtype: String,
+        /// sum, max, min or avg.
+        #[arg(long, default_value = "sum")]
+        redop: String,
+        /// The PEs: 1, N, cube, sip, all, or SIP.CUBE.PE,….
+        #[arg(long, default_value = "cube")]
+        pes: String,
+        /// A topology file or preset (default: the embedded default machine).
+        #[arg(long, value_name = "FILE")]
+        topology: Option<String>,
+        /// A user ccl.yaml merged over the stdlib's.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        stdlib: Option<PathBuf>,
+        #[arg(long, value_enum, default_value = "human")]
+        format: Format,
+    },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -170,6 +212,9 @@ fn main() -> ExitCode {
             stdlib,
         } => emit_ir(&file, kernel.as_deref(), &define, color, stdlib),
         Command::Topology { file, format } => topology(file.as_deref(), format),
+        Command::Bench {
+            what: BenchCommand::Ccl { op, algo, sizes, dtype, redop, pes, topology, config, stdlib, format },
+        } => bench::ccl(bench::CclArgs { op, algo, sizes, dtype, redop, pes, topology, config, stdlib, format }),
         Command::Probe {
             case,
             bytes,
@@ -221,7 +266,8 @@ pub(crate) fn default_stdlib() -> Option<PathBuf> {
         return Some(PathBuf::from(dir));
     }
     let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stdlib");
-    shipped.is_dir().then_some(shipped)
+    // Canonical, so messages name `/…/stdlib/ccl/x.tl`, not `runtime/../`.
+    shipped.is_dir().then(|| shipped.canonicalize().unwrap_or(shipped))
 }
 
 /// Parses `-D NAME=VALUE` flags.

@@ -224,13 +224,9 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
     };
     let grid = grid.unwrap_or([comm.world(), 1, 1]);
-    let launch = Launch {
-        func: &func,
-        comm: &comm,
-        args: rank_args,
-        grid,
-        trace: a.trace.is_some(),
-    };
+    let mut launch = Launch::new(&func, &comm, rank_args);
+    launch.grid = grid;
+    launch.trace = a.trace.is_some();
     let t0 = Instant::now();
     let result = machine.run(&launch, dp.as_mut());
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;

@@ -1,0 +1,195 @@
+//! `tlc bench ccl`: the nccl-tests table for the collective algorithms of
+//! the registry (the stdlib's `ccl.yaml`, with `--config` merged over it),
+//! with simulated times.
+
+use super::{default_stdlib, load_topology, usage_error, Format};
+use indicatif::{ProgressBar, ProgressStyle};
+use kernbench_compiler::datapath::jit::Jit;
+use kernbench_compiler::sema::DType;
+use kernbench_runtime::ccl::bench::{self, Row};
+use kernbench_runtime::ccl::{communicator, Collective, ReduceOp, Registry};
+use kernbench_runtime::sim;
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+pub struct CclArgs {
+    pub op: String,
+    pub algo: String,
+    pub sizes: String,
+    pub dtype: String,
+    pub redop: String,
+    pub pes: String,
+    pub topology: Option<String>,
+    pub config: Option<PathBuf>,
+    pub stdlib: Option<PathBuf>,
+    pub format: Format,
+}
+
+/// A module's path relative to the current folder when it is inside it.
+fn shown(p: &std::path::Path) -> String {
+    let cwd = std::env::current_dir().ok().and_then(|c| c.canonicalize().ok());
+    let abs = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    match cwd.as_deref().and_then(|c| abs.strip_prefix(c).ok()) {
+        Some(rel) => rel.display().to_string(),
+        None => abs.display().to_string(),
+    }
+}
+
+fn fmt_size(b: u64) -> String {
+    format!("{b:>12}")
+}
+
+pub fn ccl(a: CclArgs) -> ExitCode {
+    let Some(op) = Collective::parse(&a.op) else {
+        return usage_error(&format!("--op `{}`: expected all_reduce, all_gather, reduce_scatter or broadcast", a.op));
+    };
+    let Some(redop) = ReduceOp::parse(&a.redop) else {
+        return usage_error(&format!("--redop `{}`: expected sum, max, min or avg", a.redop));
+    };
+    let dtype = match DType::from_name(&a.dtype) {
+        Some(d) if matches!(d, DType::F16 | DType::BF16 | DType::F32 | DType::I32) => d,
+        _ => return usage_error(&format!("--dtype `{}`: expected f16, bf16, f32 or i32", a.dtype)),
+    };
+    let sizes = match bench::parse_sizes(&a.sizes) {
+        Ok(s) => s,
+        Err(e) => return usage_error(&format!("--sizes: {e}")),
+    };
+    let topo = match load_topology(a.topology.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let pes = match sim::select_pes(&topo, &a.pes) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    let Some(root) = a.stdlib.clone().or_else(default_stdlib) else {
+        eprintln!("error: cannot find the stdlib (set KERNBENCH_STDLIB or pass --stdlib)");
+        return ExitCode::from(2);
+    };
+    let mut reg = match Registry::stdlib(&root) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Some(cfg) = &a.config {
+        if let Err(e) = reg.merge_file(cfg) {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    let algos: Vec<String> = if a.algo == "all" {
+        reg.algorithms.values().filter(|x| x.collective == op).map(|x| x.name.clone()).collect()
+    } else {
+        match reg.get(&a.algo) {
+            Ok(x) if x.collective == op => vec![x.name.clone()],
+            Ok(x) => {
+                return usage_error(&format!(
+                    "algorithm `{}` is a {} algorithm; pass --op {}",
+                    x.name, x.collective, x.collective
+                ))
+            }
+            Err(e) => return usage_error(&e),
+        }
+    };
+    let progress = ProgressBar::new((algos.len() * sizes.len()) as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut json_out = Vec::new();
+    let mut failed = false;
+    for name in &algos {
+        let Ok(alg) = reg.get(name).cloned() else { continue };
+        let func = match bench::compile(&topo, &reg, &alg, dtype, redop) {
+            Ok(f) => f,
+            Err(e) => {
+                progress.suspend(|| eprintln!("error: {e}"));
+                failed = true;
+                progress.inc(sizes.len() as u64);
+                continue;
+            }
+        };
+        let comm = match communicator(&topo, &alg, &pes) {
+            Ok(c) => c,
+            Err(e) => {
+                progress.suspend(|| eprintln!("error: {e}"));
+                failed = true;
+                progress.inc(sizes.len() as u64);
+                continue;
+            }
+        };
+        let (bw, alpha) = bench::ring_reference(&topo, &reg, &alg, &comm.pes);
+        let ranks = comm.world();
+        let mut jit = Jit::new();
+        let mut rows: Vec<Row> = Vec::new();
+        for &size in &sizes {
+            progress.set_message(format!("{name} {size} B"));
+            match bench::run_one(&topo, &reg, &alg, &func, &mut jit, &pes, dtype, redop, size) {
+                Ok(r) => rows.push(r),
+                Err(e) => {
+                    progress.suspend(|| eprintln!("error: {e}"));
+                    failed = true;
+                }
+            }
+            progress.inc(1);
+        }
+        let avg_bus = if rows.is_empty() { 0.0 } else { rows.iter().map(|r| r.busbw_gbps).sum::<f64>() / rows.len() as f64 };
+        let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
+        failed |= wrong > 0;
+        match a.format {
+            Format::Human => {
+                let mut o = String::new();
+                o.push_str(&format!(
+                    "# {op} with `{name}` ({}) on {ranks} PEs of `{}`, {} {}\n",
+                    shown(&alg.module),
+                    topo.spec.name,
+                    bench::type_name(dtype),
+                    if op.reduces() { redop.name() } else { "" }
+                ));
+                o.push_str(&format!(
+                    "# reference: a ring step's bottleneck {bw:.1} GB/s; latency floor 2(p-1)·α = {:.2} us (α = {alpha:.1} ns)\n#\n",
+                    2.0 * (ranks.max(1) - 1) as f64 * alpha / 1000.0
+                ));
+                o.push_str("#        size         count      type   redop     time(us)   algbw(GB/s)   busbw(GB/s)  #wrong\n");
+                for r in &rows {
+                    o.push_str(&format!(
+                        "{} {:>13} {:>9} {:>7} {:>12.2} {:>13.2} {:>13.2} {:>7}\n",
+                        fmt_size(r.size_bytes),
+                        r.count,
+                        bench::type_name(dtype),
+                        if op.reduces() { redop.name() } else { "none" },
+                        r.time_ps as f64 / 1e6,
+                        r.algbw_gbps,
+                        r.busbw_gbps,
+                        r.wrong
+                    ));
+                }
+                o.push_str(&format!("# Out of bounds values : {wrong} {}\n", if wrong == 0 { "OK" } else { "FAILED" }));
+                o.push_str(&format!("# Avg bus bandwidth    : {avg_bus:.3} \n#\n"));
+                progress.suspend(|| print!("{o}"));
+            }
+            Format::Json => json_out.push(json!({
+                "op": op.key(), "algorithm": name, "module": shown(&alg.module),
+                "ranks": ranks, "dtype": bench::type_name(dtype), "redop": redop.name(),
+                "reference_bottleneck_gbps": bw, "reference_alpha_ns": alpha,
+                "avg_busbw_gbps": avg_bus, "wrong": wrong,
+                "rows": rows.iter().map(|r| json!({
+                    "size": r.size_bytes, "count": r.count, "time_us": r.time_ps as f64 / 1e6,
+                    "algbw_gbps": r.algbw_gbps, "busbw_gbps": r.busbw_gbps, "wrong": r.wrong, "events": r.events,
+                })).collect::<Vec<_>>(),
+            })),
+        }
+    }
+    progress.finish_and_clear();
+    if a.format == Format::Json {
+        println!("{}", serde_json::Value::Array(json_out));
+    }
+    if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

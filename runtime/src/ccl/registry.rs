@@ -1,0 +1,393 @@
+//! `ccl.yaml`: the registry of collective algorithms. `defaults` picks the
+//! algorithm of each collective and the IPCQ settings collectives run
+//! with; `algorithms` maps a name to a `.tl` module (relative to the yaml
+//! file), a kernel, a topology class (which decides the rank order of the
+//! PEs it runs on), optional IPCQ overrides, constexprs, and an optional
+//! world size. A user registry is merged over the stdlib's: its defaults
+//! replace the stdlib's key by key, its algorithms are added (or replace
+//! ones of the same name).
+//!
+//! Every entry is checked before use: its module must exist and compile,
+//! its kernel must exist with the parameters its collective passes, and
+//! its constexprs must be ones the kernel declares. A wrong entry is an
+//! error naming the file, line and key path (`algorithms.my_ring.kernel`).
+
+use super::{Collective, TopologyClass};
+use crate::topology::schema::{Ipcq, Positive, PositiveF};
+use crate::topology::{key_line, Backpressure, Space, Topology};
+use kernbench_compiler::sema::{self, DType, Elem, Konst};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// A registry that could not be used.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RegistryError {
+    pub file: String,
+    pub line: Option<usize>,
+    /// Dotted key path, empty for the whole file.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+        }
+        if !self.path.is_empty() {
+            write!(f, ": {}", self.path)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DefaultsFile {
+    all_reduce: Option<String>,
+    all_gather: Option<String>,
+    reduce_scatter: Option<String>,
+    broadcast: Option<String>,
+    buffer_space: Option<Space>,
+    backpressure: Option<Backpressure>,
+    n_slots: Option<Positive>,
+    slot_size_bytes: Option<Positive>,
+    packet_bytes: Option<Positive>,
+    poll_interval_ns: Option<PositiveF>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AlgorithmFile {
+    collective: Collective,
+    module: String,
+    kernel: String,
+    topology: TopologyClass,
+    buffer_space: Option<Space>,
+    n_slots: Option<Positive>,
+    slot_size_bytes: Option<Positive>,
+    #[serde(default)]
+    constexprs: BTreeMap<String, serde_yaml::Value>,
+    world_size: Option<Positive>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    defaults: DefaultsFile,
+    #[serde(default)]
+    algorithms: BTreeMap<String, AlgorithmFile>,
+}
+
+/// One registered algorithm.
+#[derive(Clone, Debug)]
+pub struct Algorithm {
+    pub name: String,
+    pub collective: Collective,
+    /// The `.tl` file.
+    pub module: PathBuf,
+    pub kernel: String,
+    pub topology: TopologyClass,
+    pub buffer_space: Option<Space>,
+    pub n_slots: Option<u64>,
+    pub slot_size_bytes: Option<u64>,
+    pub constexprs: BTreeMap<String, Konst>,
+    /// Run on this many PEs (the first of the PE set) instead of all.
+    pub world_size: Option<u32>,
+    /// Where the entry is defined (for errors).
+    pub origin: (String, Option<usize>),
+}
+
+/// The IPCQ defaults collectives run with.
+#[derive(Clone, Debug, Default)]
+pub struct Defaults {
+    pub algorithm: BTreeMap<Collective, String>,
+    pub buffer_space: Option<Space>,
+    pub backpressure: Option<Backpressure>,
+    pub n_slots: Option<u64>,
+    pub slot_size_bytes: Option<u64>,
+    pub packet_bytes: Option<u64>,
+    pub poll_interval_ns: Option<f64>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    pub defaults: Defaults,
+    pub algorithms: BTreeMap<String, Algorithm>,
+    /// Where `from reduce_ops import …` finds the stdlib's modules.
+    pub stdlib_root: Option<PathBuf>,
+}
+
+fn konst_of(v: &serde_yaml::Value) -> Option<Konst> {
+    Some(match v {
+        serde_yaml::Value::Bool(b) => Konst::Bool(*b),
+        serde_yaml::Value::Number(n) => match n.as_i64() {
+            Some(i) => Konst::Int(i),
+            None => Konst::Float(n.as_f64()?),
+        },
+        serde_yaml::Value::String(s) => Konst::parse_define(s),
+        _ => return None,
+    })
+}
+
+impl Registry {
+    /// The stdlib's registry (`STDLIB/ccl/ccl.yaml`).
+    pub fn stdlib(stdlib_root: &Path) -> Result<Registry, RegistryError> {
+        let mut r = Registry { stdlib_root: Some(stdlib_root.to_path_buf()), ..Registry::default() };
+        r.merge_file(&stdlib_root.join("ccl").join("ccl.yaml"))?;
+        Ok(r)
+    }
+
+    /// Reads `path` and merges it over this registry.
+    pub fn merge_file(&mut self, path: &Path) -> Result<(), RegistryError> {
+        let name = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| RegistryError {
+            file: name.clone(),
+            line: None,
+            path: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        self.merge_text(&name, path.parent().unwrap_or(Path::new(".")), &text)
+    }
+
+    /// Merges the registry `text` (named `file`, modules relative to `dir`).
+    pub fn merge_text(&mut self, file: &str, dir: &Path, text: &str) -> Result<(), RegistryError> {
+        let de = serde_yaml::Deserializer::from_str(text);
+        let parsed: File = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            let mut message = e.inner().to_string();
+            if let Some(i) = message.find(" at line ") {
+                message.truncate(i);
+            }
+            if let Some((head, rest)) = message.split_once(": ") {
+                if !head.is_empty() && !head.contains(' ') && path.starts_with(head) {
+                    message = rest.to_string();
+                }
+            }
+            let line = match key_line(text, &path) {
+                Some(l) if !message.starts_with("unknown field") => Some(l),
+                _ => e.inner().location().map(|l| l.line()),
+            };
+            RegistryError { file: file.to_string(), line, path, message }
+        })?;
+        let err = |path: String, message: String| RegistryError {
+            file: file.to_string(),
+            line: key_line(text, &path),
+            path,
+            message,
+        };
+        let d = parsed.defaults;
+        for (c, a) in [
+            (Collective::AllReduce, d.all_reduce),
+            (Collective::AllGather, d.all_gather),
+            (Collective::ReduceScatter, d.reduce_scatter),
+            (Collective::Broadcast, d.broadcast),
+        ] {
+            if let Some(a) = a {
+                self.defaults.algorithm.insert(c, a);
+            }
+        }
+        let f = &mut self.defaults;
+        f.buffer_space = d.buffer_space.or(f.buffer_space);
+        f.backpressure = d.backpressure.or(f.backpressure);
+        f.n_slots = d.n_slots.map(|x| x.0).or(f.n_slots);
+        f.slot_size_bytes = d.slot_size_bytes.map(|x| x.0).or(f.slot_size_bytes);
+        f.packet_bytes = d.packet_bytes.map(|x| x.0).or(f.packet_bytes);
+        f.poll_interval_ns = d.poll_interval_ns.map(|x| x.0).or(f.poll_interval_ns);
+        for (name, a) in parsed.algorithms {
+            let mut constexprs = BTreeMap::new();
+            for (k, v) in &a.constexprs {
+                let Some(c) = konst_of(v) else {
+                    return Err(err(
+                        format!("algorithms.{name}.constexprs.{k}"),
+                        "expected a number, a boolean, a dtype or a string".into(),
+                    ));
+                };
+                constexprs.insert(k.clone(), c);
+            }
+            let origin = (file.to_string(), key_line(text, &format!("algorithms.{name}")));
+            self.algorithms.insert(
+                name.clone(),
+                Algorithm {
+                    name,
+                    collective: a.collective,
+                    module: dir.join(&a.module),
+                    kernel: a.kernel,
+                    topology: a.topology,
+                    buffer_space: a.buffer_space,
+                    n_slots: a.n_slots.map(|x| x.0),
+                    slot_size_bytes: a.slot_size_bytes.map(|x| x.0),
+                    constexprs,
+                    world_size: a.world_size.map(|x| x.0 as u32),
+                    origin,
+                },
+            );
+        }
+        for (c, a) in &self.defaults.algorithm {
+            match self.algorithms.get(a) {
+                None => {
+                    return Err(err(
+                        format!("defaults.{}", c.key()),
+                        format!("no algorithm `{a}` is registered ({})", self.names().join(", ")),
+                    ))
+                }
+                Some(alg) if alg.collective != *c => {
+                    return Err(err(
+                        format!("defaults.{}", c.key()),
+                        format!("`{a}` is a {} algorithm, not a {} one", alg.collective.key(), c.key()),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.algorithms.keys().cloned().collect()
+    }
+
+    pub fn get(&self, name: &str) -> Result<&Algorithm, String> {
+        self.algorithms
+            .get(name)
+            .ok_or_else(|| format!("no algorithm `{name}` is registered ({})", self.names().join(", ")))
+    }
+
+    /// The default algorithm of a collective.
+    pub fn default_for(&self, c: Collective) -> Result<&Algorithm, String> {
+        let name =
+            self.defaults.algorithm.get(&c).ok_or_else(|| format!("ccl.yaml names no default {} algorithm", c.key()))?;
+        self.get(name)
+    }
+
+    /// The IPCQ an algorithm runs with: its own settings, else the
+    /// registry's defaults, else the topology's.
+    pub fn ipcq(&self, a: &Algorithm, topo: &Topology) -> Ipcq {
+        let mut q = topo.spec.pe.ipcq.clone();
+        let d = &self.defaults;
+        if let Some(s) = a.buffer_space.or(d.buffer_space) {
+            q.buffer_space = s;
+        }
+        if let Some(b) = d.backpressure {
+            q.backpressure = b;
+        }
+        if let Some(n) = a.n_slots.or(d.n_slots) {
+            q.n_slots = Positive(n);
+        }
+        if let Some(s) = a.slot_size_bytes.or(d.slot_size_bytes) {
+            q.slot_size_bytes = Positive(s);
+        }
+        if let Some(p) = d.poll_interval_ns {
+            q.poll_interval_ns = PositiveF(p);
+        }
+        q
+    }
+
+    /// Lowers an algorithm for element type `dtype` and reduction `op`
+    /// (plus the layout constexprs the runtime provides); an error names
+    /// the entry and what is wrong with it.
+    pub fn compile(
+        &self,
+        a: &Algorithm,
+        dtype: DType,
+        op: super::ReduceOp,
+        layout: &[(&str, i64)],
+    ) -> Result<(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap), String> {
+        let entry = || {
+            format!(
+                "{}{}: algorithm `{}`",
+                a.origin.0,
+                a.origin.1.map(|l| format!(":{l}")).unwrap_or_default(),
+                a.name
+            )
+        };
+        let source = std::fs::read_to_string(&a.module)
+            .map_err(|e| format!("{}: cannot read its module `{}`: {e}", entry(), a.module.display()))?;
+        // What the kernel declares, to bind only what it has.
+        let mut probe = sema::Session::new(sema::Options { defines: BTreeMap::new(), stdlib_root: self.stdlib_root.clone() });
+        probe.add_file(&a.module.display().to_string(), Some(a.module.clone()), source.clone());
+        let summary = probe.finish();
+        let Some(k) = summary.kernels.iter().find(|k| k.name == a.kernel) else {
+            let names: Vec<&str> = summary.kernels.iter().map(|k| k.name.as_str()).collect();
+            return Err(format!(
+                "{}: module `{}` has no kernel `{}` (kernels: {})",
+                entry(),
+                a.module.display(),
+                a.kernel,
+                if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            ));
+        };
+        let declared: Vec<&str> = k.constexprs.iter().map(|(n, _)| n.as_str()).collect();
+        for c in a.constexprs.keys() {
+            if !declared.contains(&c.as_str()) {
+                return Err(format!(
+                    "{}: kernel `{}` has no constexpr `{c}` (it has: {})",
+                    entry(),
+                    a.kernel,
+                    declared.join(", ")
+                ));
+            }
+        }
+        let mut defines = a.constexprs.clone();
+        defines.insert("T".into(), Konst::DType(dtype));
+        defines.insert("OP".into(), Konst::Int(op.code()));
+        for (n, v) in layout {
+            if declared.contains(n) {
+                defines.insert(n.to_string(), Konst::Int(*v));
+            }
+        }
+        defines.retain(|n, _| declared.contains(&n.as_str()));
+        let mut s = sema::Session::new(sema::Options { defines, stdlib_root: self.stdlib_root.clone() });
+        s.add_file(&a.module.display().to_string(), Some(a.module.clone()), source);
+        let (out, ir) = s.lower(&a.kernel);
+        let func = match ir {
+            Ok(f) => f,
+            Err(e) => {
+                let first = out
+                    .diagnostics
+                    .iter()
+                    .find(|d| d.is_error())
+                    .map(|d| format!("{}: {}", d.code.as_str(), d.message))
+                    .unwrap_or(e);
+                return Err(format!("{}: kernel `{}` does not compile: {first}", entry(), a.kernel));
+            }
+        };
+        check_signature(a, &func).map_err(|m| format!("{}: {m}", entry()))?;
+        Ok((func, out.sources))
+    }
+}
+
+/// The parameters each collective passes (pointers of T, i32 scalars).
+fn check_signature(a: &Algorithm, func: &kernbench_compiler::ir::Function) -> Result<(), String> {
+    let want: &[(&str, bool)] = match a.collective {
+        Collective::AllReduce => &[("buf", true), ("n_elem", false)],
+        Collective::AllGather | Collective::ReduceScatter => &[("src", true), ("dst", true), ("n_elem", false)],
+        Collective::Broadcast => &[("buf", true), ("n_elem", false), ("root", false)],
+    };
+    let shape = |ws: &[(&str, bool)]| {
+        ws.iter().map(|(n, p)| format!("{n}: {}", if *p { "ptr[T]" } else { "i32" })).collect::<Vec<_>>().join(", ")
+    };
+    let got: Vec<String> = func.params.iter().map(|p| format!("{}: {}", p.name, p.ty)).collect();
+    let ok = func.params.len() == want.len()
+        && func.params.iter().zip(want).all(|(p, (_, is_ptr))| match p.ty.elem() {
+            Elem::Ptr(_) => *is_ptr,
+            Elem::Num(DType::I32) => !*is_ptr,
+            _ => false,
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "kernel `{}` must take ({}) for a {} algorithm, but takes ({})",
+            a.kernel,
+            shape(want),
+            a.collective.key(),
+            got.join(", ")
+        ))
+    }
+}
