@@ -36,13 +36,17 @@ fn ir_golden_files() {
 }
 
 /// Every stdlib kernel lowers (the verifier runs inside lowering) to the
-/// recorded IR.
+/// recorded IR (every kernel of a file, in one golden per file).
 #[test]
 fn stdlib_kernels_lower() {
     enter_repo_root();
     let mut failures = Vec::new();
     for dir in ["kernels", "ccl"] {
         for f in files_with_ext(&Path::new("stdlib").join(dir), "tl") {
+            // Modules of helpers only (`ccl/reduce_ops.tl`) have no IR.
+            if !std::fs::read_to_string(&f).unwrap_or_default().contains("@kernel") {
+                continue;
+            }
             let out = ir_output(&f);
             assert!(
                 out.starts_with("kernel @") && !out.contains("error"),

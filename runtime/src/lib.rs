@@ -7,11 +7,14 @@
 //! - `sim`: the simulated machine (discrete-event timing with real data).
 //! - `ccl`: the collective-algorithm registry (`ccl.yaml`) and `tlc bench
 //!   ccl`.
+//! - `host`: the PyTorch-shaped host API (`Runtime`, tensors and placement
+//!   policies, launches, `distributed`, `spawn`).
 //! - `topology`: the machine description (`topology.yaml`), presets and
 //!   the summary `tlc topology` prints.
 
 pub mod args;
 pub mod ccl;
 pub mod exec;
+pub mod host;
 pub mod sim;
 pub mod topology;

@@ -50,7 +50,11 @@ pub fn type_name(d: DType) -> &'static str {
 /// A small integer for rank `r`, element `i`: exact in every dtype, and
 /// so are sums of up to 256 of them in f16 (bf16: values in -1..=1).
 fn value(d: DType, r: u64, i: u64) -> i64 {
-    let span = if d == DType::BF16 || d == DType::Bool || !d.is_signed() && !d.is_float() { 2 } else { 5 };
+    let span = if d == DType::BF16 || d == DType::Bool || !d.is_signed() && !d.is_float() {
+        2
+    } else {
+        5
+    };
     let v = ((r * 7 + i * 13 + (i >> 10)) % span) as i64;
     if d.is_signed() || d.is_float() {
         v - span as i64 / 2
@@ -130,18 +134,28 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
     (bw, alpha)
 }
 
+/// What a table measures: one algorithm, compiled, on a PE set.
+pub struct Case<'a> {
+    pub topo: &'a Topology,
+    pub reg: &'a Registry,
+    pub algorithm: &'a Algorithm,
+    pub func: &'a kernbench_compiler::ir::Function,
+    pub pes: &'a [PeCoord],
+    pub dtype: DType,
+    pub op: ReduceOp,
+}
+
 /// Runs one collective of `size_bytes` on a fresh machine.
-pub fn run_one(
-    topo: &Topology,
-    reg: &Registry,
-    a: &Algorithm,
-    func: &kernbench_compiler::ir::Function,
-    jit: &mut Jit,
-    pes: &[PeCoord],
-    dtype: DType,
-    op: ReduceOp,
-    size_bytes: u64,
-) -> Result<Row, String> {
+pub fn run_one(case: &Case, jit: &mut Jit, size_bytes: u64) -> Result<Row, String> {
+    let Case {
+        topo,
+        reg,
+        algorithm: a,
+        func,
+        pes,
+        dtype,
+        op,
+    } = *case;
     let comm = communicator(topo, a, pes)?;
     let n = comm.world() as u64;
     let esz = dtype.size_bytes();
@@ -152,28 +166,55 @@ pub fn run_one(
         _ => count,
     };
     let mut m = Machine::new(topo);
-    let hbm = Layout { dist: Dist::Shard, space: Space::Hbm };
+    let hbm = Layout {
+        dist: Dist::Shard,
+        space: Space::Hbm,
+    };
     let (nu, pr) = (n as usize, per_rank as usize);
     let scalar = |v: u64| LaunchArg::Scalar(elem::from_i64(DType::I32, v as i64));
     let root = (n / 3) as usize;
     let args = match a.collective {
         Collective::AllReduce => vec![
-            LaunchArg::Tensor { name: "buf".into(), tensor: tensor(dtype, nu, pr, |r, i| value(dtype, r, i)), layout: hbm },
+            LaunchArg::Tensor {
+                name: "buf".into(),
+                tensor: tensor(dtype, nu, pr, |r, i| value(dtype, r, i)),
+                layout: hbm,
+            },
             scalar(per_rank),
         ],
         Collective::Broadcast => vec![
-            LaunchArg::Tensor { name: "buf".into(), tensor: tensor(dtype, nu, pr, |r, i| value(dtype, r, i)), layout: hbm },
+            LaunchArg::Tensor {
+                name: "buf".into(),
+                tensor: tensor(dtype, nu, pr, |r, i| value(dtype, r, i)),
+                layout: hbm,
+            },
             scalar(per_rank),
             scalar(root as u64),
         ],
         Collective::AllGather => vec![
-            LaunchArg::Tensor { name: "src".into(), tensor: tensor(dtype, nu, pr, |r, i| value(dtype, r, i)), layout: hbm },
-            LaunchArg::Tensor { name: "dst".into(), tensor: Tensor::zeros(Elem::Num(dtype), &[nu, nu * pr]), layout: hbm },
+            LaunchArg::Tensor {
+                name: "src".into(),
+                tensor: tensor(dtype, nu, pr, |r, i| value(dtype, r, i)),
+                layout: hbm,
+            },
+            LaunchArg::Tensor {
+                name: "dst".into(),
+                tensor: Tensor::zeros(Elem::Num(dtype), &[nu, nu * pr]),
+                layout: hbm,
+            },
             scalar(per_rank),
         ],
         Collective::ReduceScatter => vec![
-            LaunchArg::Tensor { name: "src".into(), tensor: tensor(dtype, nu, nu * pr, |r, i| value(dtype, r, i)), layout: hbm },
-            LaunchArg::Tensor { name: "dst".into(), tensor: Tensor::zeros(Elem::Num(dtype), &[nu, pr]), layout: hbm },
+            LaunchArg::Tensor {
+                name: "src".into(),
+                tensor: tensor(dtype, nu, nu * pr, |r, i| value(dtype, r, i)),
+                layout: hbm,
+            },
+            LaunchArg::Tensor {
+                name: "dst".into(),
+                tensor: Tensor::zeros(Elem::Num(dtype), &[nu, pr]),
+                layout: hbm,
+            },
             scalar(per_rank),
         ],
     };
@@ -183,7 +224,11 @@ pub fn run_one(
     launch.packet_bytes = reg.defaults.packet_bytes;
     let report = m.run(&launch, jit).map_err(|e| match e {
         crate::sim::SimError::Deadlock { blocked, .. } => {
-            format!("algorithm `{}` deadlocked on {n} PEs ({} ranks blocked)", a.name, blocked.len())
+            format!(
+                "algorithm `{}` deadlocked on {n} PEs ({} ranks blocked)",
+                a.name,
+                blocked.len()
+            )
         }
         other => format!("algorithm `{}` failed on {n} PEs: {other:?}", a.name),
     })?;

@@ -35,8 +35,12 @@ pub enum Collective {
 }
 
 impl Collective {
-    pub const ALL: [Collective; 4] =
-        [Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter, Collective::Broadcast];
+    pub const ALL: [Collective; 4] = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+    ];
 
     /// The name in `ccl.yaml` and on the command line.
     pub fn key(self) -> &'static str {

@@ -137,7 +137,10 @@ fn konst_of(v: &serde_yaml::Value) -> Option<Konst> {
 impl Registry {
     /// The stdlib's registry (`STDLIB/ccl/ccl.yaml`).
     pub fn stdlib(stdlib_root: &Path) -> Result<Registry, RegistryError> {
-        let mut r = Registry { stdlib_root: Some(stdlib_root.to_path_buf()), ..Registry::default() };
+        let mut r = Registry {
+            stdlib_root: Some(stdlib_root.to_path_buf()),
+            ..Registry::default()
+        };
         r.merge_file(&stdlib_root.join("ccl").join("ccl.yaml"))?;
         Ok(r)
     }
@@ -173,7 +176,12 @@ impl Registry {
                 Some(l) if !message.starts_with("unknown field") => Some(l),
                 _ => e.inner().location().map(|l| l.line()),
             };
-            RegistryError { file: file.to_string(), line, path, message }
+            RegistryError {
+                file: file.to_string(),
+                line,
+                path,
+                message,
+            }
         })?;
         let err = |path: String, message: String| RegistryError {
             file: file.to_string(),
@@ -260,8 +268,11 @@ impl Registry {
 
     /// The default algorithm of a collective.
     pub fn default_for(&self, c: Collective) -> Result<&Algorithm, String> {
-        let name =
-            self.defaults.algorithm.get(&c).ok_or_else(|| format!("ccl.yaml names no default {} algorithm", c.key()))?;
+        let name = self
+            .defaults
+            .algorithm
+            .get(&c)
+            .ok_or_else(|| format!("ccl.yaml names no default {} algorithm", c.key()))?;
         self.get(name)
     }
 
@@ -309,7 +320,10 @@ impl Registry {
         let source = std::fs::read_to_string(&a.module)
             .map_err(|e| format!("{}: cannot read its module `{}`: {e}", entry(), a.module.display()))?;
         // What the kernel declares, to bind only what it has.
-        let mut probe = sema::Session::new(sema::Options { defines: BTreeMap::new(), stdlib_root: self.stdlib_root.clone() });
+        let mut probe = sema::Session::new(sema::Options {
+            defines: BTreeMap::new(),
+            stdlib_root: self.stdlib_root.clone(),
+        });
         probe.add_file(&a.module.display().to_string(), Some(a.module.clone()), source.clone());
         let summary = probe.finish();
         let Some(k) = summary.kernels.iter().find(|k| k.name == a.kernel) else {
@@ -319,7 +333,11 @@ impl Registry {
                 entry(),
                 a.module.display(),
                 a.kernel,
-                if names.is_empty() { "none".to_string() } else { names.join(", ") }
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
             ));
         };
         let declared: Vec<&str> = k.constexprs.iter().map(|(n, _)| n.as_str()).collect();
@@ -342,7 +360,10 @@ impl Registry {
             }
         }
         defines.retain(|n, _| declared.contains(&n.as_str()));
-        let mut s = sema::Session::new(sema::Options { defines, stdlib_root: self.stdlib_root.clone() });
+        let mut s = sema::Session::new(sema::Options {
+            defines,
+            stdlib_root: self.stdlib_root.clone(),
+        });
         s.add_file(&a.module.display().to_string(), Some(a.module.clone()), source);
         let (out, ir) = s.lower(&a.kernel);
         let func = match ir {
@@ -370,7 +391,10 @@ fn check_signature(a: &Algorithm, func: &kernbench_compiler::ir::Function) -> Re
         Collective::Broadcast => &[("buf", true), ("n_elem", false), ("root", false)],
     };
     let shape = |ws: &[(&str, bool)]| {
-        ws.iter().map(|(n, p)| format!("{n}: {}", if *p { "ptr[T]" } else { "i32" })).collect::<Vec<_>>().join(", ")
+        ws.iter()
+            .map(|(n, p)| format!("{n}: {}", if *p { "ptr[T]" } else { "i32" }))
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     let got: Vec<String> = func.params.iter().map(|p| format!("{}: {}", p.name, p.ty)).collect();
     let ok = func.params.len() == want.len()

@@ -119,7 +119,11 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         return Err(SimError::Setup("the launch has no PEs".into()));
     }
     if l.args.len() != coords.len() {
-        return Err(SimError::Setup(format!("{} argument lists for {} PEs", l.args.len(), coords.len())));
+        return Err(SimError::Setup(format!(
+            "{} argument lists for {} PEs",
+            l.args.len(),
+            coords.len()
+        )));
     }
     let mut seen = HashSet::new();
     if let Some(pe) = coords.iter().find(|c| !seen.insert(**c)) {
@@ -132,13 +136,21 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         let tcm = Placement::Tcm(pe);
         let (cap, used) = (m.mem.capacity(tcm), m.mem.used(tcm));
         if live + used > cap {
-            return Err(SimError::TcmCapacity { kernel: func.name.clone(), pe, need_bytes: live + used, have_bytes: cap });
+            return Err(SimError::TcmCapacity {
+                kernel: func.name.clone(),
+                pe,
+                need_bytes: live + used,
+                have_bytes: cap,
+            });
         }
     }
     let plan = plan_with(func, Fusion::Compute);
-    dp.prepare(func, &plan).map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
+    dp.prepare(func, &plan)
+        .map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
     let address = super::agu::address_values(func);
-    let groups = (0..plan.groups.len()).map(|g| group_info(m, func, &plan, g, &address)).collect();
+    let groups = (0..plan.groups.len())
+        .map(|g| group_info(m, func, &plan, g, &address))
+        .collect();
     let start = m.now_ps + m.launch_latency_ps(&coords);
     m.fabric.reset_stats();
     if l.trace {
@@ -156,7 +168,11 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         group_base.push(pes.len());
         let world = c.world();
         for r in 0..world {
-            let mine: VecDeque<u32> = (r..programs).step_by(world as usize).collect();
+            let mine: VecDeque<u32> = if l.grid_per_pe {
+                (0..programs).collect()
+            } else {
+                (r..programs).step_by(world as usize).collect()
+            };
             pes.push(PeState::new(r, mine, func.values.len(), start));
             group_of.push(g as u32);
         }
@@ -329,7 +345,9 @@ impl Sim<'_> {
                         if q.msg(msg).is_some_and(|m| m.arrived_ps.is_some()) {
                             continue;
                         }
-                        WaitReason::NoData { from_rank: self.pes[q.src as usize].rank }
+                        WaitReason::NoData {
+                            from_rank: self.pes[q.src as usize].rank,
+                        }
                     }
                     super::pe::OpKind::Send { queue, .. } => {
                         let q = &self.queues.queues[queue as usize];
@@ -367,7 +385,10 @@ impl Sim<'_> {
             let reason = match pe.stall {
                 Stall::Barrier => {
                     let g = self.group_of[p] as usize;
-                    WaitReason::Barrier { arrived: self.barrier_arrived[g], world: self.l.groups[g].world() }
+                    WaitReason::Barrier {
+                        arrived: self.barrier_arrived[g],
+                        world: self.l.groups[g].world(),
+                    }
                 }
                 _ => WaitReason::Other,
             };

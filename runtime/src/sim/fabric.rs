@@ -488,6 +488,38 @@ impl Fabric {
         Route { stages: s }
     }
 
+    /// The route between the host and a memory of SIP `sip`: PCIe to the
+    /// IO chiplet, then the NoC from the IO cube's corner 0 (data flows
+    /// towards the memory when `to_device`).
+    pub fn host_route(&mut self, sip: u32, mem: Endpoint, to_device: bool) -> Route {
+        let io = self.topo.spec.sip.io_chiplet_cube as u32;
+        let pcie = Stage::Link(self.link_index(LinkId::Pcie { sip }));
+        let at = self.attach(mem);
+        let mut s = Vec::new();
+        if to_device {
+            s.push(pcie);
+            self.router_path((sip, io, 0), at, &mut s);
+            s.push(match mem {
+                Endpoint::Core(p) | Endpoint::Tcm(p) => {
+                    Stage::Link(self.link_index(LinkId::PeLink { at: p, up: false }))
+                }
+                Endpoint::Hbm(p) => self.hbm_stage(p),
+                Endpoint::Sram { sip, cube } => Stage::Link(self.link_index(LinkId::SramPort { sip, cube })),
+            });
+        } else {
+            s.push(match mem {
+                Endpoint::Core(p) | Endpoint::Tcm(p) => {
+                    Stage::Link(self.link_index(LinkId::PeLink { at: p, up: true }))
+                }
+                Endpoint::Hbm(p) => self.hbm_stage(p),
+                Endpoint::Sram { sip, cube } => Stage::Link(self.link_index(LinkId::SramPort { sip, cube })),
+            });
+            self.router_path(at, (sip, io, 0), &mut s);
+            s.push(pcie);
+        }
+        Route { stages: s }
+    }
+
     /// The links of a route (an HBM stage counts as all its channels).
     pub fn route_links(&self, r: &Route) -> Vec<LinkId> {
         let mut out = Vec::new();

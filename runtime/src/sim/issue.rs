@@ -474,7 +474,11 @@ impl Sim<'_> {
         let lat = match self.barrier_latency_ps[g] {
             Some(l) => l,
             None => {
-                let l = (base..base + world).map(|q| self.core_latency_ps(q, base)).max().unwrap_or(0) * 2;
+                let l = (base..base + world)
+                    .map(|q| self.core_latency_ps(q, base))
+                    .max()
+                    .unwrap_or(0)
+                    * 2;
                 self.barrier_latency_ps[g] = Some(l);
                 l
             }

@@ -101,6 +101,21 @@ impl Machine {
         events::run(self, launch, dp)
     }
 
+    /// Copies `bytes` between the host and an allocation's memory over
+    /// PCIe, the IO chiplet and the NoC, starting at the machine's clock;
+    /// the clock moves to when the copy ends.
+    pub fn host_copy(&mut self, placement: Placement, bytes: u64, to_device: bool) -> u64 {
+        let io_cpu = Topology::ns_to_ps(self.topo.spec.host.io_cpu_latency_ns.0);
+        let route = self.fabric.host_route(placement.sip(), placement.endpoint(), to_device);
+        let mut hbm = smallvec::SmallVec::<[u64; 8]>::new();
+        if let Placement::Hbm(_) = placement {
+            hbm.resize(self.fabric.channels() as usize, 0);
+            self.fabric.split_contiguous(0, bytes, &mut hbm);
+        }
+        let t = self.fabric.reserve(&route, bytes, &hbm, self.now_ps + io_cpu);
+        t.end_ps
+    }
+
     /// Host → PCIe → IO CPU → NoC: when a launch issued at `t` starts on
     /// every PE of `pes` (one common time, stamped by the IO CPU).
     pub fn launch_latency_ps(&mut self, pes: &[PeCoord]) -> u64 {
@@ -122,8 +137,10 @@ pub struct Launch<'a> {
     /// Each PE's arguments: the groups in order, each in rank order.
     pub args: Vec<Vec<RtValue>>,
     /// Programs per grid axis, in each group; rank r runs programs r,
-    /// r + world, … of the flattened grid (axis 0 fastest).
+    /// r + world, … of the flattened grid (axis 0 fastest) — or, with
+    /// `grid_per_pe`, every PE runs the whole grid (on its own shards).
     pub grid: [u32; 3],
+    pub grid_per_pe: bool,
     /// The IPCQ and packet size for this launch (a collective's
     /// registry entry), instead of the topology's `pe.ipcq` and
     /// `fabric.packet_bytes`.
@@ -142,6 +159,7 @@ impl<'a> Launch<'a> {
             groups: std::slice::from_ref(comm),
             args,
             grid: [comm.world(), 1, 1],
+            grid_per_pe: false,
             ipcq: None,
             packet_bytes: None,
             trace: false,

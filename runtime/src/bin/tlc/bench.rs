@@ -42,7 +42,10 @@ fn fmt_size(b: u64) -> String {
 
 pub fn ccl(a: CclArgs) -> ExitCode {
     let Some(op) = Collective::parse(&a.op) else {
-        return usage_error(&format!("--op `{}`: expected all_reduce, all_gather, reduce_scatter or broadcast", a.op));
+        return usage_error(&format!(
+            "--op `{}`: expected all_reduce, all_gather, reduce_scatter or broadcast",
+            a.op
+        ));
     };
     let Some(redop) = ReduceOp::parse(&a.redop) else {
         return usage_error(&format!("--redop `{}`: expected sum, max, min or avg", a.redop));
@@ -81,7 +84,11 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         }
     }
     let algos: Vec<String> = if a.algo == "all" {
-        reg.algorithms.values().filter(|x| x.collective == op).map(|x| x.name.clone()).collect()
+        reg.algorithms
+            .values()
+            .filter(|x| x.collective == op)
+            .map(|x| x.name.clone())
+            .collect()
     } else {
         match reg.get(&a.algo) {
             Ok(x) if x.collective == op => vec![x.name.clone()],
@@ -125,9 +132,18 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         let ranks = comm.world();
         let mut jit = Jit::new();
         let mut rows: Vec<Row> = Vec::new();
+        let case = bench::Case {
+            topo: &topo,
+            reg: &reg,
+            algorithm: &alg,
+            func: &func,
+            pes: &pes,
+            dtype,
+            op: redop,
+        };
         for &size in &sizes {
             progress.set_message(format!("{name} {size} B"));
-            match bench::run_one(&topo, &reg, &alg, &func, &mut jit, &pes, dtype, redop, size) {
+            match bench::run_one(&case, &mut jit, size) {
                 Ok(r) => rows.push(r),
                 Err(e) => {
                     progress.suspend(|| eprintln!("error: {e}"));
@@ -136,7 +152,11 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             }
             progress.inc(1);
         }
-        let avg_bus = if rows.is_empty() { 0.0 } else { rows.iter().map(|r| r.busbw_gbps).sum::<f64>() / rows.len() as f64 };
+        let avg_bus = if rows.is_empty() {
+            0.0
+        } else {
+            rows.iter().map(|r| r.busbw_gbps).sum::<f64>() / rows.len() as f64
+        };
         let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
         failed |= wrong > 0;
         match a.format {
@@ -153,7 +173,9 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                     "# reference: a ring step's bottleneck {bw:.1} GB/s; latency floor 2(p-1)·α = {:.2} us (α = {alpha:.1} ns)\n#\n",
                     2.0 * (ranks.max(1) - 1) as f64 * alpha / 1000.0
                 ));
-                o.push_str("#        size         count      type   redop     time(us)   algbw(GB/s)   busbw(GB/s)  #wrong\n");
+                o.push_str(
+                    "#        size         count      type   redop     time(us)   algbw(GB/s)   busbw(GB/s)  #wrong\n",
+                );
                 for r in &rows {
                     o.push_str(&format!(
                         "{} {:>13} {:>9} {:>7} {:>12.2} {:>13.2} {:>13.2} {:>7}\n",
@@ -167,7 +189,10 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                         r.wrong
                     ));
                 }
-                o.push_str(&format!("# Out of bounds values : {wrong} {}\n", if wrong == 0 { "OK" } else { "FAILED" }));
+                o.push_str(&format!(
+                    "# Out of bounds values : {wrong} {}\n",
+                    if wrong == 0 { "OK" } else { "FAILED" }
+                ));
                 o.push_str(&format!("# Avg bus bandwidth    : {avg_bus:.3} \n#\n"));
                 progress.suspend(|| print!("{o}"));
             }

@@ -213,8 +213,31 @@ fn main() -> ExitCode {
         } => emit_ir(&file, kernel.as_deref(), &define, color, stdlib),
         Command::Topology { file, format } => topology(file.as_deref(), format),
         Command::Bench {
-            what: BenchCommand::Ccl { op, algo, sizes, dtype, redop, pes, topology, config, stdlib, format },
-        } => bench::ccl(bench::CclArgs { op, algo, sizes, dtype, redop, pes, topology, config, stdlib, format }),
+            what:
+                BenchCommand::Ccl {
+                    op,
+                    algo,
+                    sizes,
+                    dtype,
+                    redop,
+                    pes,
+                    topology,
+                    config,
+                    stdlib,
+                    format,
+                },
+        } => bench::ccl(bench::CclArgs {
+            op,
+            algo,
+            sizes,
+            dtype,
+            redop,
+            pes,
+            topology,
+            config,
+            stdlib,
+            format,
+        }),
         Command::Probe {
             case,
             bytes,

@@ -1,0 +1,243 @@
+//! `distributed`: collectives across ranks (one SIP per rank), each run
+//! as the `.tl` algorithm `ccl.yaml` names (per collective, or per call).
+//!
+//! A collective over per-rank tensors runs on the PEs holding them: for
+//! every shard index k, the PEs holding shard k on each rank form one
+//! communicator (rank order = host rank order), and all of them run the
+//! algorithm side by side in one launch. So a tensor split row-wise over
+//! 8 PEs per SIP, all-reduced across 2 ranks, runs 8 two-rank all-reduces
+//! at once; every distribution gives the right result. All-gather and
+//! reduce-scatter change the tensor's size, so they take tensors that are
+//! on one PE or replicated.
+
+use super::{HostError, Pending, Result, Runtime, Tensor};
+use crate::ccl::{layout_constexprs, Collective, ReduceOp};
+use crate::sim::Communicator;
+use kernbench_compiler::datapath::{elem, RtValue};
+use kernbench_compiler::sema::{DType, Konst};
+use std::sync::Arc;
+
+/// A process group: its ranks and the registry entries it runs.
+#[derive(Clone, Debug)]
+pub struct ProcessGroup {
+    pub rank: u32,
+    pub world: u32,
+}
+
+fn i32_arg(v: u64) -> RtValue {
+    RtValue::Scalar(elem::from_i64(DType::I32, v as i64))
+}
+
+impl Runtime {
+    fn check_alike(&self, what: &str, ts: &[&Tensor]) -> Result<()> {
+        let first = ts
+            .first()
+            .ok_or_else(|| HostError::new(format!("{what} of no tensors")))?;
+        for (r, t) in ts.iter().enumerate() {
+            if t.dtype != first.dtype || t.shards.len() != first.shards.len() {
+                return Err(HostError::new(format!(
+                    "{what}: rank {r}'s tensor is {}{:?} on {} PEs, rank 0's {}{:?} on {} PEs",
+                    t.dtype,
+                    t.shape,
+                    t.shards.len(),
+                    first.dtype,
+                    first.shape,
+                    first.shards.len()
+                )));
+            }
+            for (a, b) in t.shards.iter().zip(first.shards.iter()) {
+                if a.rows.len() * a.cols.len() != b.rows.len() * b.cols.len() {
+                    return Err(HostError::new(format!(
+                        "{what}: rank {r}'s shards differ in size from rank 0's"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues collective `c` over the ranks' tensors (`inputs[r]` is rank
+    /// r's), with `outputs` for all-gather and reduce-scatter, `root` for
+    /// broadcast, and the registry's algorithm unless `algorithm`.
+    pub fn collective(
+        &mut self,
+        c: Collective,
+        algorithm: Option<&str>,
+        op: ReduceOp,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        root: u32,
+    ) -> Result<()> {
+        self.check_alike(c.key(), inputs)?;
+        let world = inputs.len();
+        let dtype = inputs[0].dtype;
+        let topo = self.topo.clone();
+        let reg = self.registry()?.clone();
+        let alg = match algorithm {
+            Some(name) => reg.get(name).map_err(HostError::new)?.clone(),
+            None => reg.default_for(c).map_err(HostError::new)?.clone(),
+        };
+        if alg.collective != c {
+            return Err(HostError::new(format!(
+                "algorithm `{}` is a {} algorithm, not {c}",
+                alg.name, alg.collective
+            )));
+        }
+        if root as usize >= world {
+            return Err(HostError::new(format!(
+                "broadcast root {root} is not a rank (world size {world})"
+            )));
+        }
+        let resizes = matches!(c, Collective::AllGather | Collective::ReduceScatter);
+        if resizes {
+            if outputs.len() != world {
+                return Err(HostError::new(format!("{c} needs an output tensor per rank")));
+            }
+            self.check_alike(c.key(), outputs)?;
+            for t in inputs.iter().chain(outputs) {
+                if t.shards.len() > 1 && t.policy.dist != super::Dist::Replicate {
+                    return Err(HostError::new(format!(
+                        "{c} takes tensors on one PE or replicated; this one is split {:?} over {} PEs",
+                        t.policy.dist,
+                        t.shards.len()
+                    )));
+                }
+            }
+            if outputs[0].shards.len() != inputs[0].shards.len() {
+                return Err(HostError::new(format!(
+                    "{c}: the outputs are on other PEs than the inputs"
+                )));
+            }
+            let (n_in, n_out) = (inputs[0].numel(), outputs[0].numel());
+            let ok = match c {
+                Collective::AllGather => n_out == n_in * world,
+                _ => n_in == n_out * world,
+            };
+            if !ok {
+                return Err(HostError::new(format!(
+                    "{c} over {world} ranks: inputs of {n_in} and outputs of {n_out} elements do not match"
+                )));
+            }
+        }
+        let key = format!("{}:{dtype}:{}", alg.name, op.code());
+        let kernel = match self.collective_kernels.get(&key) {
+            Some(k) => k.clone(),
+            None => {
+                let (func, sources) = reg
+                    .compile(&alg, dtype, op, &layout_constexprs(&topo))
+                    .map_err(HostError::new)?;
+                let k = super::Kernel {
+                    func: Arc::new(func),
+                    sources: Arc::new(sources),
+                };
+                self.collective_kernels.insert(key, k.clone());
+                k
+            }
+        };
+        let mut groups = Vec::new();
+        let mut args = Vec::new();
+        for k in 0..inputs[0].shards.len() {
+            groups.push(Communicator::new(inputs.iter().map(|t| t.shards[k].pe).collect()));
+            for r in 0..world {
+                let s = &inputs[r].shards[k];
+                let n = (s.rows.len() * s.cols.len()) as u64;
+                args.push(match c {
+                    Collective::AllReduce => vec![RtValue::Scalar(s.base), i32_arg(n)],
+                    Collective::Broadcast => vec![RtValue::Scalar(s.base), i32_arg(n), i32_arg(root as u64)],
+                    Collective::AllGather => vec![
+                        RtValue::Scalar(s.base),
+                        RtValue::Scalar(outputs[r].shards[k].base),
+                        i32_arg(n),
+                    ],
+                    Collective::ReduceScatter => {
+                        let o = &outputs[r].shards[k];
+                        vec![
+                            RtValue::Scalar(s.base),
+                            RtValue::Scalar(o.base),
+                            i32_arg((o.rows.len() * o.cols.len()) as u64),
+                        ]
+                    }
+                });
+            }
+        }
+        let touches = inputs.iter().chain(outputs).map(|t| t.id).collect();
+        self.pending.push(Pending {
+            kernel,
+            grid: [world as u32, 1, 1],
+            grid_per_pe: false,
+            groups,
+            args,
+            ipcq: Some(reg.ipcq(&alg, &topo)),
+            packet_bytes: reg.defaults.packet_bytes,
+            touches,
+        });
+        Ok(())
+    }
+
+    /// Queues a point-to-point copy of rank `src`'s tensor into rank
+    /// `dst`'s (shard by shard, over the IPCQ).
+    pub fn send_recv(&mut self, from: &Tensor, to: &Tensor) -> Result<()> {
+        self.check_alike("send/recv", &[from, to])?;
+        let kernel = self.builtin("p2p", from.dtype)?;
+        let mut groups = Vec::new();
+        let mut args = Vec::new();
+        for (a, b) in from.shards.iter().zip(to.shards.iter()) {
+            groups.push(Communicator::new(vec![a.pe, b.pe]));
+            let n = (a.rows.len() * a.cols.len()) as u64;
+            args.push(vec![RtValue::Scalar(a.base), i32_arg(n)]);
+            args.push(vec![RtValue::Scalar(b.base), i32_arg(n)]);
+        }
+        self.pending.push(Pending {
+            kernel,
+            grid: [2, 1, 1],
+            grid_per_pe: false,
+            groups,
+            args,
+            ipcq: None,
+            packet_bytes: None,
+            touches: vec![from.id, to.id],
+        });
+        Ok(())
+    }
+
+    /// Queues a barrier across ranks: one PE of each rank's device.
+    pub fn barrier_across(&mut self, devices: &[u32]) -> Result<()> {
+        let kernel = self.builtin("barrier", DType::I32)?;
+        let pes = devices
+            .iter()
+            .map(|d| crate::topology::PeCoord {
+                sip: *d,
+                cube: 0,
+                pe: 0,
+            })
+            .collect();
+        let comm = Communicator::new(pes);
+        let args = vec![Vec::new(); comm.world() as usize];
+        self.pending.push(Pending {
+            kernel,
+            grid: [comm.world(), 1, 1],
+            grid_per_pe: false,
+            groups: vec![comm],
+            args,
+            ipcq: None,
+            packet_bytes: None,
+            touches: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// The stdlib's point-to-point and barrier kernels (`ccl/p2p.tl`).
+    fn builtin(&mut self, kernel: &str, dtype: DType) -> Result<super::Kernel> {
+        let key = format!("builtin:{kernel}:{dtype}");
+        if let Some(k) = self.collective_kernels.get(&key) {
+            return Ok(k.clone());
+        }
+        let root = self
+            .stdlib
+            .clone()
+            .ok_or_else(|| HostError::new("cannot find the stdlib (set KERNBENCH_STDLIB)"))?;
+        let k = self.compile(root.join("ccl").join("p2p.tl"), kernel, &[("T", Konst::DType(dtype))])?;
+        self.collective_kernels.insert(key, k.clone());
+        Ok(k)
+    }
+}

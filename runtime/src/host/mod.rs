@@ -1,0 +1,774 @@
+//! The host runtime, shaped like PyTorch: a [`Runtime`] that owns the
+//! simulated machine, kernels compiled from `.tl` files, tensors placed
+//! over a SIP's PEs by a [`DpPolicy`], launches that fan out over the PEs
+//! holding the tensors' shards, and (in [`distributed`]) collectives that
+//! run the algorithms of `ccl.yaml`, with [`spawn`] running one closure per
+//! rank on one machine.
+//!
+//! Launches are asynchronous: `launch` queues the work and returns; a host
+//! read (`to_ndarray`), a host write (`copy_from`) and `synchronize` first
+//! run every queued launch that touches the tensor, and everything queued
+//! before it, so a read never sees stale data. Host copies cost simulated
+//! time over PCIe, the IO chiplet and the NoC, like any transfer.
+//!
+//! **Architecture invariant:** the host layer drives `sim` through its
+//! public API (placements, launches, reports); `sim` knows nothing of it.
+
+pub mod distributed;
+mod element;
+pub mod spawn;
+
+pub use distributed::ProcessGroup;
+pub use element::Element;
+pub use spawn::{spawn, Ctx, SpawnError};
+
+use crate::sim::{self, Communicator, Launch, Machine, Placement};
+use crate::topology::{PeCoord, Space, Topology};
+use kernbench_compiler::datapath::{elem, jit::Jit, RtValue};
+use kernbench_compiler::diag::{render_human, ColorMode, SourceMap};
+use kernbench_compiler::ir::Function;
+use kernbench_compiler::sema::{self, DType, Elem, Konst};
+use ndarray::{ArrayD, IxDyn};
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What went wrong, as a user reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostError {
+    pub message: String,
+    /// The operation was stopped because another rank failed (not a root
+    /// cause).
+    pub stopped: bool,
+}
+
+impl HostError {
+    pub fn new(message: impl Into<String>) -> HostError {
+        HostError {
+            message: message.into(),
+            stopped: false,
+        }
+    }
+
+    pub fn stopped(message: impl Into<String>) -> HostError {
+        HostError {
+            message: message.into(),
+            stopped: true,
+        }
+    }
+}
+
+impl fmt::Display for HostError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for HostError {}
+
+pub type Result<T> = std::result::Result<T, HostError>;
+
+/// How a tensor is split over its PEs (PyTorch/Megatron names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dist {
+    /// A full copy on every PE.
+    Replicate,
+    /// Rows (axis 0) split into one block per PE.
+    RowWise,
+    /// Columns (the other axes, flattened) split into one block per PE.
+    ColumnWise,
+    /// A `rows × cols` grid of tiles, one per PE (row-major over the PEs).
+    Tiled { rows: u32, cols: u32 },
+}
+
+/// Which PEs of the device's SIP hold a tensor, and how it is split: the
+/// PEs `pe .. pe + num_pes` of each of the cubes `cube .. cube + num_cubes`
+/// (cube-major), in memory `space`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DpPolicy {
+    pub cube: u32,
+    pub pe: u32,
+    pub num_cubes: u32,
+    pub num_pes: u32,
+    pub dist: Dist,
+    pub space: Space,
+}
+
+impl Default for DpPolicy {
+    /// One PE: `(cube 0, pe 0)`, in HBM.
+    fn default() -> Self {
+        DpPolicy {
+            cube: 0,
+            pe: 0,
+            num_cubes: 1,
+            num_pes: 1,
+            dist: Dist::Replicate,
+            space: Space::Hbm,
+        }
+    }
+}
+
+impl DpPolicy {
+    fn with(dist: Dist, num_cubes: u32, num_pes: u32) -> DpPolicy {
+        DpPolicy {
+            num_cubes,
+            num_pes,
+            dist,
+            ..DpPolicy::default()
+        }
+    }
+
+    pub fn replicate(num_cubes: u32, num_pes: u32) -> DpPolicy {
+        DpPolicy::with(Dist::Replicate, num_cubes, num_pes)
+    }
+
+    pub fn row_wise(num_cubes: u32, num_pes: u32) -> DpPolicy {
+        DpPolicy::with(Dist::RowWise, num_cubes, num_pes)
+    }
+
+    pub fn column_wise(num_cubes: u32, num_pes: u32) -> DpPolicy {
+        DpPolicy::with(Dist::ColumnWise, num_cubes, num_pes)
+    }
+
+    pub fn tiled(rows: u32, cols: u32, num_cubes: u32, num_pes: u32) -> DpPolicy {
+        DpPolicy::with(Dist::Tiled { rows, cols }, num_cubes, num_pes)
+    }
+
+    /// The same PEs starting at another cube and PE.
+    pub fn at(self, cube: u32, pe: u32) -> DpPolicy {
+        DpPolicy { cube, pe, ..self }
+    }
+
+    pub fn in_space(self, space: Space) -> DpPolicy {
+        DpPolicy { space, ..self }
+    }
+
+    /// The PEs of this policy on SIP `sip`.
+    pub fn pes(&self, topo: &Topology, sip: u32) -> Result<Vec<PeCoord>> {
+        if self.num_cubes == 0 || self.num_pes == 0 {
+            return Err(HostError::new("a DpPolicy needs at least one cube and one PE"));
+        }
+        if self.cube + self.num_cubes > topo.cubes_per_sip() || self.pe + self.num_pes > topo.pes_per_cube() {
+            return Err(HostError::new(format!(
+                "DpPolicy cubes {}..{} × PEs {}..{} do not exist on a SIP of {} cubes × {} PEs",
+                self.cube,
+                self.cube + self.num_cubes,
+                self.pe,
+                self.pe + self.num_pes,
+                topo.cubes_per_sip(),
+                topo.pes_per_cube()
+            )));
+        }
+        Ok((self.cube..self.cube + self.num_cubes)
+            .flat_map(|cube| (self.pe..self.pe + self.num_pes).map(move |pe| PeCoord { sip, cube, pe }))
+            .collect())
+    }
+}
+
+/// One shard of a tensor: where it lives and which part of the logical
+/// tensor (viewed as `rows × cols`, `cols` the other axes flattened) it
+/// holds, stored row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shard {
+    pub pe: PeCoord,
+    pub placement: Placement,
+    pub base: u64,
+    pub rows: Range<usize>,
+    pub cols: Range<usize>,
+}
+
+/// A tensor on the machine (a handle; the runtime owns the memory).
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    id: usize,
+    shape: Vec<usize>,
+    dtype: DType,
+    policy: DpPolicy,
+    sip: u32,
+    shards: Arc<Vec<Shard>>,
+}
+
+impl Tensor {
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn policy(&self) -> DpPolicy {
+        self.policy
+    }
+
+    /// The SIP (device) holding it.
+    pub fn device(&self) -> u32 {
+        self.sip
+    }
+
+    /// Its shards in PE order, with their structural coordinates.
+    pub fn placement(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    fn rows_cols(&self) -> (usize, usize) {
+        let rows = self.shape.first().copied().unwrap_or(1);
+        (rows, self.numel() / rows.max(1))
+    }
+}
+
+/// A compiled kernel specialization.
+#[derive(Clone)]
+pub struct Kernel {
+    pub func: Arc<Function>,
+    pub sources: Arc<SourceMap>,
+}
+
+impl Kernel {
+    pub fn name(&self) -> &str {
+        &self.func.name
+    }
+}
+
+/// A kernel argument.
+#[derive(Clone, Debug)]
+pub enum Arg<'a> {
+    Tensor(&'a Tensor),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+    Bool(bool),
+}
+
+struct Pending {
+    kernel: Kernel,
+    groups: Vec<Communicator>,
+    args: Vec<Vec<RtValue>>,
+    grid: [u32; 3],
+    grid_per_pe: bool,
+    ipcq: Option<crate::topology::schema::Ipcq>,
+    packet_bytes: Option<u64>,
+    /// Tensors it may write (every tensor argument).
+    touches: Vec<usize>,
+}
+
+/// What one executed launch took.
+#[derive(Clone, Debug)]
+pub struct LaunchRecord {
+    pub kernel: String,
+    pub pes: usize,
+    pub start_ps: u64,
+    pub end_ps: u64,
+}
+
+/// The machine and everything on it.
+pub struct Runtime {
+    topo: Topology,
+    machine: Machine,
+    jit: Jit,
+    stdlib: Option<PathBuf>,
+    device: u32,
+    next_id: usize,
+    pending: Vec<Pending>,
+    history: Vec<LaunchRecord>,
+    registry: Option<crate::ccl::Registry>,
+    /// Compiled collective algorithms and built-in kernels, by name, dtype
+    /// and reduction.
+    collective_kernels: std::collections::HashMap<String, Kernel>,
+}
+
+/// The stdlib shipped with the sources (or `$KERNBENCH_STDLIB`).
+pub fn default_stdlib() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("KERNBENCH_STDLIB") {
+        return Some(PathBuf::from(dir));
+    }
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stdlib");
+    shipped.is_dir().then(|| shipped.canonicalize().unwrap_or(shipped))
+}
+
+impl Runtime {
+    /// A runtime on a machine (`Topology::default_machine()`, a preset, a
+    /// file).
+    pub fn new(topo: &Topology) -> Runtime {
+        Runtime {
+            topo: topo.clone(),
+            machine: Machine::new(topo),
+            jit: Jit::new(),
+            stdlib: default_stdlib(),
+            device: 0,
+            next_id: 0,
+            pending: Vec::new(),
+            history: Vec::new(),
+            registry: None,
+            collective_kernels: std::collections::HashMap::new(),
+        }
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topo
+    }
+
+    /// The SIP new tensors go to (PyTorch's `set_device`).
+    pub fn set_device(&mut self, device: u32) -> Result<()> {
+        if device >= self.topo.sips() {
+            return Err(HostError::new(format!(
+                "device {device} does not exist: the machine has {} SIPs",
+                self.topo.sips()
+            )));
+        }
+        self.device = device;
+        Ok(())
+    }
+
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+
+    /// The machine's simulated clock (after what has run).
+    pub fn now_ps(&self) -> u64 {
+        self.machine.now_ps
+    }
+
+    /// Every executed launch, in order.
+    pub fn history(&self) -> &[LaunchRecord] {
+        &self.history
+    }
+
+    /// Compiles kernel `kernel` of a `.tl` file with constexpr bindings;
+    /// an error carries the diagnostics as `tlc check` prints them.
+    pub fn compile(&self, file: impl AsRef<Path>, kernel: &str, constexprs: &[(&str, Konst)]) -> Result<Kernel> {
+        let file = file.as_ref();
+        let source = std::fs::read_to_string(file)
+            .map_err(|e| HostError::new(format!("cannot read `{}`: {e}", file.display())))?;
+        self.compile_source(
+            &file.display().to_string(),
+            Some(file.to_path_buf()),
+            &source,
+            kernel,
+            constexprs,
+        )
+    }
+
+    /// [`Runtime::compile`] from text.
+    pub fn compile_source(
+        &self,
+        name: &str,
+        path: Option<PathBuf>,
+        source: &str,
+        kernel: &str,
+        constexprs: &[(&str, Konst)],
+    ) -> Result<Kernel> {
+        let options = sema::Options {
+            defines: constexprs.iter().map(|(n, k)| (n.to_string(), k.clone())).collect(),
+            stdlib_root: self.stdlib.clone(),
+        };
+        let mut s = sema::Session::new(options);
+        s.add_file(name, path, source.to_string());
+        let (out, ir) = s.lower(kernel);
+        match ir {
+            Ok(func) => Ok(Kernel {
+                func: Arc::new(func),
+                sources: Arc::new(out.sources),
+            }),
+            Err(e) => {
+                let text = render_human(&out.diagnostics, &out.sources, ColorMode::Never);
+                Err(HostError::new(if text.trim().is_empty() {
+                    e
+                } else {
+                    format!("{e}\n{text}")
+                }))
+            }
+        }
+    }
+
+    fn shards(
+        &mut self,
+        name: &str,
+        shape: &[usize],
+        dtype: DType,
+        policy: DpPolicy,
+        data: Option<&[u64]>,
+    ) -> Result<Tensor> {
+        let pes = policy.pes(&self.topo, self.device)?;
+        let n = pes.len();
+        let rows = shape.first().copied().unwrap_or(1);
+        let numel: usize = shape.iter().product();
+        let cols = numel / rows.max(1);
+        let split = |len: usize, parts: usize, what: &str| -> Result<Vec<Range<usize>>> {
+            if parts == 0 || len % parts != 0 {
+                return Err(HostError::new(format!(
+                    "`{name}`: {len} {what} do not split into {parts} equal parts for a {:?} policy over {n} PEs",
+                    policy.dist
+                )));
+            }
+            let k = len / parts;
+            Ok((0..parts).map(|i| i * k..(i + 1) * k).collect())
+        };
+        let parts: Vec<(Range<usize>, Range<usize>)> = match policy.dist {
+            Dist::Replicate => vec![(0..rows, 0..cols); n],
+            Dist::RowWise => split(rows, n, "rows")?.into_iter().map(|r| (r, 0..cols)).collect(),
+            Dist::ColumnWise => split(cols, n, "columns")?.into_iter().map(|c| (0..rows, c)).collect(),
+            Dist::Tiled { rows: tr, cols: tc } => {
+                if (tr * tc) as usize != n {
+                    return Err(HostError::new(format!(
+                        "`{name}`: a {tr}×{tc} tiling needs {} PEs, the policy has {n}",
+                        tr * tc
+                    )));
+                }
+                let (rs, cs) = (split(rows, tr as usize, "rows")?, split(cols, tc as usize, "columns")?);
+                rs.iter()
+                    .flat_map(|r| cs.iter().map(move |c| (r.clone(), c.clone())))
+                    .collect()
+            }
+        };
+        let esz = dtype.size_bytes() as usize;
+        let bytes_of = |(r, c): &(Range<usize>, Range<usize>)| -> Vec<u8> {
+            let mut out = Vec::with_capacity(r.len() * c.len() * esz);
+            for row in r.clone() {
+                for col in c.clone() {
+                    let b = data.map_or(0, |d| d[row * cols + col]);
+                    out.extend_from_slice(&b.to_le_bytes()[..esz]);
+                }
+            }
+            out
+        };
+        let placements: Vec<Placement> = pes.iter().map(|p| Placement::near(policy.space, *p)).collect();
+        let contents: Vec<(Placement, Vec<u8>)> = placements
+            .iter()
+            .zip(&parts)
+            .map(|(pl, part)| (*pl, bytes_of(part)))
+            .collect();
+        let sizes_equal = contents.windows(2).all(|w| w[0].1.len() == w[1].1.len());
+        let lens: Vec<u64> = contents.iter().map(|(_, d)| d.len() as u64).collect();
+        let bases = if sizes_equal {
+            self.machine
+                .mem
+                .alloc_symmetric(name, contents)
+                .map_err(|e| HostError::new(e.to_string()))?
+        } else {
+            let mut v = Vec::new();
+            for (k, (pl, d)) in contents.into_iter().enumerate() {
+                v.push(
+                    self.machine
+                        .mem
+                        .alloc(&format!("{name}[{k}]"), pl, d)
+                        .map_err(|e| HostError::new(e.to_string()))?,
+                );
+            }
+            v
+        };
+        if data.is_some() {
+            // The host's copy over PCIe, shard by shard.
+            let mut end = self.machine.now_ps;
+            for (pl, len) in placements.iter().zip(&lens) {
+                end = end.max(self.machine.host_copy(*pl, *len, true));
+            }
+            self.machine.now_ps = end;
+        }
+        let shards = pes
+            .iter()
+            .zip(placements)
+            .zip(bases)
+            .zip(parts)
+            .map(|(((pe, placement), base), (rows, cols))| Shard {
+                pe: *pe,
+                placement,
+                base,
+                rows,
+                cols,
+            })
+            .collect();
+        self.next_id += 1;
+        Ok(Tensor {
+            id: self.next_id,
+            shape: shape.to_vec(),
+            dtype,
+            policy,
+            sip: self.device,
+            shards: Arc::new(shards),
+        })
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(&mut self, shape: &[usize], dtype: DType, policy: DpPolicy) -> Result<Tensor> {
+        self.shards("zeros", shape, dtype, policy, None)
+    }
+
+    /// A tensor whose contents are unspecified (here: zeros, without a
+    /// host copy).
+    pub fn empty(&mut self, shape: &[usize], dtype: DType, policy: DpPolicy) -> Result<Tensor> {
+        self.shards("empty", shape, dtype, policy, None)
+    }
+
+    /// A tensor filled with `value` (copied from the host).
+    pub fn full<T: Element>(&mut self, shape: &[usize], value: T, policy: DpPolicy) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        let data = vec![value.to_bits(); n];
+        self.shards("full", shape, T::DTYPE, policy, Some(&data))
+    }
+
+    /// A tensor with the array's contents (copied from the host).
+    pub fn from_ndarray<T: Element>(&mut self, a: &ArrayD<T>, policy: DpPolicy) -> Result<Tensor> {
+        let data: Vec<u64> = a.iter().map(|x| x.to_bits()).collect();
+        self.shards("tensor", a.shape(), T::DTYPE, policy, Some(&data))
+    }
+
+    /// Runs every queued launch up to the last one that touches `t` (all
+    /// of them when `t` is `None`).
+    fn drain(&mut self, t: Option<usize>) -> Result<()> {
+        let upto = match t {
+            None => self.pending.len(),
+            Some(id) => self
+                .pending
+                .iter()
+                .rposition(|p| p.touches.contains(&id))
+                .map_or(0, |k| k + 1),
+        };
+        let todo: Vec<Pending> = self.pending.drain(..upto).collect();
+        for p in todo {
+            if let Err(e) = self.execute(&p) {
+                // What was queued after a failed launch is not run.
+                self.pending.clear();
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn execute(&mut self, p: &Pending) -> Result<sim::Report> {
+        let mut launch = Launch::new(&p.kernel.func, &p.groups[0], p.args.clone());
+        launch.groups = &p.groups;
+        launch.grid = p.grid;
+        launch.grid_per_pe = p.grid_per_pe;
+        launch.ipcq = p.ipcq.clone();
+        launch.packet_bytes = p.packet_bytes;
+        let report = self.machine.run(&launch, &mut self.jit).map_err(|e| {
+            HostError::new(sim::render_sim_error(
+                &p.kernel.func,
+                &p.kernel.sources,
+                &e,
+                ColorMode::Never,
+            ))
+        })?;
+        self.history.push(LaunchRecord {
+            kernel: p.kernel.name().to_string(),
+            pes: report.pes.len(),
+            start_ps: report.start_ps,
+            end_ps: report.end_ps,
+        });
+        Ok(report)
+    }
+
+    /// Waits for every queued launch.
+    pub fn synchronize(&mut self) -> Result<()> {
+        self.drain(None)
+    }
+
+    /// Launches queued and not run yet.
+    pub fn pending_launches(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Drops every queued launch (a failed `spawn` stops its ranks' work).
+    pub fn discard_pending(&mut self) {
+        self.pending.clear();
+    }
+
+    /// The tensor's contents on the host (after the work that writes it).
+    pub fn to_ndarray<T: Element>(&mut self, t: &Tensor) -> Result<ArrayD<T>> {
+        if T::DTYPE != t.dtype {
+            return Err(HostError::new(format!("the tensor is {}, not {}", t.dtype, T::DTYPE)));
+        }
+        self.drain(Some(t.id))?;
+        let (rows, cols) = t.rows_cols();
+        let esz = t.dtype.size_bytes() as usize;
+        let mut out = vec![T::default(); rows * cols];
+        let mut end = self.machine.now_ps;
+        let shards: &[Shard] = if t.policy.dist == Dist::Replicate {
+            &t.shards[..1]
+        } else {
+            &t.shards
+        };
+        for s in shards {
+            let bytes = self.machine.mem.bytes_at(s.base).unwrap_or(&[]);
+            let w = s.cols.len();
+            for (k, c) in bytes.chunks_exact(esz).enumerate() {
+                let (r, col) = (s.rows.start + k / w.max(1), s.cols.start + k % w.max(1));
+                let mut b = [0u8; 8];
+                b[..esz].copy_from_slice(c);
+                out[r * cols + col] = T::from_bits(u64::from_le_bytes(b));
+            }
+            end = end.max(self.machine.host_copy(s.placement, bytes.len() as u64, false));
+        }
+        self.machine.now_ps = end;
+        ArrayD::from_shape_vec(IxDyn(&t.shape), out).map_err(|e| HostError::new(e.to_string()))
+    }
+
+    /// Copies the array into the tensor (after the queued work on it).
+    pub fn copy_from<T: Element>(&mut self, t: &Tensor, a: &ArrayD<T>) -> Result<()> {
+        if T::DTYPE != t.dtype || a.shape() != t.shape.as_slice() {
+            return Err(HostError::new(format!(
+                "cannot copy a {}{:?} array into a {}{:?} tensor",
+                T::DTYPE,
+                a.shape(),
+                t.dtype,
+                t.shape
+            )));
+        }
+        self.drain(Some(t.id))?;
+        let (_, cols) = t.rows_cols();
+        let data: Vec<u64> = a.iter().map(|x| x.to_bits()).collect();
+        let esz = t.dtype.size_bytes() as usize;
+        let mut end = self.machine.now_ps;
+        for s in t.shards.iter() {
+            let mut bytes = Vec::with_capacity(s.rows.len() * s.cols.len() * esz);
+            for r in s.rows.clone() {
+                for c in s.cols.clone() {
+                    bytes.extend_from_slice(&data[r * cols + c].to_le_bytes()[..esz]);
+                }
+            }
+            use kernbench_compiler::datapath::Memory;
+            self.machine
+                .mem
+                .write(s.base, &bytes)
+                .map_err(|f| HostError::new(format!("copy fault at {:#x}", f.addr)))?;
+            end = end.max(self.machine.host_copy(s.placement, bytes.len() as u64, true));
+        }
+        self.machine.now_ps = end;
+        Ok(())
+    }
+
+    /// Queues a launch of `kernel` on the PEs holding the tensor
+    /// arguments' shards: every PE runs the whole grid (one program unless
+    /// `grid`) on its own shards, and the PEs form the kernel's
+    /// communicator (`tl.rank()` is the shard index). Every tensor
+    /// argument must be on the same PEs as the first (shard k of each on
+    /// PE k), or on one PE (the same pointer for every PE).
+    pub fn launch(&mut self, kernel: &Kernel, grid: Option<[u32; 3]>, args: &[Arg]) -> Result<()> {
+        let func = &kernel.func;
+        if args.len() != func.params.len() {
+            let names: Vec<String> = func.params.iter().map(|p| format!("{}: {}", p.name, p.ty)).collect();
+            return Err(HostError::new(format!(
+                "kernel `{}` takes {} arguments ({}), {} given",
+                func.name,
+                func.params.len(),
+                names.join(", "),
+                args.len()
+            )));
+        }
+        let pes: Vec<PeCoord> = args
+            .iter()
+            .find_map(|a| match a {
+                Arg::Tensor(t) if t.shards.len() > 1 => Some(t.shards.iter().map(|s| s.pe).collect()),
+                _ => None,
+            })
+            .or_else(|| {
+                args.iter().find_map(|a| match a {
+                    Arg::Tensor(t) => Some(vec![t.shards[0].pe]),
+                    _ => None,
+                })
+            })
+            .unwrap_or_else(|| {
+                vec![PeCoord {
+                    sip: self.device,
+                    cube: 0,
+                    pe: 0,
+                }]
+            });
+        let mut per_pe: Vec<Vec<RtValue>> = vec![Vec::with_capacity(args.len()); pes.len()];
+        let mut touches = Vec::new();
+        for (p, a) in func.params.iter().zip(args) {
+            let bits = |d: DType, v: f64, i: i64| {
+                if d.is_float() {
+                    elem::from_f32(d, v as f32)
+                } else {
+                    elem::from_i64(d, i)
+                }
+            };
+            match (p.ty.elem(), a) {
+                (Elem::Ptr(d), Arg::Tensor(t)) => {
+                    if d != t.dtype {
+                        return Err(HostError::new(format!(
+                            "argument `{}` is ptr[{d}], the tensor is {}",
+                            p.name, t.dtype
+                        )));
+                    }
+                    let on_same = t.shards.len() == pes.len() && t.shards.iter().zip(&pes).all(|(s, pe)| s.pe == *pe);
+                    if !on_same && t.shards.len() != 1 {
+                        return Err(HostError::new(format!(
+                            "argument `{}` is on other PEs than the launch's ({} shards, the launch runs on {} PEs)",
+                            p.name,
+                            t.shards.len(),
+                            pes.len()
+                        )));
+                    }
+                    for (k, v) in per_pe.iter_mut().enumerate() {
+                        v.push(RtValue::Scalar(t.shards[if on_same { k } else { 0 }].base));
+                    }
+                    touches.push(t.id);
+                }
+                (Elem::Ptr(d), _) => {
+                    return Err(HostError::new(format!(
+                        "argument `{}` is ptr[{d}]: pass a tensor",
+                        p.name
+                    )))
+                }
+                (Elem::Num(d), Arg::Tensor(_)) => {
+                    return Err(HostError::new(format!(
+                        "argument `{}` is a {d} scalar, not a tensor",
+                        p.name
+                    )))
+                }
+                (Elem::Num(d), a) => {
+                    let b = match a {
+                        Arg::I32(x) => bits(d, *x as f64, *x as i64),
+                        Arg::I64(x) => bits(d, *x as f64, *x),
+                        Arg::F32(x) => bits(d, *x as f64, *x as i64),
+                        Arg::Bool(x) => bits(d, *x as u8 as f64, *x as i64),
+                        Arg::Tensor(_) => 0,
+                    };
+                    per_pe.iter_mut().for_each(|v| v.push(RtValue::Scalar(b)));
+                }
+            }
+        }
+        let comm = Communicator::new(pes);
+        self.pending.push(Pending {
+            kernel: kernel.clone(),
+            groups: vec![comm],
+            args: per_pe,
+            grid: grid.unwrap_or([1, 1, 1]),
+            grid_per_pe: true,
+            ipcq: None,
+            packet_bytes: None,
+            touches,
+        });
+        Ok(())
+    }
+
+    /// The collective registry: the stdlib's `ccl.yaml`, with `user`
+    /// merged over it (compiled lazily on first use).
+    pub fn load_registry(&mut self, user: Option<&Path>) -> Result<&crate::ccl::Registry> {
+        let root = self
+            .stdlib
+            .clone()
+            .ok_or_else(|| HostError::new("cannot find the stdlib (set KERNBENCH_STDLIB)"))?;
+        let mut reg = crate::ccl::Registry::stdlib(&root).map_err(|e| HostError::new(e.to_string()))?;
+        if let Some(u) = user {
+            reg.merge_file(u).map_err(|e| HostError::new(e.to_string()))?;
+        }
+        self.registry = Some(reg);
+        Ok(self.registry.as_ref().expect("just set"))
+    }
+
+    fn registry(&mut self) -> Result<&crate::ccl::Registry> {
+        if self.registry.is_none() {
+            self.load_registry(None)?;
+        }
+        Ok(self.registry.as_ref().expect("loaded above"))
+    }
+}

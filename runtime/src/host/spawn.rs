@@ -1,0 +1,638 @@
+//! `spawn(nprocs, f)`: runs `f(rank, ctx)` once per rank, each on its own
+//! thread, all on one simulated machine (rank r's device is SIP r).
+//!
+//! The ranks never touch the machine themselves: every `Ctx` call is a
+//! request to the runtime, which serves them in rounds — it waits until
+//! every running rank is blocked in a request, then serves the ranks'
+//! own requests in rank order, and runs a collective only when every rank
+//! has called it (a rendezvous). Rounds make the simulation deterministic
+//! whatever the threads' timing.
+//!
+//! When a rank fails (its `f` returns an error or panics), every other
+//! rank's pending and later requests fail as *stopped*, the queued launches
+//! are dropped, and `spawn` returns the root-cause errors (those of ranks
+//! that failed by themselves, not because they were stopped).
+
+use super::{Arg, DpPolicy, Element, HostError, Kernel, Result, Runtime, Tensor};
+use crate::ccl::{Collective, ReduceOp};
+use kernbench_compiler::sema::{DType, Konst};
+use ndarray::{ArrayD, IxDyn};
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, Sender};
+
+/// What the ranks of a failed `spawn` reported.
+#[derive(Clone, Debug)]
+pub struct SpawnError {
+    /// (rank, error) of every rank that failed by itself, in rank order.
+    pub failures: Vec<(u32, HostError)>,
+}
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (k, (r, e)) in self.failures.iter().enumerate() {
+            if k > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "rank {r} failed: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+/// A scalar kernel argument that can cross threads.
+#[derive(Clone, Debug)]
+enum OwnedArg {
+    Tensor(Tensor),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+    Bool(bool),
+}
+
+enum Request {
+    Alloc {
+        shape: Vec<usize>,
+        dtype: DType,
+        policy: DpPolicy,
+        bits: Option<Vec<u64>>,
+    },
+    Read(Tensor),
+    Write(Tensor, Vec<u64>),
+    Compile {
+        file: PathBuf,
+        kernel: String,
+        constexprs: Vec<(String, Konst)>,
+    },
+    Launch {
+        kernel: Kernel,
+        grid: Option<[u32; 3]>,
+        args: Vec<OwnedArg>,
+    },
+    Synchronize,
+    Collective {
+        c: Collective,
+        algorithm: Option<String>,
+        op: ReduceOp,
+        input: Tensor,
+        output: Option<Tensor>,
+        root: u32,
+    },
+    Barrier,
+    Send {
+        tensor: Tensor,
+        dst: u32,
+    },
+    Recv {
+        tensor: Tensor,
+        src: u32,
+    },
+    Done(Result<()>),
+}
+
+impl Request {
+    /// Requests that need every rank (or a peer).
+    fn is_group(&self) -> bool {
+        matches!(
+            self,
+            Request::Collective { .. } | Request::Barrier | Request::Send { .. } | Request::Recv { .. }
+        )
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Request::Collective { c, .. } => c.key().to_string(),
+            Request::Barrier => "barrier".into(),
+            Request::Send { dst, .. } => format!("send to rank {dst}"),
+            Request::Recv { src, .. } => format!("recv from rank {src}"),
+            _ => "a local operation".into(),
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Response {
+    Unit,
+    Tensor(Tensor),
+    Data(Vec<u64>),
+    Kernel(Kernel),
+}
+
+/// A rank's handle on the runtime inside [`spawn`].
+pub struct Ctx {
+    rank: u32,
+    world: u32,
+    tx: Sender<(u32, Request)>,
+    rx: Receiver<Result<Response>>,
+}
+
+impl Ctx {
+    fn call(&self, r: Request) -> Result<Response> {
+        self.tx
+            .send((self.rank, r))
+            .map_err(|_| HostError::stopped("the runtime has stopped"))?;
+        self.rx
+            .recv()
+            .map_err(|_| HostError::stopped("the runtime has stopped"))?
+    }
+
+    fn tensor(&self, r: Request) -> Result<Tensor> {
+        match self.call(r)? {
+            Response::Tensor(t) => Ok(t),
+            _ => Err(HostError::new("internal: expected a tensor")),
+        }
+    }
+
+    /// This rank (PyTorch's `get_rank`).
+    pub fn get_rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// The number of ranks (`get_world_size`).
+    pub fn get_world_size(&self) -> u32 {
+        self.world
+    }
+
+    /// Sets up the default process group (a no-op kept for the PyTorch
+    /// shape of worker code: `spawn` already made it).
+    pub fn init_process_group(&self) -> super::ProcessGroup {
+        super::ProcessGroup {
+            rank: self.rank,
+            world: self.world,
+        }
+    }
+
+    pub fn zeros(&self, shape: &[usize], dtype: DType, policy: DpPolicy) -> Result<Tensor> {
+        self.tensor(Request::Alloc {
+            shape: shape.to_vec(),
+            dtype,
+            policy,
+            bits: None,
+        })
+    }
+
+    pub fn empty(&self, shape: &[usize], dtype: DType, policy: DpPolicy) -> Result<Tensor> {
+        self.zeros(shape, dtype, policy)
+    }
+
+    pub fn full<T: Element>(&self, shape: &[usize], value: T, policy: DpPolicy) -> Result<Tensor> {
+        let n: usize = shape.iter().product();
+        self.tensor(Request::Alloc {
+            shape: shape.to_vec(),
+            dtype: T::DTYPE,
+            policy,
+            bits: Some(vec![value.to_bits(); n]),
+        })
+    }
+
+    pub fn from_ndarray<T: Element>(&self, a: &ArrayD<T>, policy: DpPolicy) -> Result<Tensor> {
+        let bits = a.iter().map(|x| x.to_bits()).collect();
+        self.tensor(Request::Alloc {
+            shape: a.shape().to_vec(),
+            dtype: T::DTYPE,
+            policy,
+            bits: Some(bits),
+        })
+    }
+
+    pub fn to_ndarray<T: Element>(&self, t: &Tensor) -> Result<ArrayD<T>> {
+        if T::DTYPE != t.dtype {
+            return Err(HostError::new(format!("the tensor is {}, not {}", t.dtype, T::DTYPE)));
+        }
+        match self.call(Request::Read(t.clone()))? {
+            Response::Data(bits) => {
+                ArrayD::from_shape_vec(IxDyn(&t.shape), bits.into_iter().map(T::from_bits).collect())
+                    .map_err(|e| HostError::new(e.to_string()))
+            }
+            _ => Err(HostError::new("internal: expected data")),
+        }
+    }
+
+    pub fn copy_from<T: Element>(&self, t: &Tensor, a: &ArrayD<T>) -> Result<()> {
+        if T::DTYPE != t.dtype || a.shape() != t.shape.as_slice() {
+            return Err(HostError::new(format!(
+                "cannot copy a {}{:?} array into a {}{:?} tensor",
+                T::DTYPE,
+                a.shape(),
+                t.dtype,
+                t.shape
+            )));
+        }
+        self.call(Request::Write(t.clone(), a.iter().map(|x| x.to_bits()).collect()))
+            .map(|_| ())
+    }
+
+    pub fn compile(&self, file: impl Into<PathBuf>, kernel: &str, constexprs: &[(&str, Konst)]) -> Result<Kernel> {
+        let constexprs = constexprs.iter().map(|(n, k)| (n.to_string(), k.clone())).collect();
+        match self.call(Request::Compile {
+            file: file.into(),
+            kernel: kernel.to_string(),
+            constexprs,
+        })? {
+            Response::Kernel(k) => Ok(k),
+            _ => Err(HostError::new("internal: expected a kernel")),
+        }
+    }
+
+    pub fn launch(&self, kernel: &Kernel, grid: Option<[u32; 3]>, args: &[Arg]) -> Result<()> {
+        let args = args
+            .iter()
+            .map(|a| match a {
+                Arg::Tensor(t) => OwnedArg::Tensor((*t).clone()),
+                Arg::I32(x) => OwnedArg::I32(*x),
+                Arg::I64(x) => OwnedArg::I64(*x),
+                Arg::F32(x) => OwnedArg::F32(*x),
+                Arg::Bool(x) => OwnedArg::Bool(*x),
+            })
+            .collect();
+        self.call(Request::Launch {
+            kernel: kernel.clone(),
+            grid,
+            args,
+        })
+        .map(|_| ())
+    }
+
+    pub fn synchronize(&self) -> Result<()> {
+        self.call(Request::Synchronize).map(|_| ())
+    }
+
+    /// All-reduce in place with the registry's default algorithm.
+    pub fn all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<()> {
+        self.all_reduce_with(t, op, None)
+    }
+
+    /// All-reduce with a named algorithm of the registry.
+    pub fn all_reduce_with(&self, t: &Tensor, op: ReduceOp, algorithm: Option<&str>) -> Result<()> {
+        let r = Request::Collective {
+            c: Collective::AllReduce,
+            algorithm: algorithm.map(str::to_string),
+            op,
+            input: t.clone(),
+            output: None,
+            root: 0,
+        };
+        self.call(r).map(|_| ())
+    }
+
+    /// `out` (world × the input's elements) gets every rank's `t`.
+    pub fn all_gather(&self, out: &Tensor, t: &Tensor) -> Result<()> {
+        let r = Request::Collective {
+            c: Collective::AllGather,
+            algorithm: None,
+            op: ReduceOp::Sum,
+            input: t.clone(),
+            output: Some(out.clone()),
+            root: 0,
+        };
+        self.call(r).map(|_| ())
+    }
+
+    /// `out` gets this rank's part of the reduction of every rank's `t`.
+    pub fn reduce_scatter(&self, out: &Tensor, t: &Tensor, op: ReduceOp) -> Result<()> {
+        let r = Request::Collective {
+            c: Collective::ReduceScatter,
+            algorithm: None,
+            op,
+            input: t.clone(),
+            output: Some(out.clone()),
+            root: 0,
+        };
+        self.call(r).map(|_| ())
+    }
+
+    /// Every rank's `t` becomes rank `src`'s.
+    pub fn broadcast(&self, t: &Tensor, src: u32) -> Result<()> {
+        let r = Request::Collective {
+            c: Collective::Broadcast,
+            algorithm: None,
+            op: ReduceOp::Sum,
+            input: t.clone(),
+            output: None,
+            root: src,
+        };
+        self.call(r).map(|_| ())
+    }
+
+    pub fn barrier(&self) -> Result<()> {
+        self.call(Request::Barrier).map(|_| ())
+    }
+
+    /// Sends `t` to rank `dst`, whose matching `recv` receives it.
+    pub fn send(&self, t: &Tensor, dst: u32) -> Result<()> {
+        self.call(Request::Send { tensor: t.clone(), dst }).map(|_| ())
+    }
+
+    /// Receives rank `src`'s `send` into `t`.
+    pub fn recv(&self, t: &Tensor, src: u32) -> Result<()> {
+        self.call(Request::Recv { tensor: t.clone(), src }).map(|_| ())
+    }
+}
+
+enum RankState {
+    Running,
+    Waiting(Request),
+    Finished,
+}
+
+/// Runs `f(rank, ctx)` for every rank on `rt`'s machine; rank r's tensors
+/// go to SIP r.
+pub fn spawn<F>(rt: &mut Runtime, nprocs: u32, f: F) -> std::result::Result<(), SpawnError>
+where
+    F: Fn(u32, &Ctx) -> Result<()> + Sync,
+{
+    if nprocs == 0 || nprocs > rt.topo.sips() {
+        return Err(SpawnError {
+            failures: vec![(
+                0,
+                HostError::new(format!(
+                    "spawn({nprocs}): one rank per SIP, and the machine has {} SIPs",
+                    rt.topo.sips()
+                )),
+            )],
+        });
+    }
+    let n = nprocs as usize;
+    let (req_tx, req_rx) = channel::<(u32, Request)>();
+    let mut reply: Vec<Sender<Result<Response>>> = Vec::new();
+    let mut ctxs = Vec::new();
+    for r in 0..nprocs {
+        let (tx, rx) = channel();
+        reply.push(tx);
+        ctxs.push(Ctx {
+            rank: r,
+            world: nprocs,
+            tx: req_tx.clone(),
+            rx,
+        });
+    }
+    drop(req_tx);
+    let f = &f;
+    let mut failures: Vec<(u32, HostError)> = Vec::new();
+    std::thread::scope(|scope| {
+        for ctx in ctxs {
+            scope.spawn(move || {
+                let rank = ctx.rank;
+                let result =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(rank, &ctx))).unwrap_or_else(|p| {
+                        let msg = p
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "panicked".into());
+                        Err(HostError::new(format!("panicked: {msg}")))
+                    });
+                let _ = ctx.tx.send((rank, Request::Done(result)));
+            });
+        }
+        let mut state: Vec<RankState> = (0..n).map(|_| RankState::Running).collect();
+        let mut stopped = false;
+        loop {
+            // Wait until no rank is running.
+            while state.iter().any(|s| matches!(s, RankState::Running)) {
+                let Ok((r, req)) = req_rx.recv() else { break };
+                state[r as usize] = match req {
+                    Request::Done(res) => {
+                        if let Err(e) = res {
+                            if !e.stopped {
+                                failures.push((r, e));
+                            }
+                            stopped = true;
+                        }
+                        RankState::Finished
+                    }
+                    other => RankState::Waiting(other),
+                };
+            }
+            if state.iter().all(|s| matches!(s, RankState::Finished)) {
+                break;
+            }
+            let waiting: Vec<usize> = (0..n).filter(|r| matches!(state[*r], RankState::Waiting(_))).collect();
+            if stopped {
+                rt.discard_pending();
+                for r in waiting {
+                    state[r] = RankState::Running;
+                    let _ = reply[r].send(Err(HostError::stopped("stopped: another rank failed")));
+                }
+                continue;
+            }
+            // The ranks' own requests first, in rank order.
+            let local: Vec<usize> = waiting
+                .iter()
+                .copied()
+                .filter(|r| matches!(&state[*r], RankState::Waiting(q) if !q.is_group()))
+                .collect();
+            if !local.is_empty() {
+                for r in local {
+                    let RankState::Waiting(q) = std::mem::replace(&mut state[r], RankState::Running) else {
+                        continue;
+                    };
+                    rt.device = r as u32;
+                    let _ = reply[r].send(serve_local(rt, q));
+                }
+                continue;
+            }
+            // Only group requests are left.
+            let outcome = serve_group(rt, &mut state, n);
+            for (r, res) in outcome {
+                state[r] = RankState::Running;
+                let _ = reply[r].send(res);
+            }
+        }
+    });
+    failures.sort_by_key(|(r, _)| *r);
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        rt.discard_pending();
+        Err(SpawnError { failures })
+    }
+}
+
+fn serve_local(rt: &mut Runtime, q: Request) -> Result<Response> {
+    match q {
+        Request::Alloc {
+            shape,
+            dtype,
+            policy,
+            bits,
+        } => rt
+            .shards("tensor", &shape, dtype, policy, bits.as_deref())
+            .map(Response::Tensor),
+        Request::Read(t) => read_bits(rt, &t).map(Response::Data),
+        Request::Write(t, bits) => write_bits(rt, &t, bits).map(|_| Response::Unit),
+        Request::Compile {
+            file,
+            kernel,
+            constexprs,
+        } => {
+            let c: Vec<(&str, Konst)> = constexprs.iter().map(|(n, k)| (n.as_str(), k.clone())).collect();
+            rt.compile(&file, &kernel, &c).map(Response::Kernel)
+        }
+        Request::Launch { kernel, grid, args } => {
+            let args: Vec<Arg> = args
+                .iter()
+                .map(|a| match a {
+                    OwnedArg::Tensor(t) => Arg::Tensor(t),
+                    OwnedArg::I32(x) => Arg::I32(*x),
+                    OwnedArg::I64(x) => Arg::I64(*x),
+                    OwnedArg::F32(x) => Arg::F32(*x),
+                    OwnedArg::Bool(x) => Arg::Bool(*x),
+                })
+                .collect();
+            rt.launch(&kernel, grid, &args).map(|_| Response::Unit)
+        }
+        Request::Synchronize => rt.synchronize().map(|_| Response::Unit),
+        _ => Err(HostError::new("internal: not a local request")),
+    }
+}
+
+/// Reads a tensor as element bits, through the typed path.
+fn read_bits(rt: &mut Runtime, t: &Tensor) -> Result<Vec<u64>> {
+    macro_rules! via {
+        ($ty:ty) => {
+            rt.to_ndarray::<$ty>(t)
+                .map(|a| a.iter().map(|x| Element::to_bits(*x)).collect())
+        };
+    }
+    match t.dtype {
+        DType::F32 => via!(f32),
+        DType::F16 => via!(half::f16),
+        DType::BF16 => via!(half::bf16),
+        DType::I32 => via!(i32),
+        DType::I64 => via!(i64),
+        DType::I8 => via!(i8),
+        DType::U8 => via!(u8),
+        DType::U32 => via!(u32),
+        DType::Bool => via!(bool),
+    }
+}
+
+fn write_bits(rt: &mut Runtime, t: &Tensor, bits: Vec<u64>) -> Result<()> {
+    macro_rules! via {
+        ($ty:ty) => {{
+            let a = ArrayD::from_shape_vec(
+                IxDyn(&t.shape),
+                bits.into_iter().map(<$ty as Element>::from_bits).collect(),
+            )
+            .map_err(|e| HostError::new(e.to_string()))?;
+            rt.copy_from::<$ty>(t, &a)
+        }};
+    }
+    match t.dtype {
+        DType::F32 => via!(f32),
+        DType::F16 => via!(half::f16),
+        DType::BF16 => via!(half::bf16),
+        DType::I32 => via!(i32),
+        DType::I64 => via!(i64),
+        DType::I8 => via!(i8),
+        DType::U8 => via!(u8),
+        DType::U32 => via!(u32),
+        DType::Bool => via!(bool),
+    }
+}
+
+/// Serves the group requests when every running rank is in one: a
+/// collective or barrier all called, or matching send/recv pairs.
+fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usize, Result<Response>)> {
+    let waiting: Vec<usize> = (0..n).filter(|r| matches!(state[*r], RankState::Waiting(_))).collect();
+    let req = |r: usize| match &state[r] {
+        RankState::Waiting(q) => Some(q),
+        _ => None,
+    };
+    let all_err = |msg: String| {
+        waiting
+            .iter()
+            .map(|r| (*r, Err(HostError::new(msg.clone()))))
+            .collect::<Vec<_>>()
+    };
+    // Point-to-point pairs.
+    let mut pairs = Vec::new();
+    for &a in &waiting {
+        if let Some(Request::Send { dst, .. }) = req(a) {
+            let b = *dst as usize;
+            if b < n && matches!(req(b), Some(Request::Recv { src, .. }) if *src as usize == a) {
+                pairs.push((a, b));
+            }
+        }
+    }
+    if !pairs.is_empty() {
+        let mut out = Vec::new();
+        for (a, b) in pairs {
+            let (Some(Request::Send { tensor: ta, .. }), Some(Request::Recv { tensor: tb, .. })) = (req(a), req(b))
+            else {
+                continue;
+            };
+            let res = rt.send_recv(ta, tb).map(|_| Response::Unit);
+            out.push((a, res.clone().map(|_| Response::Unit)));
+            out.push((b, res));
+        }
+        return out;
+    }
+    if waiting.len() < n {
+        let finished: Vec<String> = (0..n).filter(|r| !waiting.contains(r)).map(|r| r.to_string()).collect();
+        let what = req(waiting[0]).map(Request::describe).unwrap_or_default();
+        return all_err(format!(
+            "rank {} called {what}, but rank(s) {} already finished",
+            waiting[0],
+            finished.join(", ")
+        ));
+    }
+    let first = req(0).map(Request::describe).unwrap_or_default();
+    if let Some(r) = (1..n).find(|r| req(*r).map(Request::describe).unwrap_or_default() != first) {
+        let other = req(r).map(Request::describe).unwrap_or_default();
+        return all_err(format!(
+            "rank 0 called {first} while rank {r} called {other}: the ranks' collectives must match"
+        ));
+    }
+    let res: Result<Response> = match req(0) {
+        Some(Request::Barrier) => rt
+            .barrier_across(&(0..n as u32).collect::<Vec<_>>())
+            .map(|_| Response::Unit),
+        Some(Request::Collective {
+            c, algorithm, op, root, ..
+        }) => {
+            let (c, algorithm, op, root) = (*c, algorithm.clone(), *op, *root);
+            let mut inputs = Vec::new();
+            let mut outputs = Vec::new();
+            let mut mismatch = None;
+            for r in 0..n {
+                if let Some(Request::Collective {
+                    input,
+                    output,
+                    algorithm: a2,
+                    op: o2,
+                    root: r2,
+                    ..
+                }) = req(r)
+                {
+                    if *a2 != algorithm || *o2 != op || *r2 != root {
+                        mismatch = Some(r);
+                    }
+                    inputs.push(input);
+                    if let Some(o) = output {
+                        outputs.push(o);
+                    }
+                }
+            }
+            match mismatch {
+                Some(r) => Err(HostError::new(format!(
+                    "rank {r}'s {c} differs from rank 0's (algorithm, reduction or root)"
+                ))),
+                None => rt
+                    .collective(c, algorithm.as_deref(), op, &inputs, &outputs, root)
+                    .map(|_| Response::Unit),
+            }
+        }
+        Some(Request::Send { dst, .. }) => Err(HostError::new(format!(
+            "every rank is waiting in a send or receive and none match (rank 0: send to rank {dst}): a deadlock"
+        ))),
+        Some(Request::Recv { src, .. }) => Err(HostError::new(format!(
+            "every rank is waiting in a send or receive and none match (rank 0: recv from rank {src}): a deadlock"
+        ))),
+        _ => Err(HostError::new("internal: not a group request")),
+    };
+    (0..n).map(|r| (r, res.clone())).collect()
+}

@@ -1,0 +1,304 @@
+//! The host runtime as a user drives it: tensors over PEs, launches that
+//! fan out over their shards, reads that wait for the work writing them,
+//! collectives across ranks with `spawn`, failures, and the CCL registry's
+//! errors.
+
+use kernbench_compiler::sema::{DType, Konst};
+use kernbench_runtime::ccl::{Collective, ReduceOp, Registry};
+use kernbench_runtime::host::{spawn, Arg, Dist, DpPolicy, Runtime};
+use kernbench_runtime::topology::{PeCoord, Topology, DEFAULT_YAML};
+use kernbench_tests::repo_root;
+use ndarray::{ArrayD, IxDyn};
+
+fn arr(shape: &[usize], f: impl Fn(usize) -> f32) -> ArrayD<f32> {
+    let n: usize = shape.iter().product();
+    ArrayD::from_shape_vec(IxDyn(shape), (0..n).map(f).collect()).unwrap()
+}
+
+/// The default machine with `sips` SIPs in a ring.
+fn machine(sips: u32) -> Topology {
+    let y = DEFAULT_YAML
+        .replace("sips: 2", &format!("sips: {sips}"))
+        .replace("sip_grid: [2, 1]", &format!("sip_grid: [{sips}, 1]"));
+    Topology::parse("t.yaml", &y).expect("valid")
+}
+
+#[test]
+fn launches_fan_out_over_shards_and_reads_wait_for_them() {
+    let mut rt = Runtime::new(&Topology::default_machine());
+    let add = rt
+        .compile(
+            repo_root().join("stdlib/kernels/add.tl"),
+            "add",
+            &[("BLOCK", Konst::Int(256))],
+        )
+        .expect("compiles");
+    let policy = DpPolicy::row_wise(1, 4);
+    let x = rt.from_ndarray(&arr(&[1024], |i| i as f32), policy).unwrap();
+    let y = rt.from_ndarray(&arr(&[1024], |i| 2.0 * i as f32), policy).unwrap();
+    let out = rt.zeros(&[1024], DType::F32, policy).unwrap();
+    assert_eq!(out.placement().len(), 4);
+    assert_eq!(out.placement()[3].pe, PeCoord { sip: 0, cube: 0, pe: 3 });
+    assert_eq!(out.placement()[3].rows, 768..1024);
+    // Each PE adds its own 256-element shard (one program on each PE).
+    rt.launch(
+        &add,
+        None,
+        &[Arg::Tensor(&x), Arg::Tensor(&y), Arg::Tensor(&out), Arg::I32(256)],
+    )
+    .unwrap();
+    assert_eq!(rt.pending_launches(), 1, "a launch is queued, not run");
+    let before = rt.now_ps();
+    let got: ArrayD<f32> = rt.to_ndarray(&out).unwrap();
+    assert_eq!(rt.pending_launches(), 0, "the read ran the launch that writes `out`");
+    assert!(got.iter().enumerate().all(|(i, v)| *v == 3.0 * i as f32));
+    assert_eq!(rt.history().len(), 1);
+    assert!(rt.now_ps() > before, "the launch and the copy back took simulated time");
+    // A launch that touches another tensor is not run by reading `out`.
+    let z = rt.zeros(&[1024], DType::F32, policy).unwrap();
+    rt.launch(
+        &add,
+        None,
+        &[Arg::Tensor(&x), Arg::Tensor(&x), Arg::Tensor(&z), Arg::I32(256)],
+    )
+    .unwrap();
+    let _: ArrayD<f32> = rt.to_ndarray(&out).unwrap();
+    assert_eq!(rt.pending_launches(), 1);
+    let zz: ArrayD<f32> = rt.to_ndarray(&z).unwrap();
+    assert!(zz.iter().enumerate().all(|(i, v)| *v == 2.0 * i as f32));
+}
+
+#[test]
+fn policies_place_shards_structurally_and_round_trip() {
+    let mut rt = Runtime::new(&Topology::default_machine());
+    let a = arr(&[8, 6], |i| i as f32 * 0.5);
+    for policy in [
+        DpPolicy::replicate(2, 2),
+        DpPolicy::row_wise(2, 2),
+        DpPolicy::column_wise(1, 3),
+        DpPolicy::tiled(2, 3, 2, 3),
+        DpPolicy::row_wise(1, 2)
+            .at(5, 4)
+            .in_space(kernbench_runtime::topology::Space::Sram),
+    ] {
+        let t = rt.from_ndarray(&a, policy).unwrap();
+        let back: ArrayD<f32> = rt.to_ndarray(&t).unwrap();
+        assert_eq!(back, a, "{policy:?}");
+    }
+    let t = rt.from_ndarray(&a, DpPolicy::tiled(2, 3, 2, 3)).unwrap();
+    let s = &t.placement()[4];
+    assert_eq!((s.pe.cube, s.pe.pe, s.rows.clone(), s.cols.clone()), (1, 1, 4..8, 2..4));
+    rt.set_device(1).unwrap();
+    let u = rt.zeros(&[4], DType::I32, DpPolicy::default()).unwrap();
+    assert_eq!(u.placement()[0].pe, PeCoord { sip: 1, cube: 0, pe: 0 });
+    assert!(rt.set_device(2).is_err());
+    assert!(
+        rt.from_ndarray(&a, DpPolicy::row_wise(1, 3)).is_err(),
+        "8 rows do not split in 3"
+    );
+    assert!(
+        rt.zeros(&[4], DType::I32, DpPolicy::row_wise(1, 9)).is_err(),
+        "a cube has 8 PEs"
+    );
+    assert_eq!(DpPolicy::tiled(1, 2, 1, 2).dist, Dist::Tiled { rows: 1, cols: 2 });
+}
+
+#[test]
+fn ddp_all_reduce_across_ranks() {
+    let mut rt = Runtime::new(&machine(4));
+    // Each rank's tensor is split row-wise over 4 PEs of its SIP; every
+    // rank fills it with rank + 1.
+    spawn(&mut rt, 4, |rank, ctx| {
+        ctx.init_process_group();
+        let world = ctx.get_world_size();
+        for (op, want) in [
+            (ReduceOp::Sum, 10.0),
+            (ReduceOp::Max, 4.0),
+            (ReduceOp::Min, 1.0),
+            (ReduceOp::Avg, 2.5),
+        ] {
+            let t = ctx.full(&[1000], (rank + 1) as f32, DpPolicy::row_wise(1, 4))?;
+            ctx.all_reduce(&t, op)?;
+            let got: ArrayD<f32> = ctx.to_ndarray(&t)?;
+            if let Some((i, v)) = got.iter().enumerate().find(|(_, v)| **v != want) {
+                return Err(kernbench_runtime::host::HostError::new(format!(
+                    "rank {rank}/{world} {op:?}: element {i} is {v}, expected {want}"
+                )));
+            }
+        }
+        // Exact integer sums with another algorithm, per call.
+        let t = ctx.full(&[777], (rank * 1000 + 7) as i32, DpPolicy::replicate(1, 2))?;
+        ctx.all_reduce_with(&t, ReduceOp::Sum, Some("tree_allreduce"))?;
+        let got: ArrayD<i32> = ctx.to_ndarray(&t)?;
+        assert!(got.iter().all(|v| *v == 6028), "{:?}", &got.as_slice().unwrap()[..4]);
+        Ok(())
+    })
+    .expect("every rank succeeds");
+    assert_eq!(rt.pending_launches(), 0);
+}
+
+#[test]
+fn gather_scatter_broadcast_point_to_point_and_barrier() {
+    let mut rt = Runtime::new(&machine(3));
+    spawn(&mut rt, 3, |rank, ctx| {
+        let one = DpPolicy::default();
+        let mine = ctx.full(&[5], rank as i32 + 1, one)?;
+        let all = ctx.zeros(&[15], DType::I32, one)?;
+        ctx.all_gather(&all, &mine)?;
+        let g: ArrayD<i32> = ctx.to_ndarray(&all)?;
+        assert_eq!(g.as_slice().unwrap(), &[1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3]);
+        let src = ctx.from_ndarray(
+            &ArrayD::from_shape_vec(IxDyn(&[6]), (0..6).map(|i| i + rank as i32).collect()).unwrap(),
+            one,
+        )?;
+        let part = ctx.zeros(&[2], DType::I32, one)?;
+        ctx.reduce_scatter(&part, &src, ReduceOp::Sum)?;
+        let p: ArrayD<i32> = ctx.to_ndarray(&part)?;
+        let base = 2 * rank as i32;
+        assert_eq!(p.as_slice().unwrap(), &[3 * base + 3, 3 * base + 6]);
+        let b = ctx.full(&[9], 10 * rank as i32, DpPolicy::row_wise(1, 3))?;
+        ctx.broadcast(&b, 2)?;
+        let bb: ArrayD<i32> = ctx.to_ndarray(&b)?;
+        assert!(bb.iter().all(|v| *v == 20));
+        ctx.barrier()?;
+        // Rank 0 sends to rank 1; rank 2 sits it out.
+        let buf = ctx.full(&[3000], rank as i32 * 5 + 1, DpPolicy::row_wise(1, 2))?;
+        match rank {
+            0 => ctx.send(&buf, 1)?,
+            1 => {
+                ctx.recv(&buf, 0)?;
+                let r: ArrayD<i32> = ctx.to_ndarray(&buf)?;
+                assert!(r.iter().all(|v| *v == 1));
+            }
+            _ => {}
+        }
+        Ok(())
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn spawn_reports_root_causes_and_stops_the_others() {
+    let mut rt = Runtime::new(&machine(4));
+    // Rank 2 fails; the others wait for it in a collective and are stopped.
+    let e = spawn(&mut rt, 4, |rank, ctx| {
+        let t = ctx.full(&[64], 1.0f32, DpPolicy::default())?;
+        if rank == 2 {
+            return Err(kernbench_runtime::host::HostError::new(
+                "rank 2 could not load its data",
+            ));
+        }
+        ctx.all_reduce(&t, ReduceOp::Sum)?;
+        let _: ArrayD<f32> = ctx.to_ndarray(&t)?;
+        Ok(())
+    })
+    .expect_err("a rank failed");
+    assert_eq!(e.failures.len(), 1, "{e}");
+    assert_eq!(e.failures[0].0, 2);
+    assert!(
+        e.to_string().contains("rank 2 failed: rank 2 could not load its data"),
+        "{e}"
+    );
+    assert_eq!(rt.pending_launches(), 0, "no work is left behind");
+    // Every rank failing (one by panicking): all are root causes.
+    let e = spawn(&mut rt, 2, |rank, _ctx| {
+        if rank == 0 {
+            panic!("boom");
+        }
+        Err(kernbench_runtime::host::HostError::new("no"))
+    })
+    .expect_err("both fail");
+    assert_eq!(e.failures.iter().map(|f| f.0).collect::<Vec<_>>(), vec![0, 1]);
+    assert!(e.failures[0].1.message.contains("boom"));
+    // Mismatched collectives are an error for every rank, not a hang.
+    let e = spawn(&mut rt, 2, |rank, ctx| {
+        let t = ctx.full(&[8], 1i32, DpPolicy::default())?;
+        if rank == 0 {
+            ctx.all_reduce(&t, ReduceOp::Sum)
+        } else {
+            ctx.broadcast(&t, 0)
+        }
+    })
+    .expect_err("mismatch");
+    assert!(e.to_string().contains("must match"), "{e}");
+    // A simulated failure inside a launch surfaces at the read that needs it.
+    let e = spawn(&mut rt, 1, |_, ctx| {
+        let k = ctx.compile(
+            repo_root().join("stdlib/kernels/add.tl"),
+            "add",
+            &[("BLOCK", Konst::Int(64))],
+        )?;
+        let x = ctx.full(&[10], 1.0f32, DpPolicy::default())?;
+        ctx.launch(
+            &k,
+            None,
+            &[Arg::Tensor(&x), Arg::Tensor(&x), Arg::Tensor(&x), Arg::I32(1000)],
+        )?;
+        let _: ArrayD<f32> = ctx.to_ndarray(&x)?;
+        Ok(())
+    })
+    .expect_err("out of bounds");
+    assert!(e.to_string().contains("outside every allocation"), "{e}");
+    assert_eq!(rt.pending_launches(), 0);
+}
+
+#[test]
+fn registry_errors_name_the_entry() {
+    let root = repo_root().join("stdlib");
+    let stdlib = Registry::stdlib(&root).expect("the stdlib registry is valid");
+    assert_eq!(
+        stdlib.default_for(Collective::AllReduce).unwrap().name,
+        "ring_allreduce"
+    );
+    let dir = std::env::temp_dir().join(format!("kb-reg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("mine.tl"),
+        "@kernel\ndef mine(buf: ptr[T], n_elem: f32, T: constexpr = f32):\n    pass\n",
+    )
+    .unwrap();
+    let try_yaml = |text: &str| -> String {
+        let mut r = Registry::stdlib(&root).unwrap();
+        match r.merge_text("my_ccl.yaml", &dir, text) {
+            Err(e) => e.to_string(),
+            Ok(()) => {
+                let a = r.get("mine").unwrap().clone();
+                r.compile(&a, DType::F32, ReduceOp::Sum, &[]).err().unwrap_or_default()
+            }
+        }
+    };
+    let e = try_yaml(
+        "algorithms:\n  mine:\n    collective: all_reduce\n    module: nope.tl\n    kernel: mine\n    topology: ring\n",
+    );
+    assert!(
+        e.contains("algorithm `mine`") && e.contains("cannot read its module"),
+        "{e}"
+    );
+    let e = try_yaml("algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: other\n    topology: ring\n");
+    assert!(
+        e.contains("has no kernel `other`") && e.contains("kernels: mine"),
+        "{e}"
+    );
+    let e = try_yaml(
+        "algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n",
+    );
+    assert!(
+        e.contains("must take (buf: ptr[T], n_elem: i32)") && e.contains("n_elem: f32"),
+        "{e}"
+    );
+    let e = try_yaml("algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n    constexprs: {CHUNK: 8}\n");
+    assert!(e.contains("has no constexpr `CHUNK`"), "{e}");
+    let e = try_yaml(
+        "algorithms:\n  mine:\n    collective: al_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n",
+    );
+    assert!(
+        e.starts_with("my_ccl.yaml:3: algorithms.mine.collective: unknown variant `al_reduce`"),
+        "{e}"
+    );
+    let e = try_yaml("defaults:\n  all_reduce: missing\n");
+    assert!(
+        e.starts_with("my_ccl.yaml:2: defaults.all_reduce: no algorithm `missing`"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
