@@ -44,6 +44,8 @@ impl fmt::Display for RegistryError {
     }
 }
 
+impl std::error::Error for RegistryError {}
+
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DefaultsFile {

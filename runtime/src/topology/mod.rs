@@ -46,6 +46,8 @@ impl fmt::Display for TopologyError {
     }
 }
 
+impl std::error::Error for TopologyError {}
+
 /// A PE's structural coordinates (DESIGN §2): there is no flat global
 /// PE index; a flat rank exists only inside a communicator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

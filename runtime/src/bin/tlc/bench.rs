@@ -108,43 +108,57 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     );
     let mut json_out = Vec::new();
     let mut failed = false;
+    // Compile every algorithm first.
+    struct Prepared {
+        alg: kernbench_runtime::ccl::Algorithm,
+        func: kernbench_compiler::ir::Function,
+        ranks: u32,
+        bw: f64,
+        alpha: f64,
+        jit: Jit,
+        rows: Vec<Row>,
+    }
+    let mut prepared = Vec::new();
     for name in &algos {
         let Ok(alg) = reg.get(name).cloned() else { continue };
-        let func = match bench::compile(&topo, &reg, &alg, dtype, redop) {
-            Ok(f) => f,
+        let compiled = bench::compile(&topo, &reg, &alg, dtype, redop)
+            .and_then(|func| communicator(&topo, &alg, &pes).map(|c| (func, c)));
+        match compiled {
+            Ok((func, comm)) => {
+                let (bw, alpha) = bench::ring_reference(&topo, &reg, &alg, &comm.pes);
+                prepared.push(Prepared {
+                    alg,
+                    func,
+                    ranks: comm.world(),
+                    bw,
+                    alpha,
+                    jit: Jit::new(),
+                    rows: Vec::new(),
+                });
+            }
             Err(e) => {
                 progress.suspend(|| eprintln!("error: {e}"));
                 failed = true;
                 progress.inc(sizes.len() as u64);
-                continue;
             }
-        };
-        let comm = match communicator(&topo, &alg, &pes) {
-            Ok(c) => c,
-            Err(e) => {
-                progress.suspend(|| eprintln!("error: {e}"));
-                failed = true;
-                progress.inc(sizes.len() as u64);
-                continue;
-            }
-        };
-        let (bw, alpha) = bench::ring_reference(&topo, &reg, &alg, &comm.pes);
-        let ranks = comm.world();
-        let mut jit = Jit::new();
-        let mut rows: Vec<Row> = Vec::new();
-        let case = bench::Case {
-            topo: &topo,
-            reg: &reg,
-            algorithm: &alg,
-            func: &func,
-            pes: &pes,
-            dtype,
-            op: redop,
-        };
-        for &size in &sizes {
-            progress.set_message(format!("{name} {size} B"));
-            match bench::run_one(&case, &mut jit, size) {
-                Ok(r) => rows.push(r),
+        }
+    }
+    // Size by size, so every algorithm shares a size's data.
+    let mut cache = bench::DataCache::default();
+    for &size in &sizes {
+        for p in prepared.iter_mut() {
+            progress.set_message(format!("{} {size} B", p.alg.name));
+            let case = bench::Case {
+                topo: &topo,
+                reg: &reg,
+                algorithm: &p.alg,
+                func: &p.func,
+                pes: &pes,
+                dtype,
+                op: redop,
+            };
+            match bench::run_one(&case, &mut p.jit, &mut cache, size) {
+                Ok(r) => p.rows.push(r),
                 Err(e) => {
                     progress.suspend(|| eprintln!("error: {e}"));
                     failed = true;
@@ -152,6 +166,10 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             }
             progress.inc(1);
         }
+    }
+    for p in &prepared {
+        let (alg, rows, ranks, bw, alpha) = (&p.alg, &p.rows, p.ranks, p.bw, p.alpha);
+        let name = &alg.name;
         let avg_bus = if rows.is_empty() {
             0.0
         } else {
@@ -176,7 +194,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 o.push_str(
                     "#        size         count      type   redop     time(us)   algbw(GB/s)   busbw(GB/s)  #wrong\n",
                 );
-                for r in &rows {
+                for r in rows {
                     o.push_str(&format!(
                         "{} {:>13} {:>9} {:>7} {:>12.2} {:>13.2} {:>13.2} {:>7}\n",
                         fmt_size(r.size_bytes),

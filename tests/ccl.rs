@@ -1,0 +1,204 @@
+//! Every registered collective algorithm at many world sizes (odd ones
+//! included, up to every PE of a SIP) and element counts (not divisible
+//! by the world size, smaller than it): integer results exact for every
+//! reduction, f16/bf16 within a stated tolerance of an f64 reference.
+
+use kernbench_compiler::datapath::jit::Jit;
+use kernbench_compiler::sema::{DType, Konst};
+use kernbench_runtime::ccl::bench::{self, Case};
+use kernbench_runtime::ccl::{Collective, ReduceOp, Registry};
+use kernbench_runtime::host::{spawn, DpPolicy, HostError, Runtime};
+use kernbench_runtime::sim;
+use kernbench_runtime::topology::{Topology, DEFAULT_YAML};
+use kernbench_tests::repo_root;
+use ndarray::{ArrayD, IxDyn};
+
+fn registry() -> Registry {
+    Registry::stdlib(&repo_root().join("stdlib")).expect("the stdlib registry is valid")
+}
+
+/// Runs `algo` on the first `world` PEs with `bytes` per rank's buffer and
+/// returns the number of wrong elements.
+fn wrong(topo: &Topology, reg: &Registry, algo: &str, world: usize, bytes: u64, dtype: DType, op: ReduceOp) -> u64 {
+    let a = reg.get(algo).expect("registered").clone();
+    let func = bench::compile(topo, reg, &a, dtype, op).unwrap_or_else(|e| panic!("{e}"));
+    let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
+    let case = Case {
+        topo,
+        reg,
+        algorithm: &a,
+        func: &func,
+        pes: &pes,
+        dtype,
+        op,
+    };
+    let mut jit = Jit::new();
+    let row = bench::run_one(&case, &mut jit, &mut bench::DataCache::default(), bytes)
+        .unwrap_or_else(|e| panic!("{algo} on {world} PEs, {bytes} B: {e}"));
+    row.wrong
+}
+
+#[test]
+fn every_algorithm_is_exact_at_many_world_sizes() {
+    let topo = Topology::default_machine();
+    let reg = registry();
+    let names: Vec<(String, Collective)> = reg
+        .algorithms
+        .values()
+        .map(|a| (a.name.clone(), a.collective))
+        .collect();
+    assert!(names.len() >= 10, "{names:?}");
+    for (name, c) in &names {
+        for world in [1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 24] {
+            // i32 counts per rank: 1, fewer than the ranks, not divisible,
+            // several chunks.
+            for count in [1u64, 5, 1003, 12289] {
+                let bytes = count
+                    * 4
+                    * if matches!(c, Collective::AllGather | Collective::ReduceScatter) {
+                        world as u64
+                    } else {
+                        1
+                    };
+                let n = wrong(&topo, &reg, name, world, bytes, DType::I32, ReduceOp::Sum);
+                assert_eq!(n, 0, "{name} on {world} PEs, {count} i32 per rank: {n} wrong elements");
+            }
+        }
+        if c.reduces() {
+            for op in [ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg] {
+                for world in [3, 8] {
+                    let n = wrong(&topo, &reg, name, world, 4 * 2000, DType::I32, op);
+                    assert_eq!(n, 0, "{name} {op:?} on {world} PEs");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn all_reduce_algorithms_on_a_whole_sip_and_both_sips() {
+    let topo = Topology::default_machine();
+    let reg = registry();
+    for a in reg
+        .algorithms
+        .values()
+        .filter(|a| a.collective == Collective::AllReduce)
+    {
+        for world in [128, 131, 256] {
+            let n = wrong(&topo, &reg, &a.name, world, 4 * 4099, DType::I32, ReduceOp::Sum);
+            assert_eq!(n, 0, "{} on {world} PEs", a.name);
+        }
+    }
+}
+
+#[test]
+fn half_precision_all_reduce_is_within_tolerance() {
+    // Random values in [-1, 1): the result is compared with an f64 sum.
+    // Tolerance: each of the world - 1 additions rounds once to the
+    // dtype (half an ulp, relative 2^-11 for f16, 2^-8 for bf16), so the
+    // error is below (world - 1) × ulp × the largest partial sum.
+    let mut y = DEFAULT_YAML.to_string();
+    y = y
+        .replace("sips: 2", "sips: 8")
+        .replace("sip_grid: [2, 1]", "sip_grid: [8, 1]");
+    let topo = Topology::parse("eight.yaml", &y).expect("valid");
+    for (dtype, ulp) in [
+        (DType::F16, 2f64.powi(-10)),
+        (DType::BF16, 2f64.powi(-7)),
+        (DType::F32, 2f64.powi(-23)),
+    ] {
+        let mut rt = Runtime::new(&topo);
+        let world = 8u32;
+        let n = 3001usize;
+        let data = |r: u32, i: usize| (((r as usize * 7919 + i * 104729) % 2000) as f64 / 1000.0) - 1.0;
+        let result = std::sync::Mutex::new(Vec::new());
+        for algo in [
+            "ring_allreduce",
+            "tree_allreduce",
+            "mesh_allreduce",
+            "hierarchical_allreduce",
+            "lrab_allreduce",
+        ] {
+            spawn(&mut rt, world, |rank, ctx| {
+                let a = ArrayD::from_shape_vec(IxDyn(&[n]), (0..n).map(|i| data(rank, i) as f32).collect()).unwrap();
+                let t = match dtype {
+                    DType::F16 => ctx.from_ndarray(&a.mapv(half::f16::from_f32), DpPolicy::default())?,
+                    DType::BF16 => ctx.from_ndarray(&a.mapv(half::bf16::from_f32), DpPolicy::default())?,
+                    _ => ctx.from_ndarray(&a, DpPolicy::default())?,
+                };
+                ctx.all_reduce_with(&t, ReduceOp::Sum, Some(algo))?;
+                let got: Vec<f64> = match dtype {
+                    DType::F16 => ctx.to_ndarray::<half::f16>(&t)?.iter().map(|x| x.to_f64()).collect(),
+                    DType::BF16 => ctx.to_ndarray::<half::bf16>(&t)?.iter().map(|x| x.to_f64()).collect(),
+                    _ => ctx.to_ndarray::<f32>(&t)?.iter().map(|x| *x as f64).collect(),
+                };
+                if rank == 0 {
+                    result.lock().map_err(|_| HostError::new("poisoned"))?.push((algo, got));
+                }
+                Ok(())
+            })
+            .unwrap_or_else(|e| panic!("{algo} {dtype}: {e}"));
+        }
+        for (algo, got) in result.into_inner().unwrap() {
+            for (i, g) in got.iter().enumerate() {
+                // The inputs as the dtype holds them, summed exactly.
+                let exact: f64 = (0..world)
+                    .map(|r| match dtype {
+                        DType::F16 => half::f16::from_f64(data(r, i)).to_f64(),
+                        DType::BF16 => half::bf16::from_f64(data(r, i)).to_f64(),
+                        _ => data(r, i) as f32 as f64,
+                    })
+                    .sum();
+                let tol = (world as f64) * ulp * (world as f64);
+                assert!(
+                    (g - exact).abs() <= tol,
+                    "{algo} {dtype} element {i}: {g} vs {exact} (tolerance {tol})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn hello_send_passes_buffers_round_the_ring() {
+    let topo = Topology::default_machine();
+    let src = std::fs::read_to_string(repo_root().join("stdlib/ccl/hello_send.tl")).unwrap();
+    let (func, _) =
+        kernbench_tests::exec::lower_file("hello_send.tl", &src, "hello_send", &[("CHUNK", Konst::Int(64))])
+            .unwrap_or_else(|e| panic!("{e}"));
+    for world in [2usize, 5, 8] {
+        let n = 300usize;
+        let mut t =
+            kernbench_compiler::datapath::Tensor::zeros(kernbench_compiler::sema::Elem::Num(DType::I32), &[world, n]);
+        for k in 0..world * n {
+            t.set_bits(k, k as u64);
+        }
+        let run = kernbench_tests::sim::simulate(
+            &topo,
+            sim::select_pes(&topo, &world.to_string()).unwrap(),
+            &func,
+            vec![
+                kernbench_tests::sim::tensor("buf", t, &["shard"]),
+                kernbench_tests::sim::tensor(
+                    "out",
+                    kernbench_compiler::datapath::Tensor::zeros(
+                        kernbench_compiler::sema::Elem::Num(DType::I32),
+                        &[world, n],
+                    ),
+                    &["shard"],
+                ),
+                sim::place::LaunchArg::Scalar(n as u64),
+            ],
+            None,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        let out = &run.tensors[1];
+        for r in 0..world {
+            let prev = (r + world - 1) % world;
+            for i in 0..n {
+                assert_eq!(out.get_bits(r * n + i), (prev * n + i) as u64, "world {world} rank {r}");
+            }
+        }
+    }
+}
