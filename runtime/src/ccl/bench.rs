@@ -120,12 +120,13 @@ fn make_data(c: Collective, d: DType, op: ReduceOp, n: u64, per_rank: u64) -> Da
         .map(|r| bytes(d, input_len, |i| bits_of(d, value(d, r, i) as f64)))
         .collect();
     let expected: Vec<Arc<Vec<u8>>> = match c {
+        // Every rank expects the same bytes: one shared buffer.
         Collective::AllReduce => {
             let e = Arc::new(bytes(d, pr, |i| reduce(d, op, (0..n).map(|r| value(d, r, i)))));
-            vec![e; nu]
+            std::iter::repeat_n(e, nu).collect()
         }
-        Collective::Broadcast => vec![Arc::new(src[root as usize].clone()); nu],
-        Collective::AllGather => vec![Arc::new(src.concat()); nu],
+        Collective::Broadcast => std::iter::repeat_n(Arc::new(src[root as usize].clone()), nu).collect(),
+        Collective::AllGather => std::iter::repeat_n(Arc::new(src.concat()), nu).collect(),
         Collective::ReduceScatter => (0..n)
             .map(|r| {
                 Arc::new(bytes(d, pr, |i| {
