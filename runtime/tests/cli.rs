@@ -480,3 +480,89 @@ fn probe_lists_cases_with_breakdowns() {
     assert_eq!(tlc(&["probe", "--case", "nope"]).status.code(), Some(2));
     assert_eq!(tlc(&["probe", "--bytes", "0"]).status.code(), Some(2));
 }
+
+#[test]
+fn bench_ccl_prints_the_nccl_tests_table() {
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--algo",
+        "ring_allreduce",
+        "--sizes",
+        "1K:64K",
+        "--pes",
+        "4",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("#        size         count      type   redop     time(us)   algbw(GB/s)   busbw(GB/s)  #wrong"),
+        "{text}"
+    );
+    let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(rows.len(), 7, "1K … 64K: {text}");
+    for r in &rows {
+        let cols: Vec<&str> = r.split_whitespace().collect();
+        assert_eq!(cols.len(), 8, "{r}");
+        assert_eq!(cols[2], "float");
+        assert_eq!(cols[7], "0", "no wrong elements: {r}");
+        assert!(cols[4].parse::<f64>().unwrap() > 0.0);
+    }
+    assert!(text.contains("# Avg bus bandwidth    :"), "{text}");
+    // JSON, another collective and dtype.
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--op",
+        "all_gather",
+        "--sizes",
+        "4K,64K",
+        "--dtype",
+        "bf16",
+        "--pes",
+        "5",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let t = &v[0];
+    assert_eq!(t["op"], "all_gather");
+    assert_eq!(t["ranks"], 5);
+    assert_eq!(t["rows"].as_array().map(Vec::len), Some(2));
+    assert_eq!(t["wrong"], 0);
+    // A user's algorithm through a user registry.
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--config",
+        "examples/custom_ccl/ccl.yaml",
+        "--algo",
+        "direct_allreduce",
+        "--sizes",
+        "8K",
+        "--pes",
+        "3",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("direct_allreduce"));
+    // Bad usage and a bad registry.
+    assert_eq!(tlc(&["bench", "ccl", "--op", "all_to_all"]).status.code(), Some(2));
+    assert_eq!(tlc(&["bench", "ccl", "--algo", "nope"]).status.code(), Some(2));
+    assert_eq!(tlc(&["bench", "ccl", "--sizes", "64K:1K"]).status.code(), Some(2));
+    let dir = temp_dir("badccl");
+    let cfg = dir.join("ccl.yaml");
+    std::fs::write(
+        &cfg,
+        "algorithms:\n  x:\n    collective: all_reduce\n    kernel: x\n    topology: ring\n",
+    )
+    .expect("write");
+    let o = tlc(&["bench", "ccl", "--config", &cfg.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("ccl.yaml:2: algorithms.x: missing field `module`"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
