@@ -64,6 +64,14 @@ fn every_algorithm_is_exact_at_many_world_sizes() {
                 assert_eq!(n, 0, "{name} on {world} PEs, {count} i32 per rank: {n} wrong elements");
             }
         }
+        // Half precision: the test data are small integers, exact in
+        // every dtype, so the results must be exact too.
+        for dtype in [DType::F16, DType::BF16, DType::F32] {
+            for world in [2, 7] {
+                let n = wrong(&topo, &reg, name, world, 2 * 3001 * world as u64, dtype, ReduceOp::Sum);
+                assert_eq!(n, 0, "{name} {dtype} on {world} PEs");
+            }
+        }
         if c.reduces() {
             for op in [ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg] {
                 for world in [3, 8] {

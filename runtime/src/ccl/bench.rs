@@ -152,8 +152,9 @@ fn make_data(c: Collective, d: DType, op: ReduceOp, n: u64, per_rank: u64) -> Da
 /// per-step bottleneck bandwidth (GB/s) of the data path of a ring edge —
 /// the slowest of the link route into the receiver's slots and the
 /// memory port each rank streams its buffer through — and α, one step's
-/// latency (DMA setup, memory latency, the route's latency, the copy out
-/// of the slots).
+/// hardware latency: the DMA setup of the block it sends, the route's
+/// latency into the receiver's slots and the copy out of them (the memory
+/// latency of the buffers is left out: a pipelined algorithm prefetches).
 pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeCoord]) -> (f64, f64) {
     let ipcq = reg.ipcq(a, topo);
     let mut m = Machine::new(topo);
@@ -179,7 +180,7 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
     let hbm = topo.hbm_bandwidth_bytes_per_ns();
     bw = bw.min(hbm);
     let s = &topo.spec;
-    alpha += s.pe.dma.setup_cycles as f64 / s.clock_ghz.0 + s.pe.hbm_controller.latency_ns.0;
+    alpha += s.pe.dma.setup_cycles as f64 / s.clock_ghz.0;
     (bw, alpha)
 }
 

@@ -279,9 +279,14 @@ impl Ctx {
 
     /// `out` (world × the input's elements) gets every rank's `t`.
     pub fn all_gather(&self, out: &Tensor, t: &Tensor) -> Result<()> {
+        self.all_gather_with(out, t, None)
+    }
+
+    /// All-gather with a named algorithm of the registry.
+    pub fn all_gather_with(&self, out: &Tensor, t: &Tensor, algorithm: Option<&str>) -> Result<()> {
         let r = Request::Collective {
             c: Collective::AllGather,
-            algorithm: None,
+            algorithm: algorithm.map(str::to_string),
             op: ReduceOp::Sum,
             input: t.clone(),
             output: Some(out.clone()),
@@ -292,9 +297,14 @@ impl Ctx {
 
     /// `out` gets this rank's part of the reduction of every rank's `t`.
     pub fn reduce_scatter(&self, out: &Tensor, t: &Tensor, op: ReduceOp) -> Result<()> {
+        self.reduce_scatter_with(out, t, op, None)
+    }
+
+    /// Reduce-scatter with a named algorithm of the registry.
+    pub fn reduce_scatter_with(&self, out: &Tensor, t: &Tensor, op: ReduceOp, algorithm: Option<&str>) -> Result<()> {
         let r = Request::Collective {
             c: Collective::ReduceScatter,
-            algorithm: None,
+            algorithm: algorithm.map(str::to_string),
             op,
             input: t.clone(),
             output: Some(out.clone()),
@@ -305,9 +315,14 @@ impl Ctx {
 
     /// Every rank's `t` becomes rank `src`'s.
     pub fn broadcast(&self, t: &Tensor, src: u32) -> Result<()> {
+        self.broadcast_with(t, src, None)
+    }
+
+    /// Broadcast with a named algorithm of the registry.
+    pub fn broadcast_with(&self, t: &Tensor, src: u32, algorithm: Option<&str>) -> Result<()> {
         let r = Request::Collective {
             c: Collective::Broadcast,
-            algorithm: None,
+            algorithm: algorithm.map(str::to_string),
             op: ReduceOp::Sum,
             input: t.clone(),
             output: None,
