@@ -821,3 +821,87 @@ def far(x: ptr[f32], y: ptr[f32], N: constexpr = 64):
     let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
     assert!(text.contains("on another SIP") && text.contains("rank 1"), "{text}");
 }
+
+const PUT_NOTIFY: &str = "
+@kernel
+def put(buf: ptr[i32], flag: ptr[i32], out: ptr[i32], N: constexpr = 512):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        # One-sided put into rank 1's copy of buf, then the signal.
+        tl.store(tl.symm_at(buf + offs, 1), tl.load(buf + offs) * 2)
+        tl.notify(flag, 1, 7)
+    else:
+        tl.wait_until(flag, 7)
+        tl.store(out + offs, tl.load(buf + offs))
+";
+
+#[test]
+fn one_sided_puts_are_ordered_by_notify_and_wait_until() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(PUT_NOTIFY, "put", &[]);
+    // Across SIPs too: puts into symmetric memory may cross them.
+    for pes in [vec![pe(0, 0, 0), pe(0, 7, 3)], vec![pe(0, 0, 0), pe(1, 2, 5)]] {
+        let run = simulate(
+            &topo,
+            pes,
+            &func,
+            vec![
+                tensor(
+                    "buf",
+                    i32s(&[2, 512], |k| if k < 512 { k as i32 } else { -1 }),
+                    &["shard"],
+                ),
+                tensor("flag", Tensor::zeros(Elem::Num(DType::I32), &[2]), &["shard"]),
+                tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[2, 512]), &["shard"]),
+            ],
+            None,
+            true,
+        )
+        .expect("runs");
+        let out = &run.tensors[2];
+        for i in 0..512 {
+            assert_eq!(
+                elem::to_i64(DType::I32, out.get_bits(512 + i)),
+                2 * i as i64,
+                "rank 1 saw the put"
+            );
+        }
+        let notify = run
+            .report
+            .slices
+            .iter()
+            .find(|s| func.inst(s.inst).op.mnemonic() == "notify")
+            .expect("notify");
+        let put = run
+            .report
+            .slices
+            .iter()
+            .find(|s| s.rank == 0 && func.inst(s.inst).op.mnemonic() == "store")
+            .expect("put");
+        assert!(
+            notify.start_ps >= put.done_ps,
+            "the signal leaves after the put has landed"
+        );
+    }
+    // Nobody sets the signal: a deadlock naming the wait.
+    let src = "
+@kernel
+def never(flag: ptr[i32]):
+    tl.wait_until(flag, 1)
+";
+    let (func, _) = lower(src, "never", &[]);
+    let e = simulate(
+        &topo,
+        vec![pe(0, 0, 0)],
+        &func,
+        vec![tensor("flag", Tensor::zeros(Elem::Num(DType::I32), &[1]), &[])],
+        None,
+        false,
+    )
+    .err()
+    .expect("deadlock");
+    let SimError::Deadlock { blocked, .. } = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(blocked[0].reason, sim::WaitReason::Signal);
+}

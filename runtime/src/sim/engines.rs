@@ -244,6 +244,13 @@ impl Sim<'_> {
                         return Ok(());
                     }
                 }
+                OpKind::Notify { .. } => {
+                    // Every earlier memory operation has finished.
+                    if self.pes[p].mem_ops.front().map(|m| m.id) != head.mem_id {
+                        self.pes[p].engines[e.index()].waiting_on_pe = true;
+                        return Ok(());
+                    }
+                }
                 OpKind::Send { queue, .. } => {
                     let slots = self.send_slots(p, head)?;
                     if self.queues.queues[queue as usize].credits < slots {
@@ -362,6 +369,31 @@ impl Sim<'_> {
                 }
                 self.occupy(p, e, (now, busy_end, end), op.inst);
                 self.finish_at(p, op, now, end);
+            }
+            OpKind::Notify { addr, size, .. } => {
+                let place = self.m.mem.placement_of(addr).ok_or_else(|| {
+                    self.exec_error(
+                        p,
+                        op.inst,
+                        ExecErrorKind::OutOfBounds(MemFault {
+                            addr,
+                            bytes: size,
+                            write: true,
+                        }),
+                    )
+                })?;
+                if let Some(id) = op.mem_id {
+                    self.pes[p].mem_started(id, smallvec![(addr, addr + size, true)]);
+                }
+                let route = self.m.fabric.route(Endpoint::Core(self.coords[p]), place.endpoint());
+                let mut hbm = Channels::new();
+                if let Placement::Hbm(_) = place {
+                    hbm = smallvec![0; self.m.fabric.channels() as usize];
+                    self.m.fabric.split_contiguous(addr, size, &mut hbm);
+                }
+                let tr = self.m.fabric.reserve(&route, size, &hbm, now + self.dma_setup_ps);
+                self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
+                self.finish_at(p, op, now, tr.end_ps);
             }
             OpKind::Send { queue, .. } => {
                 let (value, val) = op.args[0].clone();
@@ -684,6 +716,16 @@ impl Sim<'_> {
                 let dst = q.dst as usize;
                 self.request_kick(dst, Engine::Recv, now);
             }
+            OpKind::Notify { addr, bits, size } => {
+                use kernbench_compiler::datapath::Memory;
+                let _ = self.m.mem.write(addr, &bits.to_le_bytes()[..size as usize]);
+                // Whoever waits for a signal looks again.
+                for q in 0..self.pes.len() {
+                    if self.pes[q].stall == Stall::Signal {
+                        self.wake_issue(q);
+                    }
+                }
+            }
             OpKind::Recv { queue, msg } => {
                 let q = &mut self.queues.queues[queue as usize];
                 let slots = q.msg(msg).map_or(0, |m| m.slots);
@@ -699,7 +741,7 @@ impl Sim<'_> {
             pe.mem_done(id);
         }
         pe.last_done_ps = pe.last_done_ps.max(now);
-        if matches!(pe.stall, Stall::Data | Stall::Drain) {
+        if matches!(pe.stall, Stall::Data | Stall::Drain | Stall::Signal) {
             self.wake_issue(p);
         }
         for e in Engine::ALL {

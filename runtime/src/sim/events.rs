@@ -383,6 +383,7 @@ impl Sim<'_> {
                 })
                 .unwrap_or_else(|| func.region(func.body).insts[0]);
             let reason = match pe.stall {
+                Stall::Signal => WaitReason::Signal,
                 Stall::Barrier => {
                     let g = self.group_of[p] as usize;
                     WaitReason::Barrier {

@@ -158,16 +158,9 @@ impl Sim<'_> {
                 return Ok(true);
             }
             Op::Barrier => return Ok(self.barrier(p)),
-            Op::SymmAt | Op::Notify | Op::WaitUntil => {
-                return Err(self.exec_error(
-                    p,
-                    i,
-                    ExecErrorKind::Unsupported(format!(
-                        "`tl.{}` (symmetric memory) is not supported by the simulator yet",
-                        d.op.mnemonic()
-                    )),
-                ))
-            }
+            Op::SymmAt => return self.symm_at(p, i),
+            Op::Notify => return self.issue_notify(p, i),
+            Op::WaitUntil => return self.wait_until(p, i),
             _ => {}
         }
         let Some((args, ready)) = self.operands(p, &d.args) else {
@@ -439,6 +432,127 @@ impl Sim<'_> {
         if !is_async {
             self.pes[p].wait_for = Some(slot);
         }
+        self.advance(p);
+        Ok(true)
+    }
+
+    /// Rank `r`'s copy of a symmetric buffer address.
+    fn symmetric(&self, p: usize, i: Inst, addr: u64, r: i64) -> Result<u64, SimError> {
+        let world = self.comm(p).world() as i64;
+        if r < 0 || r >= world {
+            return Err(self.exec_error(
+                p,
+                i,
+                ExecErrorKind::Unsupported(format!("rank {r} is outside the communicator (world size {world})")),
+            ));
+        }
+        self.m.mem.symmetric_at(addr, r as u32).ok_or_else(|| {
+            self.exec_error(
+                p,
+                i,
+                ExecErrorKind::Unsupported(format!(
+                    "address {addr:#x} is not in a symmetric buffer (a sharded or replicated tensor) with a copy for rank {r}"
+                )),
+            )
+        })
+    }
+
+    /// `tl.symm_at(ptr, rank)`: the same offset in rank's copy (computed
+    /// when issued: the layout of memory is fixed during a launch).
+    fn symm_at(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
+        let d = self.l.func.inst(i);
+        let Some((vals, ready)) = self.operands(p, &d.args) else {
+            return Ok(self.stall(p, Stall::Data));
+        };
+        let rank_dt = match self.l.func.ty(d.args[1]).elem() {
+            Elem::Num(t) | Elem::Ptr(t) => t,
+        };
+        let r = elem::to_i64(rank_dt, vals[1].scalar());
+        let out = match &vals[0] {
+            RtValue::Scalar(a) => RtValue::Scalar(self.symmetric(p, i, *a, r)?),
+            RtValue::Block(t) => {
+                let mut o = (**t).clone();
+                for k in 0..t.numel() {
+                    o.set_bits(k, self.symmetric(p, i, t.get_bits(k), r)?);
+                }
+                RtValue::Block(std::rc::Rc::new(o))
+            }
+        };
+        let t = self.pes[p].issue_ps.max(ready);
+        let at = self.dispatch(p, t);
+        self.pes[p].set(d.results[0], Val::Ready { v: out, at });
+        self.advance(p);
+        Ok(true)
+    }
+
+    /// `tl.notify(sig_ptr, rank, value)`: a one-element put into rank's
+    /// copy of the signal word, after every earlier memory operation of
+    /// this PE has finished (so it orders the puts before it).
+    fn issue_notify(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
+        if !self.make_room(p, Engine::Dma) {
+            return Ok(self.stall(p, Stall::QueueFull(Engine::Dma)));
+        }
+        let d = self.l.func.inst(i);
+        let Some((vals, ready)) = self.operands(p, &d.args) else {
+            return Ok(self.stall(p, Stall::Data));
+        };
+        let rank_dt = match self.l.func.ty(d.args[1]).elem() {
+            Elem::Num(t) | Elem::Ptr(t) => t,
+        };
+        let size = match self.l.func.ty(d.args[0]).elem() {
+            Elem::Ptr(t) | Elem::Num(t) => t.size_bytes(),
+        };
+        let addr = self.symmetric(p, i, vals[0].scalar(), elem::to_i64(rank_dt, vals[1].scalar()))?;
+        let mem_id = Some(self.pes[p].new_mem_op());
+        let t = self.pes[p].issue_ps.max(ready);
+        let t = self.dispatch(p, t);
+        let op = OpRec {
+            inst: i,
+            kind: OpKind::Notify {
+                addr,
+                bits: vals[2].scalar(),
+                size,
+            },
+            args: Args::new(),
+            results: SmallVec::new(),
+            mem_id,
+            start_ps: 0,
+        };
+        self.enqueue(p, Engine::Dma, t, op);
+        self.advance(p);
+        Ok(true)
+    }
+
+    /// `tl.wait_until(sig_ptr, value)`: reads the signal word at the global
+    /// time the issue unit reaches it; until it holds `value` the PE waits
+    /// (a notify's arrival, or one of its own stores, wakes it).
+    fn wait_until(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
+        let d = self.l.func.inst(i);
+        let Some((vals, ready)) = self.operands(p, &d.args) else {
+            return Ok(self.stall(p, Stall::Data));
+        };
+        let t = self.pes[p].issue_ps.max(ready);
+        if t > self.now {
+            self.pes[p].issue_ps = t;
+            self.wake_issue(p);
+            return Ok(false);
+        }
+        let dt = match self.l.func.ty(d.args[0]).elem() {
+            Elem::Ptr(t) | Elem::Num(t) => t,
+        };
+        let addr = vals[0].scalar();
+        let mut buf = [0u8; 8];
+        let size = dt.size_bytes() as usize;
+        use kernbench_compiler::datapath::Memory;
+        self.m
+            .mem
+            .read(addr, &mut buf[..size])
+            .map_err(|f| self.exec_error(p, i, ExecErrorKind::OutOfBounds(f)))?;
+        let mask = if size == 8 { u64::MAX } else { (1u64 << (8 * size)) - 1 };
+        if u64::from_le_bytes(buf) & mask != vals[1].scalar() & mask {
+            return Ok(self.stall(p, Stall::Signal));
+        }
+        self.dispatch(p, t);
         self.advance(p);
         Ok(true)
     }

@@ -84,6 +84,9 @@ pub enum OpKind {
     Send { queue: u32, msg: u64 },
     /// `tl.recv`/`tl.recv_async` of message `msg` of queue `queue`.
     Recv { queue: u32, msg: u64 },
+    /// `tl.notify`: write `bits` (`size` bytes) at `addr` once every
+    /// earlier memory operation of the PE has finished.
+    Notify { addr: u64, bits: u64, size: u64 },
 }
 
 /// An issued operation.
@@ -176,6 +179,8 @@ pub enum Stall {
     Drain,
     /// Waiting at `tl.barrier` for the other ranks.
     Barrier,
+    /// `tl.wait_until`: a signal word has not reached its value.
+    Signal,
     /// No programs left.
     Finished,
 }

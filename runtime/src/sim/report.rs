@@ -240,6 +240,8 @@ pub enum WaitReason {
     NoData { from_rank: u32 },
     /// Waiting at `tl.barrier` for the other ranks.
     Barrier { arrived: u32, world: u32 },
+    /// `tl.wait_until` on a signal word that never gets its value.
+    Signal,
     /// Waiting for one of its own operations that cannot start.
     Other,
 }
@@ -290,6 +292,7 @@ pub fn render_deadlock(
                     b.rank, b.pe
                 )
             }
+            WaitReason::Signal => format!("rank {} {} waits for a signal word that nobody sets", b.rank, b.pe),
             WaitReason::Other => format!("rank {} {} waits for its own operations", b.rank, b.pe),
         };
         notes.push(why);
