@@ -18,3 +18,4 @@ pub mod exec;
 pub mod host;
 pub mod sim;
 pub mod topology;
+pub mod yaml;

@@ -305,25 +305,27 @@ pub fn compile(
     reg.compile(a, dtype, op, &layout_constexprs(topo)).map(|(f, _)| f)
 }
 
+/// A byte count with an optional K, M or G suffix (powers of 1024).
+pub fn parse_size(t: &str) -> Result<u64, String> {
+    let t = t.trim();
+    let (num, mult) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("`{t}` is not a size (a positive number of bytes, optionally with K, M or G)"))
+}
+
 /// `1K:64M` (powers of two from 1 KiB to 64 MiB), `8K`, or `4K,1M,3000`.
 pub fn parse_sizes(s: &str) -> Result<Vec<u64>, String> {
-    let one = |t: &str| -> Result<u64, String> {
-        let t = t.trim();
-        let (num, mult) = match t.char_indices().last() {
-            Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
-            Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
-            Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
-            _ => (t, 1),
-        };
-        num.trim()
-            .parse::<u64>()
-            .ok()
-            .and_then(|n| n.checked_mul(mult))
-            .filter(|n| *n > 0)
-            .ok_or_else(|| format!("`{t}` is not a size (bytes, optionally with K, M or G)"))
-    };
     if let Some((lo, hi)) = s.split_once(':') {
-        let (lo, hi) = (one(lo)?, one(hi)?);
+        let (lo, hi) = (parse_size(lo)?, parse_size(hi)?);
         if lo > hi {
             return Err(format!("`{s}`: the first size is larger than the last"));
         }
@@ -335,5 +337,5 @@ pub fn parse_sizes(s: &str) -> Result<Vec<u64>, String> {
         }
         return Ok(v);
     }
-    s.split(',').map(one).collect()
+    s.split(',').map(parse_size).collect()
 }

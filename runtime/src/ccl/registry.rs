@@ -18,33 +18,10 @@ use crate::topology::{key_line, Backpressure, Space, Topology};
 use kernbench_compiler::sema::{self, DType, Elem, Konst};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// A registry that could not be used.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RegistryError {
-    pub file: String,
-    pub line: Option<usize>,
-    /// Dotted key path, empty for the whole file.
-    pub path: String,
-    pub message: String,
-}
-
-impl fmt::Display for RegistryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file)?;
-        if let Some(l) = self.line {
-            write!(f, ":{l}")?;
-        }
-        if !self.path.is_empty() {
-            write!(f, ": {}", self.path)?;
-        }
-        write!(f, ": {}", self.message)
-    }
-}
-
-impl std::error::Error for RegistryError {}
+pub type RegistryError = crate::yaml::YamlError;
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -150,47 +127,15 @@ impl Registry {
     /// Reads `path` and merges it over this registry.
     pub fn merge_file(&mut self, path: &Path) -> Result<(), RegistryError> {
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| RegistryError {
-            file: name.clone(),
-            line: None,
-            path: String::new(),
-            message: format!("cannot read: {e}"),
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|e| RegistryError::unreadable(&name, format!("cannot read: {e}")))?;
         self.merge_text(&name, path.parent().unwrap_or(Path::new(".")), &text)
     }
 
     /// Merges the registry `text` (named `file`, modules relative to `dir`).
     pub fn merge_text(&mut self, file: &str, dir: &Path, text: &str) -> Result<(), RegistryError> {
-        let de = serde_yaml::Deserializer::from_str(text);
-        let parsed: File = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let path = if path == "." { String::new() } else { path };
-            let mut message = e.inner().to_string();
-            if let Some(i) = message.find(" at line ") {
-                message.truncate(i);
-            }
-            if let Some((head, rest)) = message.split_once(": ") {
-                if !head.is_empty() && !head.contains(' ') && path.starts_with(head) {
-                    message = rest.to_string();
-                }
-            }
-            let line = match key_line(text, &path) {
-                Some(l) if !message.starts_with("unknown field") => Some(l),
-                _ => e.inner().location().map(|l| l.line()),
-            };
-            RegistryError {
-                file: file.to_string(),
-                line,
-                path,
-                message,
-            }
-        })?;
-        let err = |path: String, message: String| RegistryError {
-            file: file.to_string(),
-            line: key_line(text, &path),
-            path,
-            message,
-        };
+        let parsed: File = crate::yaml::parse(file, text)?;
+        let err = |path: String, message: String| RegistryError::at(file, text, &path, message);
         let d = parsed.defaults;
         for (c, a) in [
             (Collective::AllReduce, d.all_reduce),

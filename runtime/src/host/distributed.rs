@@ -3,8 +3,13 @@
 //!
 //! A collective over per-rank tensors runs on the PEs holding them: for
 //! every shard index k, the PEs holding shard k on each rank form one
-//! communicator (rank order = host rank order), and all of them run the
-//! algorithm side by side in one launch. So a tensor split row-wise over
+//! communicator, and all of them run the algorithm side by side in one
+//! launch. The communicator's ranks are the host ranks, in order (a
+//! gather's order and a broadcast's root depend on it), whatever the
+//! algorithm's topology class, and its `world_size` does not apply.
+//! `tl.symm_at` in such a launch maps to the allocation's shards, not to
+//! the communicator's ranks: algorithms for the host API communicate
+//! with `tl.send`/`tl.recv`. So a tensor split row-wise over
 //! 8 PEs per SIP, all-reduced across 2 ranks, runs 8 two-rank all-reduces
 //! at once; every distribution gives the right result. All-gather and
 //! reduce-scatter change the tensor's size, so they take tensors that are
@@ -17,7 +22,7 @@ use kernbench_compiler::datapath::{elem, RtValue};
 use kernbench_compiler::sema::{DType, Konst};
 use std::sync::Arc;
 
-/// A process group: its ranks and the registry entries it runs.
+/// A process group: this rank and the number of ranks.
 #[derive(Clone, Debug)]
 pub struct ProcessGroup {
     pub rank: u32,

@@ -465,8 +465,8 @@ impl Runtime {
         if data.is_some() {
             // The host's copy over PCIe, shard by shard.
             let mut end = self.machine.now_ps;
-            for (pl, len) in placements.iter().zip(&lens) {
-                end = end.max(self.machine.host_copy(*pl, *len, true));
+            for ((pl, len), base) in placements.iter().zip(&lens).zip(&bases) {
+                end = end.max(self.machine.host_copy(*pl, *base, *len, true));
             }
             self.machine.now_ps = end;
         }
@@ -603,7 +603,7 @@ impl Runtime {
                 b[..esz].copy_from_slice(c);
                 out[r * cols + col] = T::from_bits(u64::from_le_bytes(b));
             }
-            end = end.max(self.machine.host_copy(s.placement, bytes.len() as u64, false));
+            end = end.max(self.machine.host_copy(s.placement, s.base, bytes.len() as u64, false));
         }
         self.machine.now_ps = end;
         ArrayD::from_shape_vec(IxDyn(&t.shape), out).map_err(|e| HostError::new(e.to_string()))
@@ -637,7 +637,7 @@ impl Runtime {
                 .mem
                 .write(s.base, &bytes)
                 .map_err(|f| HostError::new(format!("copy fault at {:#x}", f.addr)))?;
-            end = end.max(self.machine.host_copy(s.placement, bytes.len() as u64, true));
+            end = end.max(self.machine.host_copy(s.placement, s.base, bytes.len() as u64, true));
         }
         self.machine.now_ps = end;
         Ok(())

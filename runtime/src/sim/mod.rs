@@ -101,16 +101,17 @@ impl Machine {
         events::run(self, launch, dp)
     }
 
-    /// Copies `bytes` between the host and an allocation's memory over
-    /// PCIe, the IO chiplet and the NoC, starting at the machine's clock;
-    /// the clock moves to when the copy ends.
-    pub fn host_copy(&mut self, placement: Placement, bytes: u64, to_device: bool) -> u64 {
+    /// Copies `bytes` at `addr` between the host and the memory holding
+    /// them, over PCIe, the IO chiplet and the NoC, starting at the
+    /// machine's clock; returns when the copy ends (the caller moves the
+    /// clock, after all its copies).
+    pub fn host_copy(&mut self, placement: Placement, addr: u64, bytes: u64, to_device: bool) -> u64 {
         let io_cpu = Topology::ns_to_ps(self.topo.spec.host.io_cpu_latency_ns.0);
         let route = self.fabric.host_route(placement.sip(), placement.endpoint(), to_device);
         let mut hbm = smallvec::SmallVec::<[u64; 8]>::new();
         if let Placement::Hbm(_) = placement {
             hbm.resize(self.fabric.channels() as usize, 0);
-            self.fabric.split_contiguous(0, bytes, &mut hbm);
+            self.fabric.split_contiguous(addr, bytes, &mut hbm);
         }
         let t = self.fabric.reserve(&route, bytes, &hbm, self.now_ps + io_cpu);
         t.end_ps

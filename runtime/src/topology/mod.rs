@@ -22,31 +22,7 @@ const LARGE_YAML: &str = include_str!("../../../stdlib/topologies/large.yaml");
 pub const PRESETS: &[(&str, &str)] = &[("default", DEFAULT_YAML), ("tiny", TINY_YAML), ("large", LARGE_YAML)];
 
 /// A topology file that could not be used.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TopologyError {
-    pub file: String,
-    pub line: Option<usize>,
-    /// Dotted key path (`cube.pe_layout.pe_per_corner`), empty for the file.
-    pub path: String,
-    pub message: String,
-    /// The file could not be read at all (bad usage, rather than a bad file).
-    pub unreadable: bool,
-}
-
-impl fmt::Display for TopologyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.file)?;
-        if let Some(l) = self.line {
-            write!(f, ":{l}")?;
-        }
-        if !self.path.is_empty() {
-            write!(f, ": {}", self.path)?;
-        }
-        write!(f, ": {}", self.message)
-    }
-}
-
-impl std::error::Error for TopologyError {}
+pub type TopologyError = crate::yaml::YamlError;
 
 /// A PE's structural coordinates (DESIGN §2): there is no flat global
 /// PE index; a flat rank exists only inside a communicator.
@@ -75,37 +51,7 @@ pub struct Topology {
 impl Topology {
     /// Parses and validates `text`; `file` names it in errors.
     pub fn parse(file: &str, text: &str) -> Result<Topology, TopologyError> {
-        let de = serde_yaml::Deserializer::from_str(text);
-        let spec: schema::File = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let path = if path == "." { String::new() } else { path };
-            let inner = e.inner();
-            let mut message = inner.to_string();
-            // serde_yaml appends " at line L column C" and may prefix the
-            // path: both are reported separately.
-            if let Some(i) = message.find(" at line ") {
-                message.truncate(i);
-            }
-            // A leading key path (serde_yaml's own) repeats ours.
-            if let Some((head, rest)) = message.split_once(": ") {
-                if !head.is_empty() && !head.contains(' ') && path.starts_with(head) {
-                    message = rest.to_string();
-                }
-            }
-            // serde_yaml locates value errors at the enclosing mapping; the
-            // key's own line is more useful when the path names a key.
-            let line = match key_line(text, &path) {
-                Some(l) if !message.starts_with("unknown field") => Some(l),
-                _ => inner.location().map(|l| l.line()),
-            };
-            TopologyError {
-                file: file.to_string(),
-                line,
-                path,
-                message,
-                unreadable: false,
-            }
-        })?;
+        let spec: schema::File = crate::yaml::parse(file, text)?;
         let topo = Topology {
             cycle_ps: (1000.0 / spec.clock_ghz.0).round().max(1.0) as u64,
             spec,
@@ -119,15 +65,14 @@ impl Topology {
         if let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == path_or_preset) {
             return Topology::parse(&format!("<preset {path_or_preset}>"), text);
         }
-        let text = std::fs::read_to_string(Path::new(path_or_preset)).map_err(|e| TopologyError {
-            file: path_or_preset.to_string(),
-            line: None,
-            path: String::new(),
-            message: format!(
-                "cannot read: {e} (presets: {})",
-                PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
-            ),
-            unreadable: true,
+        let text = std::fs::read_to_string(Path::new(path_or_preset)).map_err(|e| {
+            TopologyError::unreadable(
+                path_or_preset,
+                format!(
+                    "cannot read: {e} (presets: {})",
+                    PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
+                ),
+            )
         })?;
         Topology::parse(path_or_preset, &text)
     }
@@ -141,13 +86,7 @@ impl Topology {
 
     fn validate(&self, file: &str, text: &str) -> Result<(), TopologyError> {
         let s = &self.spec;
-        let err = |path: &str, message: String| TopologyError {
-            file: file.to_string(),
-            line: key_line(text, path),
-            path: path.to_string(),
-            message,
-            unreadable: false,
-        };
+        let err = |path: &str, message: String| TopologyError::at(file, text, path, message);
         let [w, h] = s.system.sip_grid;
         if w.0 * h.0 != s.system.sips.0 {
             return Err(err(
@@ -281,35 +220,7 @@ pub const MATH_CLASSES: &[&str] = &[
     "default", "div", "sqrt", "exp", "log", "sin", "cos", "reduce", "convert",
 ];
 
-/// The 1-based line where a dotted key path is defined, by following the
-/// YAML's indentation (for errors found after parsing).
-pub fn key_line(text: &str, path: &str) -> Option<usize> {
-    let mut from = 0usize;
-    let mut parent_indent: i64 = -1;
-    let lines: Vec<&str> = text.lines().collect();
-    let mut found = None;
-    for seg in path.split('.') {
-        found = None;
-        for (i, line) in lines.iter().enumerate().skip(from) {
-            let trimmed = line.trim_start();
-            if trimmed.is_empty() || trimmed.starts_with('#') {
-                continue;
-            }
-            let indent = (line.len() - trimmed.len()) as i64;
-            if i > from && indent <= parent_indent {
-                break;
-            }
-            if indent > parent_indent && trimmed.starts_with(&format!("{seg}:")) {
-                found = Some(i);
-                parent_indent = indent;
-                from = i + 1;
-                break;
-            }
-        }
-        found?;
-    }
-    found.map(|i| i + 1)
-}
+pub use crate::yaml::key_line;
 
 #[cfg(test)]
 mod tests {

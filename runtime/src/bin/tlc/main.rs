@@ -285,12 +285,7 @@ pub(crate) fn usage_error(msg: &str) -> ExitCode {
 }
 
 pub(crate) fn default_stdlib() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("KERNBENCH_STDLIB") {
-        return Some(PathBuf::from(dir));
-    }
-    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stdlib");
-    // Canonical, so messages name `/…/stdlib/ccl/x.tl`, not `runtime/../`.
-    shipped.is_dir().then(|| shipped.canonicalize().unwrap_or(shipped))
+    kernbench_runtime::host::default_stdlib()
 }
 
 /// Parses `-D NAME=VALUE` flags.
@@ -386,23 +381,6 @@ pub(crate) fn lower_kernel(
     }
 }
 
-/// Parses a byte count with an optional K, M or G suffix (powers of 1024).
-pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
-        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
-        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
-    num.trim()
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("`{s}` is not a size (a positive number of bytes, optionally with K, M or G)"))
-}
-
 /// The topology of `--topology`, or the exit code after printing why not.
 pub(crate) fn load_topology(file: Option<&str>) -> Result<kernbench_runtime::topology::Topology, ExitCode> {
     match file {
@@ -416,7 +394,7 @@ pub(crate) fn load_topology(file: Option<&str>) -> Result<kernbench_runtime::top
 
 fn probe(case: Option<&str>, bytes: &str, topology: Option<&str>, format: Format) -> ExitCode {
     use kernbench_runtime::sim::probe;
-    let bytes = match parse_size(bytes) {
+    let bytes = match kernbench_runtime::ccl::bench::parse_size(bytes) {
         Ok(b) => b,
         Err(e) => return usage_error(&format!("--bytes: {e}")),
     };

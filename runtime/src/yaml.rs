@@ -1,0 +1,123 @@
+//! YAML configuration files (`topology.yaml`, `ccl.yaml`): deserialization
+//! into typed structs with errors that name the file, the line and the key
+//! path (`topology.yaml:12: cube.pe_layout.pe_per_corner: expected a
+//! positive integer, got -1`).
+
+use serde::de::DeserializeOwned;
+use std::fmt;
+
+/// A configuration file that could not be used.
+#[derive(Clone, Debug, PartialEq)]
+pub struct YamlError {
+    pub file: String,
+    pub line: Option<usize>,
+    /// Dotted key path (`cube.pe_layout.pe_per_corner`), empty for the file.
+    pub path: String,
+    pub message: String,
+    /// The file could not be read at all (bad usage, rather than a bad file).
+    pub unreadable: bool,
+}
+
+impl YamlError {
+    /// An error about key `path` of `text` (its line found by indentation).
+    pub fn at(file: &str, text: &str, path: &str, message: String) -> YamlError {
+        YamlError {
+            file: file.to_string(),
+            line: key_line(text, path),
+            path: path.to_string(),
+            message,
+            unreadable: false,
+        }
+    }
+
+    /// The file could not be read.
+    pub fn unreadable(file: &str, message: String) -> YamlError {
+        YamlError {
+            file: file.to_string(),
+            line: None,
+            path: String::new(),
+            message,
+            unreadable: true,
+        }
+    }
+}
+
+impl fmt::Display for YamlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(l) = self.line {
+            write!(f, ":{l}")?;
+        }
+        if !self.path.is_empty() {
+            write!(f, ": {}", self.path)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for YamlError {}
+
+/// Deserializes `text` (named `file` in errors).
+pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError> {
+    let de = serde_yaml::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        let inner = e.inner();
+        let mut message = inner.to_string();
+        // serde_yaml appends " at line L column C" and may prefix the path:
+        // both are reported separately.
+        if let Some(i) = message.find(" at line ") {
+            message.truncate(i);
+        }
+        // A leading key path (serde_yaml's own) repeats ours.
+        if let Some((head, rest)) = message.split_once(": ") {
+            if !head.is_empty() && !head.contains(' ') && path.starts_with(head) {
+                message = rest.to_string();
+            }
+        }
+        // serde_yaml locates value errors at the enclosing mapping; the
+        // key's own line is more useful when the path names a key.
+        let line = match key_line(text, &path) {
+            Some(l) if !message.starts_with("unknown field") => Some(l),
+            _ => inner.location().map(|l| l.line()),
+        };
+        YamlError {
+            file: file.to_string(),
+            line,
+            path,
+            message,
+            unreadable: false,
+        }
+    })
+}
+
+/// The 1-based line where a dotted key path is defined, by following the
+/// YAML's indentation (for errors found after parsing).
+pub fn key_line(text: &str, path: &str) -> Option<usize> {
+    let mut from = 0usize;
+    let mut parent_indent: i64 = -1;
+    let lines: Vec<&str> = text.lines().collect();
+    let mut found = None;
+    for seg in path.split('.') {
+        found = None;
+        for (i, line) in lines.iter().enumerate().skip(from) {
+            let trimmed = line.trim_start();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let indent = (line.len() - trimmed.len()) as i64;
+            if i > from && indent <= parent_indent {
+                break;
+            }
+            if indent > parent_indent && trimmed.starts_with(&format!("{seg}:")) {
+                found = Some(i);
+                parent_indent = indent;
+                from = i + 1;
+                break;
+            }
+        }
+        found?;
+    }
+    found.map(|i| i + 1)
+}
