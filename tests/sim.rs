@@ -329,26 +329,20 @@ fn a_send_recv_pair_matches_the_closed_form() {
     assert!(rel(got, want) < 1e-3, "copy-out took {got} ps, closed form {want} ps");
 }
 
-fn ring_source() -> String {
-    std::fs::read_to_string(repo_root().join("tests/sim/ring_allreduce.tl")).expect("ring source")
-}
-
 /// Runs the test ring all-reduce on `world` PEs (ring order) with i32
 /// data and checks every rank holds the exact sum.
 fn ring_exact(topo: &Topology, world: usize, n_elem: usize, chunk: i64, stdlib: bool, layout: &[&str]) -> SimRun {
-    let (src, kernel) = if stdlib {
-        (
-            std::fs::read_to_string(repo_root().join("stdlib/ccl/ring_allreduce.tl")).expect("stdlib ring"),
-            "ring_allreduce",
-        )
+    let file = repo_root().join(if stdlib {
+        "stdlib/ccl/ring_allreduce.tl"
     } else {
-        (ring_source(), "ring_allreduce")
-    };
-    let (func, _) = lower(
-        &src,
-        kernel,
+        "tests/sim/ring_allreduce.tl"
+    });
+    let (func, _) = kernbench_tests::exec::lower_path(
+        &file,
+        "ring_allreduce",
         &[("T", Konst::DType(DType::I32)), ("CHUNK", Konst::Int(chunk))],
-    );
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
     let data = i32s(&[world, n_elem], |k| {
         ((k * 7919) % 2001) as i32 - 1000 + (k / n_elem) as i32 * 100_000

@@ -161,9 +161,36 @@ pub mod exec {
         lower_file("case.tl", source, name, defines).map(|(f, _)| f)
     }
 
+    /// Lowers kernel `name` of the file at `path` (its imports resolve
+    /// next to it).
+    pub fn lower_path(
+        path: &std::path::Path,
+        name: &str,
+        defines: &[(&str, Konst)],
+    ) -> Result<(Function, SourceMap), String> {
+        let source = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        lower_at(
+            &path.display().to_string(),
+            Some(path.to_path_buf()),
+            &source,
+            name,
+            defines,
+        )
+    }
+
     /// Like [`lower`], naming the file and returning its source map.
     pub fn lower_file(
         file: &str,
+        source: &str,
+        name: &str,
+        defines: &[(&str, Konst)],
+    ) -> Result<(Function, SourceMap), String> {
+        lower_at(file, None, source, name, defines)
+    }
+
+    fn lower_at(
+        file: &str,
+        path: Option<std::path::PathBuf>,
         source: &str,
         name: &str,
         defines: &[(&str, Konst)],
@@ -173,7 +200,7 @@ pub mod exec {
             stdlib_root: Some(crate::repo_root().join("stdlib")),
         };
         let mut s = sema::Session::new(options);
-        s.add_file(file, None, source.to_string());
+        s.add_file(file, path, source.to_string());
         let (out, ir) = s.lower(name);
         match ir {
             Ok(f) => Ok((f, out.sources)),

@@ -713,8 +713,10 @@ impl Sim<'_> {
                 if let Some(m) = q.msg_mut(msg) {
                     m.arrived_ps = Some(now);
                 }
+                // The receiver may take it now (in this event: the kick
+                // needs nothing that happens later at this time).
                 let dst = q.dst as usize;
-                self.request_kick(dst, Engine::Recv, now);
+                self.kick(dst, Engine::Recv)?;
             }
             OpKind::Notify { addr, bits, size } => {
                 use kernbench_compiler::datapath::Memory;
@@ -754,7 +756,7 @@ impl Sim<'_> {
     }
 
     /// Credits are back at a queue's sender.
-    pub(super) fn credit(&mut self, queue: u32, n: u32) {
+    pub(super) fn credit(&mut self, queue: u32, n: u32) -> Result<(), SimError> {
         let q = &mut self.queues.queues[queue as usize];
         q.credits += n;
         let p = q.src as usize;
@@ -768,6 +770,11 @@ impl Sim<'_> {
             }
             _ => self.now,
         };
-        self.request_kick(p, Engine::Send, t);
+        if t == self.now {
+            self.kick(p, Engine::Send)
+        } else {
+            self.request_kick(p, Engine::Send, t);
+            Ok(())
+        }
     }
 }

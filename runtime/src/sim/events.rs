@@ -311,7 +311,7 @@ impl Sim<'_> {
                     self.kick(p as usize, e)?;
                 }
                 Ev::Done(p, slot) => self.done(p as usize, slot)?,
-                Ev::Credit(q, n) => self.credit(q, n),
+                Ev::Credit(q, n) => self.credit(q, n)?,
             }
         }
         let blocked = self.blocked();
