@@ -323,6 +323,36 @@ fn gemm(func: &Function, i: Inst, env: &HashMap<Value, ArrayD<Bits>>, mem: &mut 
             .map_err(|f| err(i, ExecErrorKind::OutOfBounds(f)))?;
         Ok(u64::from_le_bytes(buf))
     };
+    // Each matrix must lie inside one allocation (checked before any
+    // buffer is sized from the run-time M, N, K).
+    for (base, elems, dt, write) in [(a, m * k, ad, false), (b, k * n, ad, false), (out, m * n, od, true)] {
+        let Some(bytes) = elems.checked_mul(dt.size_bytes()) else {
+            return Err(err(
+                i,
+                ExecErrorKind::OutOfBounds(super::MemFault {
+                    addr: base,
+                    bytes: u64::MAX,
+                    write,
+                }),
+            ));
+        };
+        if bytes == 0 {
+            continue;
+        }
+        let fits = mem
+            .segment(base)
+            .is_some_and(|(lo, seg)| base - lo + bytes <= seg.len() as u64);
+        if !fits {
+            return Err(err(
+                i,
+                ExecErrorKind::OutOfBounds(super::MemFault {
+                    addr: base,
+                    bytes,
+                    write,
+                }),
+            ));
+        }
+    }
     let mut a_mat = vec![0; (m * k) as usize];
     for (idx, slot) in a_mat.iter_mut().enumerate() {
         *slot = read(mem, a, idx as u64, ad)?;

@@ -51,9 +51,10 @@ impl Runtime {
                 )));
             }
             for (a, b) in t.shards.iter().zip(first.shards.iter()) {
-                if a.rows.len() * a.cols.len() != b.rows.len() * b.cols.len() {
+                if a.rows != b.rows || a.cols != b.cols {
                     return Err(HostError::new(format!(
-                        "{what}: rank {r}'s shards differ in size from rank 0's"
+                        "{what}: rank {r}'s tensor is split differently from rank 0's ({:?} × {:?} vs {:?} × {:?})",
+                        a.rows, a.cols, b.rows, b.cols
                     )));
                 }
             }
@@ -99,6 +100,12 @@ impl Runtime {
                 return Err(HostError::new(format!("{c} needs an output tensor per rank")));
             }
             self.check_alike(c.key(), outputs)?;
+            if outputs[0].dtype != dtype {
+                return Err(HostError::new(format!(
+                    "{c}: the outputs are {}, the inputs {dtype}",
+                    outputs[0].dtype
+                )));
+            }
             for t in inputs.iter().chain(outputs) {
                 if t.shards.len() > 1 && t.policy.dist != super::Dist::Replicate {
                     return Err(HostError::new(format!(

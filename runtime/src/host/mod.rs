@@ -149,13 +149,15 @@ impl DpPolicy {
         if self.num_cubes == 0 || self.num_pes == 0 {
             return Err(HostError::new("a DpPolicy needs at least one cube and one PE"));
         }
-        if self.cube + self.num_cubes > topo.cubes_per_sip() || self.pe + self.num_pes > topo.pes_per_cube() {
+        let cubes_end = self.cube.checked_add(self.num_cubes).unwrap_or(u32::MAX);
+        let pes_end = self.pe.checked_add(self.num_pes).unwrap_or(u32::MAX);
+        if cubes_end > topo.cubes_per_sip() || pes_end > topo.pes_per_cube() {
             return Err(HostError::new(format!(
                 "DpPolicy cubes {}..{} × PEs {}..{} do not exist on a SIP of {} cubes × {} PEs",
                 self.cube,
-                self.cube + self.num_cubes,
+                cubes_end,
                 self.pe,
-                self.pe + self.num_pes,
+                pes_end,
                 topo.cubes_per_sip(),
                 topo.pes_per_cube()
             )));

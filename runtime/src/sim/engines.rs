@@ -334,10 +334,16 @@ impl Sim<'_> {
                     Some(a) => a,
                     None => self.access(p, &op)?,
                 };
-                if let Some(id) = op.mem_id {
-                    self.pes[p].mem_started(id, access.ranges.clone());
+                let is_gemm = matches!(self.l.func.inst(op.inst).op, Op::Gemm { .. });
+                // A load records its footprint when it samples memory; the
+                // others (writes, `tl.gemm`) when they start.
+                if info.effect_at_end {
+                    if let Some(id) = op.mem_id {
+                        self.pes[p].mem_started(id, access.ranges.clone(), is_gemm);
+                        self.kick_waiting(p);
+                    }
                 }
-                if matches!(self.l.func.inst(op.inst).op, Op::Gemm { .. }) {
+                if is_gemm {
                     let end = self.gemm_composite(p, &op, &access)?;
                     self.occupy(p, e, (now, end, end), op.inst);
                     self.finish_at(p, op, now, end);
@@ -348,8 +354,8 @@ impl Sim<'_> {
                 let t0 = now + self.dma_setup_ps;
                 // The engine is busy until the transfer's tail has left the
                 // first stage; the rest of the path overlaps with the next.
-                let (busy_end, end) = if bytes == 0 {
-                    (t0, t0)
+                let (busy_end, end, transfer_start) = if bytes == 0 {
+                    (t0, t0, t0)
                 } else {
                     let route = if write {
                         self.m.fabric.route(Endpoint::Core(me), place.endpoint())
@@ -357,18 +363,22 @@ impl Sim<'_> {
                         self.m.fabric.route(place.endpoint(), Endpoint::Core(me))
                     };
                     let tr = self.m.fabric.reserve(&route, bytes, &hbm, t0);
-                    (tr.injected_ps, tr.end_ps)
+                    (tr.injected_ps, tr.end_ps, tr.start_ps)
                 };
-                if !info.effect_at_end {
-                    // A load samples memory now.
-                    let outs = self.run_group(p, &op, g)?;
-                    for (s, v) in op.results.iter().zip(outs) {
-                        let _ = s.data.set(v);
+                self.occupy(p, e, (now, busy_end, end), op.inst);
+                if info.effect_at_end {
+                    self.finish_at(p, op, now, end);
+                } else {
+                    // A load samples memory when its transfer starts.
+                    for s in &op.results {
                         s.ready_ps.set(end);
                     }
+                    op.start_ps = now;
+                    let slot = self.pes[p].park(op);
+                    self.pes[p].sample_ranges.insert(slot, access.ranges);
+                    self.schedule(transfer_start, Ev::Sample(p as u32, slot));
+                    self.schedule(end, Ev::Done(p as u32, slot));
                 }
-                self.occupy(p, e, (now, busy_end, end), op.inst);
-                self.finish_at(p, op, now, end);
             }
             OpKind::Notify { addr, size, .. } => {
                 let place = self.m.mem.placement_of(addr).ok_or_else(|| {
@@ -383,7 +393,8 @@ impl Sim<'_> {
                     )
                 })?;
                 if let Some(id) = op.mem_id {
-                    self.pes[p].mem_started(id, smallvec![(addr, addr + size, true)]);
+                    self.pes[p].mem_started(id, smallvec![(addr, addr + size, true)], false);
+                    self.kick_waiting(p);
                 }
                 let route = self.m.fabric.route(Endpoint::Core(self.coords[p]), place.endpoint());
                 let mut hbm = Channels::new();
@@ -605,12 +616,19 @@ impl Sim<'_> {
         let osz = pointee(func.ty(d.args[2])).size_bytes();
         let mut parts = SmallVec::new();
         let mut ranges = Ranges::new();
-        for (arg, bytes, write) in [(0, m * k * isz, false), (1, k * n * isz, false), (2, m * n * osz, true)] {
+        for (arg, elems, size, write) in [(0, m * k, isz, false), (1, k * n, isz, false), (2, m * n, osz, true)] {
             let addr = s(arg);
+            let bytes = elems.saturating_mul(size);
             if bytes == 0 {
                 continue;
             }
             let fault = || self.exec_error(p, op.inst, ExecErrorKind::OutOfBounds(MemFault { addr, bytes, write }));
+            // The whole matrix lies inside one allocation.
+            let (base, _) = self.m.mem.lookup(addr).ok_or_else(fault)?;
+            let len = self.m.mem.bytes_at(base).map_or(0, |b| b.len() as u64);
+            if addr - base + bytes > len {
+                return Err(fault());
+            }
             let place = self.m.mem.placement_of(addr).ok_or_else(fault)?;
             self.check_reach(p, op, place, addr, write)?;
             let mut hbm = Channels::new();
@@ -693,6 +711,41 @@ impl Sim<'_> {
         Ok(end)
     }
 
+    /// A load's transfer starts: it reads memory now.
+    pub(super) fn sample(&mut self, p: usize, slot: u32) -> Result<(), SimError> {
+        let Some(op) = self.pes[p].inflight.get_mut(slot as usize).and_then(Option::take) else {
+            return Ok(());
+        };
+        let ranges = self.pes[p].sample_ranges.remove(&slot).unwrap_or_default();
+        if let Some(id) = op.mem_id {
+            self.pes[p].mem_started(id, ranges, false);
+        }
+        let outs = match op.kind {
+            OpKind::Group(g) => self.run_group(p, &op, g),
+            _ => Ok(Vec::new()),
+        };
+        if let Ok(outs) = &outs {
+            for (s, v) in op.results.iter().zip(outs) {
+                let _ = s.data.set(v.clone());
+            }
+        }
+        self.pes[p].inflight[slot as usize] = Some(op);
+        outs?;
+        self.kick_waiting(p);
+        Ok(())
+    }
+
+    /// Retries (at once, by event) the engines of PE `p` whose head waits
+    /// for something of the PE.
+    fn kick_waiting(&mut self, p: usize) {
+        for e in Engine::ALL {
+            if self.pes[p].engines[e.index()].waiting_on_pe {
+                let now = self.now;
+                self.request_kick(p, e, now);
+            }
+        }
+    }
+
     /// An operation ended: its end-time effects, then whatever waited for
     /// it.
     pub(super) fn done(&mut self, p: usize, slot: u32) -> Result<(), SimError> {
@@ -707,6 +760,8 @@ impl Sim<'_> {
                     let _ = s.data.set(v);
                     s.ready_ps.set(now);
                 }
+                // A store or atomic may have set someone's signal word.
+                self.wake_signal_waiters();
             }
             OpKind::Send { queue, msg } => {
                 let q = &mut self.queues.queues[queue as usize];
@@ -721,12 +776,7 @@ impl Sim<'_> {
             OpKind::Notify { addr, bits, size } => {
                 use kernbench_compiler::datapath::Memory;
                 let _ = self.m.mem.write(addr, &bits.to_le_bytes()[..size as usize]);
-                // Whoever waits for a signal looks again.
-                for q in 0..self.pes.len() {
-                    if self.pes[q].stall == Stall::Signal {
-                        self.wake_issue(q);
-                    }
-                }
+                self.wake_signal_waiters();
             }
             OpKind::Recv { queue, msg } => {
                 let q = &mut self.queues.queues[queue as usize];
@@ -753,6 +803,15 @@ impl Sim<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Whoever waits in `tl.wait_until` looks at its signal word again.
+    fn wake_signal_waiters(&mut self) {
+        for q in 0..self.pes.len() {
+            if self.pes[q].stall == Stall::Signal {
+                self.wake_issue(q);
+            }
+        }
     }
 
     /// Credits are back at a queue's sender.

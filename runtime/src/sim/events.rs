@@ -4,7 +4,7 @@
 
 use super::fabric::Endpoint;
 use super::ipcq::Queues;
-use super::pe::{PeState, Stall};
+use super::pe::{PeState, Programs, Stall};
 use super::report::{Blocked, LinkStat, PeStat, Report, Slice, WaitReason};
 use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Communicator, Engine, Launch, Machine, Placement, SimError};
 use crate::topology::schema::Ipcq;
@@ -12,7 +12,7 @@ use crate::topology::PeCoord;
 use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind, Fusion, GroupId, Plan};
 use kernbench_compiler::ir::{Function, Inst, Op, Value};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet, VecDeque};
+use std::collections::{BinaryHeap, HashSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Ev {
@@ -22,6 +22,8 @@ pub(super) enum Ev {
     Kick(u32, u8),
     /// An operation finished: PE, in-flight slot.
     Done(u32, u32),
+    /// A load's transfer starts and reads memory: PE, in-flight slot.
+    Sample(u32, u32),
     /// Credits came back to a queue's sender.
     Credit(u32, u32),
 }
@@ -160,7 +162,17 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
     if let Some(b) = l.packet_bytes {
         m.fabric.packet_bytes = b.max(1);
     }
-    let programs: u32 = l.grid.iter().product();
+    let programs = l
+        .grid
+        .iter()
+        .try_fold(1u64, |a, g| a.checked_mul(*g as u64))
+        .filter(|n| *n <= u32::MAX as u64);
+    let Some(programs) = programs else {
+        return Err(SimError::Setup(format!(
+            "a grid of {:?} programs is too large (at most 2^32 - 1)",
+            l.grid
+        )));
+    };
     let mut pes = Vec::with_capacity(coords.len());
     let mut group_of = Vec::with_capacity(coords.len());
     let mut group_base = Vec::with_capacity(l.groups.len());
@@ -168,10 +180,18 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         group_base.push(pes.len());
         let world = c.world();
         for r in 0..world {
-            let mine: VecDeque<u32> = if l.grid_per_pe {
-                (0..programs).collect()
+            let mine = if l.grid_per_pe {
+                Programs {
+                    next: 0,
+                    step: 1,
+                    end: programs,
+                }
             } else {
-                (r..programs).step_by(world as usize).collect()
+                Programs {
+                    next: r as u64,
+                    step: world as u64,
+                    end: programs,
+                }
             };
             pes.push(PeState::new(r, mine, func.values.len(), start));
             group_of.push(g as u32);
@@ -270,14 +290,15 @@ impl Sim<'_> {
     pub fn start_next_program(&mut self, p: usize) {
         let func = self.l.func;
         let [g0, g1, _] = self.l.grid;
-        let Some(idx) = self.pes[p].programs.pop_front() else {
+        let Some(idx) = self.pes[p].programs.next() else {
             let pe = &mut self.pes[p];
             pe.stall = Stall::Finished;
             pe.end_ps = pe.issue_ps.max(pe.last_done_ps);
             return;
         };
         let pe = &mut self.pes[p];
-        pe.pid = [idx % g0, (idx / g0) % g1.max(1), idx / (g0 * g1).max(1)];
+        let (g0, g1) = (g0.max(1) as u64, g1.max(1) as u64);
+        pe.pid = [(idx % g0) as u32, ((idx / g0) % g1) as u32, (idx / (g0 * g1)) as u32];
         pe.frames = vec![super::pe::Frame {
             region: func.body,
             idx: 0,
@@ -311,6 +332,7 @@ impl Sim<'_> {
                     self.kick(p as usize, e)?;
                 }
                 Ev::Done(p, slot) => self.done(p as usize, slot)?,
+                Ev::Sample(p, slot) => self.sample(p as usize, slot)?,
                 Ev::Credit(q, n) => self.credit(q, n)?,
             }
         }

@@ -561,7 +561,7 @@ impl Sim<'_> {
     /// every rank; all leave together at the last arrival plus a round
     /// trip to rank 0.
     fn barrier(&mut self, p: usize) -> bool {
-        if !self.pes[p].drained() {
+        if !self.pes[p].drained_but_receives() {
             return self.stall(p, Stall::Drain);
         }
         let t = {

@@ -231,8 +231,14 @@ pub fn peak_live_bytes(func: &Function) -> u64 {
     }
     let mut delta = vec![0i64; order.len() + 2];
     for (v, data) in func.values.iter() {
-        if let Type::Block(e, s) = &data.ty {
-            let bytes = s.iter().product::<u64>() as i64 * kernbench_compiler::datapath::elem_size(*e) as i64;
+        let block = match &data.ty {
+            Type::Block(e, s) => Some((*e, s)),
+            // A received future's data is in the PE once it has arrived.
+            Type::Future(d, s) => Some((kernbench_compiler::sema::Elem::Num(*d), s)),
+            Type::Scalar(_) => None,
+        };
+        if let Some((e, s)) = block {
+            let bytes = s.iter().product::<u64>() as i64 * kernbench_compiler::datapath::elem_size(e) as i64;
             if let (Some(&d), Some(&u)) = (def_at.get(&v), last_use.get(&v)) {
                 delta[d] += bytes;
                 delta[u + 1] -= bytes;

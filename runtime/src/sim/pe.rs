@@ -133,8 +133,13 @@ pub struct EngineQueue {
 pub struct MemOp {
     pub id: u64,
     pub ranges: Ranges,
+    /// It has read (or, writing only, started): later operations may be
+    /// ordered against its footprint.
     pub started: bool,
     pub done: bool,
+    /// It reads its inputs when it ends (`tl.gemm`): a later write to them
+    /// waits for its end, not its start.
+    pub reads_at_end: bool,
 }
 
 /// Where the issue unit is inside a region.
@@ -166,6 +171,26 @@ pub struct Frame {
     pub kind: FrameKind,
 }
 
+/// The programs a PE still runs: `next, next + step, …` below `end`.
+#[derive(Clone, Copy, Debug)]
+pub struct Programs {
+    pub next: u64,
+    pub step: u64,
+    pub end: u64,
+}
+
+impl Iterator for Programs {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        (self.next < self.end).then(|| {
+            let n = self.next;
+            self.next = self.next.saturating_add(self.step.max(1));
+            n
+        })
+    }
+}
+
 /// Why the issue unit is not issuing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stall {
@@ -188,7 +213,7 @@ pub enum Stall {
 pub struct PeState {
     pub rank: u32,
     /// Programs still to run (flattened grid indices).
-    pub programs: VecDeque<u32>,
+    pub programs: Programs,
     pub pid: [u32; 3],
     pub frames: Vec<Frame>,
     pub env: Vec<Val>,
@@ -213,10 +238,13 @@ pub struct PeState {
     pub at_barrier: bool,
     /// A blocking receive or wait: issue resumes when this is ready.
     pub wait_for: Option<Rc<Slot>>,
+    /// Loads that have started but not sampled memory yet: their
+    /// footprint, by in-flight slot.
+    pub sample_ranges: rustc_hash::FxHashMap<u32, Ranges>,
 }
 
 impl PeState {
-    pub fn new(rank: u32, programs: VecDeque<u32>, nvals: usize, t0: u64) -> PeState {
+    pub fn new(rank: u32, programs: Programs, nvals: usize, t0: u64) -> PeState {
         PeState {
             rank,
             programs,
@@ -237,12 +265,24 @@ impl PeState {
             end_ps: t0,
             at_barrier: false,
             wait_for: None,
+            sample_ranges: Default::default(),
         }
     }
 
     /// Every queue empty and nothing in flight.
     pub fn drained(&self) -> bool {
         self.inflight_count == 0 && self.engines.iter().all(|e| e.queue.is_empty())
+    }
+
+    /// Drained but for receives that have not started (a barrier waits for
+    /// the PE's own work, not for messages from others).
+    pub fn drained_but_receives(&self) -> bool {
+        self.inflight_count == 0
+            && self
+                .engines
+                .iter()
+                .enumerate()
+                .all(|(k, e)| e.queue.is_empty() || k == super::Engine::Recv.index())
     }
 
     pub fn get(&self, v: Value) -> &Val {
@@ -284,15 +324,17 @@ impl PeState {
             ranges: Ranges::new(),
             started: false,
             done: false,
+            reads_at_end: false,
         });
         id
     }
 
     /// Whether memory operation `id` (with `ranges`) may start: every
-    /// earlier memory operation has started (so its footprint is known),
-    /// and none that overlaps and writes is still in flight. (An earlier
-    /// read has sampled memory when it started, so a later write to the
-    /// same bytes may go ahead.)
+    /// earlier memory operation has started (a load: has sampled memory),
+    /// and none that overlaps and writes is still in flight, nor one that
+    /// overlaps, reads at its end and would see this one's write. (An
+    /// earlier load has read its bytes when it sampled, so a later write to
+    /// them may go ahead.)
     pub fn mem_may_start(&self, id: u64, ranges: &[(u64, u64, bool)]) -> bool {
         for m in &self.mem_ops {
             if m.id >= id {
@@ -305,8 +347,8 @@ impl PeState {
                 continue;
             }
             for &(lo, hi, w) in &m.ranges {
-                for &(lo2, hi2, _) in ranges {
-                    if w && lo < hi2 && lo2 < hi {
+                for &(lo2, hi2, w2) in ranges {
+                    if lo < hi2 && lo2 < hi && (w || (w2 && m.reads_at_end)) {
                         return false;
                     }
                 }
@@ -315,10 +357,13 @@ impl PeState {
         true
     }
 
-    pub fn mem_started(&mut self, id: u64, ranges: Ranges) {
+    /// Records memory operation `id`'s footprint once it has started (a
+    /// load: sampled memory).
+    pub fn mem_started(&mut self, id: u64, ranges: Ranges, reads_at_end: bool) {
         if let Some(m) = self.mem_ops.iter_mut().find(|m| m.id == id) {
             m.ranges = ranges;
             m.started = true;
+            m.reads_at_end = reads_at_end;
         }
     }
 
