@@ -149,8 +149,8 @@ impl DpPolicy {
         if self.num_cubes == 0 || self.num_pes == 0 {
             return Err(HostError::new("a DpPolicy needs at least one cube and one PE"));
         }
-        let cubes_end = self.cube.checked_add(self.num_cubes).unwrap_or(u32::MAX);
-        let pes_end = self.pe.checked_add(self.num_pes).unwrap_or(u32::MAX);
+        let cubes_end = self.cube.saturating_add(self.num_cubes);
+        let pes_end = self.pe.saturating_add(self.num_pes);
         if cubes_end > topo.cubes_per_sip() || pes_end > topo.pes_per_cube() {
             return Err(HostError::new(format!(
                 "DpPolicy cubes {}..{} × PEs {}..{} do not exist on a SIP of {} cubes × {} PEs",
