@@ -561,6 +561,39 @@ impl Sim<'_> {
         };
         let place = self.m.mem.placement_of(first).ok_or_else(fault)?;
         self.check_reach(p, op, place, first, write)?;
+        // Lanes beyond the first one's allocation (a gather across tensors)
+        // must each be reachable too; their bytes are charged to the first
+        // lane's memory.
+        let (base, _) = self.m.mem.lookup(first).ok_or_else(fault)?;
+        let seg_end = base + self.m.mem.bytes_at(base).map_or(0, |b| b.len() as u64);
+        if scan.lo < base || scan.hi > seg_end {
+            let mut bad = None;
+            for_each_active(&ptr, mask.as_ref(), |a| {
+                if bad.is_none() && !(base..seg_end).contains(&a) {
+                    bad = Some(a);
+                    if let Some(pl) = self.m.mem.placement_of(a) {
+                        if self.check_reach(p, op, pl, a, write).is_ok() {
+                            bad = None;
+                        }
+                    }
+                }
+            });
+            if let Some(a) = bad {
+                let outside = self.exec_error(
+                    p,
+                    op.inst,
+                    ExecErrorKind::OutOfBounds(MemFault {
+                        addr: a,
+                        bytes: size,
+                        write,
+                    }),
+                );
+                return Err(match self.m.mem.placement_of(a) {
+                    Some(pl) => self.check_reach(p, op, pl, a, write).err().unwrap_or(outside),
+                    None => outside,
+                });
+            }
+        }
         let bytes = scan.count * size;
         let mut hbm = Channels::new();
         if let Placement::Hbm(_) = place {
