@@ -21,13 +21,14 @@ fn registry() -> Registry {
 /// returns the number of wrong elements.
 fn wrong(topo: &Topology, reg: &Registry, algo: &str, world: usize, bytes: u64, dtype: DType, op: ReduceOp) -> u64 {
     let a = reg.get(algo).expect("registered").clone();
-    let func = bench::compile(topo, reg, &a, dtype, op).unwrap_or_else(|e| panic!("{e}"));
+    let (func, sources) = bench::compile(topo, reg, &a, dtype, op).unwrap_or_else(|e| panic!("{e}"));
     let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
     let case = Case {
         topo,
         reg,
         algorithm: &a,
         func: &func,
+        sources: &sources,
         pes: &pes,
         dtype,
         op,

@@ -564,5 +564,39 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         "{}",
         stderr(&o)
     );
+    // An algorithm whose blocks do not fit in TCM fails with a sentence,
+    // and the other algorithms are still reported.
+    let ring = repo().join("stdlib/ccl/ring_allreduce.tl");
+    std::fs::write(
+        &cfg,
+        format!(
+            "algorithms:\n  big_ring:\n    collective: all_reduce\n    module: {}\n    kernel: ring_allreduce\n    \
+             topology: ring\n    slot_size_bytes: 65536\n    constexprs: {{CHUNK: 16384}}\n",
+            ring.display()
+        ),
+    )
+    .expect("write");
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--config",
+        &cfg.to_string_lossy(),
+        "--sizes",
+        "1M",
+        "--pes",
+        "2",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("error: algorithm `big_ring` failed on 2 PEs:")
+            && err.contains("bytes of TCM on (sip 0, cube 0, pe 0)")
+            && !err.contains("TcmCapacity"),
+        "{err}"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("ring_allreduce_hbm"),
+        "the others still run"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -58,18 +58,19 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut cases = Vec::new();
     for name in ["direct_allreduce", "ring_allreduce"] {
         let a = reg.get(name)?.clone();
-        let func = bench::compile(&topo, &reg, &a, DType::F32, ReduceOp::Sum)?;
-        cases.push((a, func));
+        let (func, sources) = bench::compile(&topo, &reg, &a, DType::F32, ReduceOp::Sum)?;
+        cases.push((a, func, sources));
     }
     let mut cache = bench::DataCache::default();
     for size in bench::parse_sizes("1K:4M")? {
         let mut cols = String::new();
-        for (a, func) in &cases {
+        for (a, func, sources) in &cases {
             let case = Case {
                 topo: &topo,
                 reg: &reg,
                 algorithm: a,
                 func,
+                sources,
                 pes: &pes,
                 dtype: DType::F32,
                 op: ReduceOp::Sum,

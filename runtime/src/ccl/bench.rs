@@ -16,6 +16,7 @@ use crate::sim::fabric::Endpoint;
 use crate::sim::{Launch, Machine, Placement};
 use crate::topology::{PeCoord, Space, Topology};
 use kernbench_compiler::datapath::{elem, jit::Jit, RtValue};
+use kernbench_compiler::diag::{ColorMode, SourceMap};
 use kernbench_compiler::sema::DType;
 use std::sync::Arc;
 
@@ -190,6 +191,8 @@ pub struct Case<'a> {
     pub reg: &'a Registry,
     pub algorithm: &'a Algorithm,
     pub func: &'a kernbench_compiler::ir::Function,
+    /// The sources `func` was compiled from (for error messages).
+    pub sources: &'a SourceMap,
     pub pes: &'a [PeCoord],
     pub dtype: DType,
     pub op: ReduceOp,
@@ -202,6 +205,7 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
         reg,
         algorithm: a,
         func,
+        sources,
         pes,
         dtype,
         op,
@@ -260,7 +264,11 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
                 blocked.len()
             )
         }
-        other => format!("algorithm `{}` failed on {n} PEs: {other:?}", a.name),
+        other => format!(
+            "algorithm `{}` failed on {n} PEs:\n{}",
+            a.name,
+            crate::sim::render_sim_error(func, sources, &other, ColorMode::Never).trim_end()
+        ),
     })?;
     // Count the wrong elements against the exact expected results.
     let out = if dst.is_empty() { &src } else { &dst };
@@ -294,15 +302,16 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
     })
 }
 
-/// Compiles an algorithm for a bench run (layout constexprs bound).
+/// Compiles an algorithm for a bench run (layout constexprs bound): the
+/// kernel and the sources its spans point into.
 pub fn compile(
     topo: &Topology,
     reg: &Registry,
     a: &Algorithm,
     dtype: DType,
     op: ReduceOp,
-) -> Result<kernbench_compiler::ir::Function, String> {
-    reg.compile(a, dtype, op, &layout_constexprs(topo)).map(|(f, _)| f)
+) -> Result<(kernbench_compiler::ir::Function, SourceMap), String> {
+    reg.compile(a, dtype, op, &layout_constexprs(topo))
 }
 
 /// A byte count with an optional K, M or G suffix (powers of 1024).

@@ -112,6 +112,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     struct Prepared {
         alg: kernbench_runtime::ccl::Algorithm,
         func: kernbench_compiler::ir::Function,
+        sources: kernbench_compiler::diag::SourceMap,
         ranks: u32,
         bw: f64,
         alpha: f64,
@@ -124,11 +125,12 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         let compiled = bench::compile(&topo, &reg, &alg, dtype, redop)
             .and_then(|func| communicator(&topo, &alg, &pes).map(|c| (func, c)));
         match compiled {
-            Ok((func, comm)) => {
+            Ok(((func, sources), comm)) => {
                 let (bw, alpha) = bench::ring_reference(&topo, &reg, &alg, &comm.pes);
                 prepared.push(Prepared {
                     alg,
                     func,
+                    sources,
                     ranks: comm.world(),
                     bw,
                     alpha,
@@ -153,6 +155,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 reg: &reg,
                 algorithm: &p.alg,
                 func: &p.func,
+                sources: &p.sources,
                 pes: &pes,
                 dtype,
                 op: redop,
