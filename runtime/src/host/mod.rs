@@ -583,9 +583,20 @@ impl Runtime {
 
     /// The tensor's contents on the host (after the work that writes it).
     pub fn to_ndarray<T: Element>(&mut self, t: &Tensor) -> Result<ArrayD<T>> {
-        if T::DTYPE != t.dtype {
-            return Err(HostError::new(format!("the tensor is {}, not {}", t.dtype, T::DTYPE)));
-        }
+        check_dtype::<T>(t)?;
+        let out = self.read_elems(t, T::from_bits)?;
+        ArrayD::from_shape_vec(IxDyn(&t.shape), out).map_err(|e| HostError::new(e.to_string()))
+    }
+
+    /// The tensor's elements as bits, row-major (after the work that
+    /// writes it).
+    pub(crate) fn read_bits(&mut self, t: &Tensor) -> Result<Vec<u64>> {
+        self.read_elems(t, |b| b)
+    }
+
+    /// Drains the work that writes `t`, copies its shards to the host
+    /// (timed) and converts each element's bits with `conv`.
+    fn read_elems<T: Default + Clone>(&mut self, t: &Tensor, conv: impl Fn(u64) -> T) -> Result<Vec<T>> {
         self.drain(Some(t.id))?;
         let (rows, cols) = t.rows_cols();
         let esz = t.dtype.size_bytes() as usize;
@@ -603,28 +614,26 @@ impl Runtime {
                 let (r, col) = (s.rows.start + k / w.max(1), s.cols.start + k % w.max(1));
                 let mut b = [0u8; 8];
                 b[..esz].copy_from_slice(c);
-                out[r * cols + col] = T::from_bits(u64::from_le_bytes(b));
+                out[r * cols + col] = conv(u64::from_le_bytes(b));
             }
             end = end.max(self.machine.host_copy(s.placement, s.base, bytes.len() as u64, false));
         }
         self.machine.now_ps = end;
-        ArrayD::from_shape_vec(IxDyn(&t.shape), out).map_err(|e| HostError::new(e.to_string()))
+        Ok(out)
     }
 
     /// Copies the array into the tensor (after the queued work on it).
     pub fn copy_from<T: Element>(&mut self, t: &Tensor, a: &ArrayD<T>) -> Result<()> {
-        if T::DTYPE != t.dtype || a.shape() != t.shape.as_slice() {
-            return Err(HostError::new(format!(
-                "cannot copy a {}{:?} array into a {}{:?} tensor",
-                T::DTYPE,
-                a.shape(),
-                t.dtype,
-                t.shape
-            )));
-        }
+        check_copy(t, a)?;
+        let data: Vec<u64> = a.iter().map(|x| x.to_bits()).collect();
+        self.write_bits(t, &data)
+    }
+
+    /// Writes row-major element bits (as many as the tensor has elements)
+    /// into the tensor's shards, after the queued work on it (timed).
+    pub(crate) fn write_bits(&mut self, t: &Tensor, data: &[u64]) -> Result<()> {
         self.drain(Some(t.id))?;
         let (_, cols) = t.rows_cols();
-        let data: Vec<u64> = a.iter().map(|x| x.to_bits()).collect();
         let esz = t.dtype.size_bytes() as usize;
         let mut end = self.machine.now_ps;
         for s in t.shards.iter() {
@@ -773,4 +782,26 @@ impl Runtime {
         }
         Ok(self.registry.as_ref().expect("loaded above"))
     }
+}
+
+/// A host read of `t` as `T` needs the tensor's dtype.
+pub(crate) fn check_dtype<T: Element>(t: &Tensor) -> Result<()> {
+    if T::DTYPE != t.dtype {
+        return Err(HostError::new(format!("the tensor is {}, not {}", t.dtype, T::DTYPE)));
+    }
+    Ok(())
+}
+
+/// A host copy of `a` into `t` needs the tensor's dtype and shape.
+pub(crate) fn check_copy<T: Element>(t: &Tensor, a: &ArrayD<T>) -> Result<()> {
+    if T::DTYPE != t.dtype || a.shape() != t.shape.as_slice() {
+        return Err(HostError::new(format!(
+            "cannot copy a {}{:?} array into a {}{:?} tensor",
+            T::DTYPE,
+            a.shape(),
+            t.dtype,
+            t.shape
+        )));
+    }
+    Ok(())
 }

@@ -198,9 +198,7 @@ impl Ctx {
     }
 
     pub fn to_ndarray<T: Element>(&self, t: &Tensor) -> Result<ArrayD<T>> {
-        if T::DTYPE != t.dtype {
-            return Err(HostError::new(format!("the tensor is {}, not {}", t.dtype, T::DTYPE)));
-        }
+        super::check_dtype::<T>(t)?;
         match self.call(Request::Read(t.clone()))? {
             Response::Data(bits) => {
                 ArrayD::from_shape_vec(IxDyn(&t.shape), bits.into_iter().map(T::from_bits).collect())
@@ -211,15 +209,7 @@ impl Ctx {
     }
 
     pub fn copy_from<T: Element>(&self, t: &Tensor, a: &ArrayD<T>) -> Result<()> {
-        if T::DTYPE != t.dtype || a.shape() != t.shape.as_slice() {
-            return Err(HostError::new(format!(
-                "cannot copy a {}{:?} array into a {}{:?} tensor",
-                T::DTYPE,
-                a.shape(),
-                t.dtype,
-                t.shape
-            )));
-        }
+        super::check_copy(t, a)?;
         self.call(Request::Write(t.clone(), a.iter().map(|x| x.to_bits()).collect()))
             .map(|_| ())
     }
@@ -476,8 +466,8 @@ fn serve_local(rt: &mut Runtime, q: Request) -> Result<Response> {
         } => rt
             .shards("tensor", &shape, dtype, policy, bits.as_deref())
             .map(Response::Tensor),
-        Request::Read(t) => read_bits(rt, &t).map(Response::Data),
-        Request::Write(t, bits) => write_bits(rt, &t, bits).map(|_| Response::Unit),
+        Request::Read(t) => rt.read_bits(&t).map(Response::Data),
+        Request::Write(t, bits) => rt.write_bits(&t, &bits).map(|_| Response::Unit),
         Request::Compile {
             file,
             kernel,
@@ -501,51 +491,6 @@ fn serve_local(rt: &mut Runtime, q: Request) -> Result<Response> {
         }
         Request::Synchronize => rt.synchronize().map(|_| Response::Unit),
         _ => Err(HostError::new("internal: not a local request")),
-    }
-}
-
-/// Reads a tensor as element bits, through the typed path.
-fn read_bits(rt: &mut Runtime, t: &Tensor) -> Result<Vec<u64>> {
-    macro_rules! via {
-        ($ty:ty) => {
-            rt.to_ndarray::<$ty>(t)
-                .map(|a| a.iter().map(|x| Element::to_bits(*x)).collect())
-        };
-    }
-    match t.dtype {
-        DType::F32 => via!(f32),
-        DType::F16 => via!(half::f16),
-        DType::BF16 => via!(half::bf16),
-        DType::I32 => via!(i32),
-        DType::I64 => via!(i64),
-        DType::I8 => via!(i8),
-        DType::U8 => via!(u8),
-        DType::U32 => via!(u32),
-        DType::Bool => via!(bool),
-    }
-}
-
-fn write_bits(rt: &mut Runtime, t: &Tensor, bits: Vec<u64>) -> Result<()> {
-    macro_rules! via {
-        ($ty:ty) => {{
-            let a = ArrayD::from_shape_vec(
-                IxDyn(&t.shape),
-                bits.into_iter().map(<$ty as Element>::from_bits).collect(),
-            )
-            .map_err(|e| HostError::new(e.to_string()))?;
-            rt.copy_from::<$ty>(t, &a)
-        }};
-    }
-    match t.dtype {
-        DType::F32 => via!(f32),
-        DType::F16 => via!(half::f16),
-        DType::BF16 => via!(half::bf16),
-        DType::I32 => via!(i32),
-        DType::I64 => via!(i64),
-        DType::I8 => via!(i8),
-        DType::U8 => via!(u8),
-        DType::U32 => via!(u32),
-        DType::Bool => via!(bool),
     }
 }
 
