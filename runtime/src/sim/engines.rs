@@ -285,7 +285,7 @@ impl Sim<'_> {
 
     /// Records an engine's busy interval `[start, busy_end)` (and, for the
     /// trace, the operation's end `done`).
-    fn occupy(
+    pub(super) fn occupy(
         &mut self,
         p: usize,
         e: Engine,

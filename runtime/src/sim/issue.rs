@@ -266,26 +266,15 @@ impl Sim<'_> {
                 if self.pes[p].engines[e.index()].queue.is_empty() && self.make_room(p, e) {
                     let outs = self.compute_now(p, g, &vals)?;
                     let t = self.dispatch_n(p, 0, group.insts.len());
-                    let pe = &mut self.pes[p];
-                    let eq = &mut pe.engines[e.index()];
+                    let eq = &mut self.pes[p].engines[e.index()];
                     let start = t.max(eq.free_at_ps).max(ready);
                     let end = start + info.cost_ps;
-                    eq.free_at_ps = end;
                     eq.scheduled_starts.push_back(start);
-                    pe.busy_ps[e.index()] += info.cost_ps;
+                    self.occupy(p, e, (start, end, end), info.label);
+                    let pe = &mut self.pes[p];
                     pe.last_done_ps = pe.last_done_ps.max(end);
                     for (v, x) in group.outputs.iter().zip(outs) {
                         pe.set(*v, Val::Ready { v: x, at: end });
-                    }
-                    if self.l.trace {
-                        self.slices.push(super::report::Slice {
-                            rank: p as u32,
-                            engine: e,
-                            start_ps: start,
-                            end_ps: end,
-                            done_ps: end,
-                            inst: info.label,
-                        });
                     }
                     self.advance(p);
                     return Ok(true);

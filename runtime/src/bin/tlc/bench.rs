@@ -13,16 +13,36 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// The options of `tlc bench ccl`.
+#[derive(clap::Args)]
 pub struct CclArgs {
+    /// all_reduce, all_gather, reduce_scatter or broadcast.
+    #[arg(long, default_value = "all_reduce")]
     pub op: String,
+    /// An algorithm of the registry, or `all` of the collective's.
+    #[arg(long, default_value = "all")]
     pub algo: String,
+    /// MIN:MAX (powers of two), or a list: 1K:64M, 8K, 4K,1M.
+    #[arg(long, default_value = "1K:64M")]
     pub sizes: String,
+    /// f16, bf16, f32 or i32.
+    #[arg(long, default_value = "f32")]
     pub dtype: String,
+    /// sum, max, min or avg.
+    #[arg(long, default_value = "sum")]
     pub redop: String,
+    /// The PEs: 1, N, cube, sip, all, or SIP.CUBE.PE,….
+    #[arg(long, default_value = "cube")]
     pub pes: String,
+    /// A topology file or preset (default: the embedded default machine).
+    #[arg(long, value_name = "FILE")]
     pub topology: Option<String>,
+    /// A user ccl.yaml merged over the stdlib's.
+    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+    #[arg(long, value_name = "DIR")]
     pub stdlib: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "human")]
     pub format: Format,
 }
 

@@ -162,36 +162,7 @@ enum Command {
 enum BenchCommand {
     /// nccl-tests for the collective algorithms of ccl.yaml: size, count,
     /// type, redop, simulated time, algbw, busbw and #wrong per size.
-    Ccl {
-        /// all_reduce, all_gather, reduce_scatter or broadcast.
-        #[arg(long, default_value = "all_reduce")]
-        op: String,
-        /// An algorithm of the registry, or `all` of the collective's.
-        #[arg(long, default_value = "all")]
-        algo: String,
-        /// MIN:MAX (powers of two), or a list: 1K:64M, 8K, 4K,1M.
-        #[arg(long, default_value = "1K:64M")]
-        sizes: String,
-        /// f16, bf16, f32 or i32.
-        #[arg(long, default_value = "f32")]
-        dtype: String,
-        /// sum, max, min or avg.
-        #[arg(long, default_value = "sum")]
-        redop: String,
-        /// The PEs: 1, N, cube, sip, all, or SIP.CUBE.PE,….
-        #[arg(long, default_value = "cube")]
-        pes: String,
-        /// A topology file or preset (default: the embedded default machine).
-        #[arg(long, value_name = "FILE")]
-        topology: Option<String>,
-        /// A user ccl.yaml merged over the stdlib's.
-        #[arg(long, value_name = "FILE")]
-        config: Option<PathBuf>,
-        #[arg(long, value_name = "DIR")]
-        stdlib: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "human")]
-        format: Format,
-    },
+    Ccl(bench::CclArgs),
 }
 
 fn main() -> ExitCode {
@@ -213,31 +184,8 @@ fn main() -> ExitCode {
         } => emit_ir(&file, kernel.as_deref(), &define, color, stdlib),
         Command::Topology { file, format } => topology(file.as_deref(), format),
         Command::Bench {
-            what:
-                BenchCommand::Ccl {
-                    op,
-                    algo,
-                    sizes,
-                    dtype,
-                    redop,
-                    pes,
-                    topology,
-                    config,
-                    stdlib,
-                    format,
-                },
-        } => bench::ccl(bench::CclArgs {
-            op,
-            algo,
-            sizes,
-            dtype,
-            redop,
-            pes,
-            topology,
-            config,
-            stdlib,
-            format,
-        }),
+            what: BenchCommand::Ccl(args),
+        } => bench::ccl(args),
         Command::Probe {
             case,
             bytes,
