@@ -457,3 +457,49 @@ fn lone_loads_and_stores_agree_on_every_path() {
         }
     }
 }
+
+/// The JIT's four-lane chunks against the interpreter where a chunk must
+/// give up: loop-carried pointer blocks that are strided (never
+/// consecutive) beside consecutive ones, tails switched off by masks,
+/// broadcasts along either axis, bool blocks crossing group boundaries,
+/// and a store whose pointers repeat one address.
+#[test]
+fn vector_chunks_agree_where_they_give_up() {
+    let src = "@kernel
+def k(x: ptr[f32], out: ptr[f32], flags: ptr[i32], n: i32):
+    offs = tl.arange(0, 32)
+    on = offs < n
+    strided = x + offs * 2
+    straight = x + offs
+    acc = tl.zeros((32,), dtype=f32)
+    for i in range(3):
+        acc += tl.load(strided, mask=on, other=1.5) + tl.load(straight)
+        strided += 1
+        straight += 1
+    rows = tl.arange(0, 4)[:, None] * 8 + tl.arange(0, 8)[None, :]
+    row = tl.load(x + tl.arange(0, 8))
+    col = tl.load(x + tl.arange(0, 4) * 3)
+    grid = tl.load(x + rows) * row[None, :] - col[:, None]
+    tl.store(out + 32 + rows, grid, mask=rows < n)
+    tl.store(out + offs, acc, mask=on)
+    big = acc > 2.0
+    tl.store(flags + offs, big.to(i32) + (offs % 5 == 0).to(i32), mask=on)
+    tl.store(flags + 40 + offs * 0, offs)
+";
+    let func = lower(src, "k", &[]).unwrap_or_else(|e| panic!("{e}"));
+    for n in [0u64, 3, 29, 32] {
+        let args = vec![
+            Arg::Tensor(random_tensor(DType::F32, &[128], 7 + n)),
+            Arg::Tensor(Tensor::zeros(Elem::Num(DType::F32), &[64])),
+            Arg::Tensor(Tensor::zeros(Elem::Num(DType::I32), &[48])),
+            Arg::Scalar(n),
+        ];
+        let jit = run(&func, &args, [1, 1, 1], true).unwrap_or_else(|e| panic!("jit, n = {n}: {e}"));
+        let interp = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("interpreter, n = {n}: {e}"));
+        for k in 1..3 {
+            assert_eq!(jit[k].bytes(), interp[k].bytes(), "tensor {k}, n = {n}");
+        }
+        // The repeated-address store leaves the last lane's value.
+        assert_eq!(jit[2].get_bits(40), 31, "n = {n}");
+    }
+}

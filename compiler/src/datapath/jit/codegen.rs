@@ -85,21 +85,21 @@ pub fn cl_type(e: Elem) -> types::Type {
     }
 }
 
-fn dtype(t: &Type) -> DType {
+pub(super) fn dtype(t: &Type) -> DType {
     match t.elem() {
         Elem::Num(d) => d,
         Elem::Ptr(_) => DType::I64,
     }
 }
 
-fn elem_bytes(e: Elem) -> i64 {
+pub(super) fn elem_bytes(e: Elem) -> i64 {
     match e {
         Elem::Ptr(_) => 8,
         Elem::Num(d) => d.size_bytes() as i64,
     }
 }
 
-fn row_major_strides(shape: &[u64]) -> Vec<i64> {
+pub(super) fn row_major_strides(shape: &[u64]) -> Vec<i64> {
     let mut s = vec![1i64; shape.len()];
     for d in (0..shape.len().saturating_sub(1)).rev() {
         s[d] = s[d + 1] * shape[d + 1] as i64;
@@ -107,8 +107,36 @@ fn row_major_strides(shape: &[u64]) -> Vec<i64> {
     s
 }
 
-fn flags() -> MemFlagsData {
+pub(super) fn flags() -> MemFlagsData {
     MemFlagsData::new().with_notrap()
+}
+
+/// The condition of a float comparison (`!=` holds for NaN, like IEEE).
+pub(super) fn float_cc(op: CmpOp) -> FloatCC {
+    match op {
+        CmpOp::Eq => FloatCC::Equal,
+        CmpOp::Ne => FloatCC::NotEqual,
+        CmpOp::Lt => FloatCC::LessThan,
+        CmpOp::Le => FloatCC::LessThanOrEqual,
+        CmpOp::Gt => FloatCC::GreaterThan,
+        CmpOp::Ge => FloatCC::GreaterThanOrEqual,
+    }
+}
+
+/// The condition of an integer comparison.
+pub(super) fn int_cc(op: CmpOp, signed: bool) -> IntCC {
+    match op {
+        CmpOp::Eq => IntCC::Equal,
+        CmpOp::Ne => IntCC::NotEqual,
+        CmpOp::Lt if signed => IntCC::SignedLessThan,
+        CmpOp::Le if signed => IntCC::SignedLessThanOrEqual,
+        CmpOp::Gt if signed => IntCC::SignedGreaterThan,
+        CmpOp::Ge if signed => IntCC::SignedGreaterThanOrEqual,
+        CmpOp::Lt => IntCC::UnsignedLessThan,
+        CmpOp::Le => IntCC::UnsignedLessThanOrEqual,
+        CmpOp::Gt => IntCC::UnsignedGreaterThan,
+        CmpOp::Ge => IntCC::UnsignedGreaterThanOrEqual,
+    }
 }
 
 pub struct Gen<'a, 'b> {
@@ -116,17 +144,17 @@ pub struct Gen<'a, 'b> {
     pub g: &'a Group,
     pub b: FunctionBuilder<'b>,
     pub h: HelperRefs,
-    ctx: Value,
+    pub(super) ctx: Value,
     /// One segment cache per memory instruction (keyed by its failure
     /// code): a loop alternating between two arrays keeps both cached.
-    caches: HashMap<u32, [Variable; 3]>,
+    pub(super) caches: HashMap<u32, [Variable; 3]>,
     fail: cranelift_codegen::ir::Block,
     /// Hoisted scalar inputs and block input/output pointers.
     pub inputs: HashMap<ir::Value, Value>,
     pub outputs: HashMap<ir::Value, Value>,
     /// Reductions fused at the end of an elementwise loop: accumulator and
     /// "no element yet" flag.
-    reducers: HashMap<ir::Inst, (Variable, Variable)>,
+    pub(super) reducers: HashMap<ir::Inst, (Variable, Variable)>,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -207,7 +235,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         }
     }
 
-    fn iconst(&mut self, t: types::Type, v: i64) -> Value {
+    pub(super) fn iconst(&mut self, t: types::Type, v: i64) -> Value {
         self.b.ins().iconst(t, v)
     }
 
@@ -225,7 +253,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.ins().select(nan, c, x)
     }
 
-    fn call1(&mut self, f: FuncRef, args: &[Value]) -> Value {
+    pub(super) fn call1(&mut self, f: FuncRef, args: &[Value]) -> Value {
         let inst = self.b.ins().call(f, args);
         self.b.inst_results(inst)[0]
     }
@@ -270,7 +298,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// Sign- or zero-extends an integer element to i64.
-    fn emit_to_i64(&mut self, d: DType, x: Value) -> Value {
+    pub(super) fn emit_to_i64(&mut self, d: DType, x: Value) -> Value {
         let t = cl_type(Elem::Num(d));
         if t == types::I64 {
             return x;
@@ -407,6 +435,24 @@ impl<'a, 'b> Gen<'a, 'b> {
                     self.b.ins().jump(headers[dim + 1], &[BlockArg::Value(zero)]);
                 }
             }
+            if self.vectorizable(&space) {
+                // Four elements at a time while four remain; a chunk that
+                // cannot run as vectors runs its first element below.
+                let inner = rank - 1;
+                let vector = self.b.create_block();
+                let scalar = self.b.create_block();
+                let room = self.b.ins().icmp_imm_s(
+                    IntCC::SignedLessThanOrEqual,
+                    ivs[inner],
+                    space[inner] as i64 - super::vector::LANES,
+                );
+                self.b.ins().brif(room, vector, &[], scalar, &[]);
+                self.b.switch_to_block(vector);
+                self.vector_chunk(&ivs, &strides, &space, scalar);
+                let next = self.b.ins().iadd_imm_s(ivs[inner], super::vector::LANES);
+                self.b.ins().jump(headers[inner], &[BlockArg::Value(next)]);
+                self.b.switch_to_block(scalar);
+            }
             self.element(&ivs, &strides, &space);
             // Latches: after the innermost element, and after each inner
             // loop exits, advance the enclosing counter.
@@ -449,7 +495,7 @@ impl<'a, 'b> Gen<'a, 'b> {
     }
 
     /// Row-major linear index of the current element.
-    fn linear(&mut self, ivs: &[Value], strides: &[i64]) -> Value {
+    pub(super) fn linear(&mut self, ivs: &[Value], strides: &[i64]) -> Value {
         let mut lin = self.iconst(types::I64, 0);
         for (j, s) in ivs.iter().zip(strides) {
             let t = self.b.ins().imul_imm_s(*j, *s);
@@ -586,30 +632,8 @@ impl<'a, 'b> Gen<'a, 'b> {
                     None
                 }
                 Op::Reduce { op, .. } => {
-                    // Elements arrive in row-major order: the order a whole
-                    // reduction folds in. The first element starts the
-                    // accumulator (so a sum of one -0.0 stays -0.0).
                     let x = arg(self, 0);
-                    let in_dt = dtype(self.f.ty(d.args[0]));
-                    let (acc, first) = self.reducers[&i];
-                    let x = if in_dt.is_float() {
-                        self.emit_to_f32(in_dt, x)
-                    } else {
-                        self.emit_to_i64(in_dt, x)
-                    };
-                    let a = self.b.use_var(acc);
-                    let combined = match op {
-                        ReduceOp::Sum if in_dt.is_float() => self.b.ins().fadd(a, x),
-                        ReduceOp::Sum => self.b.ins().iadd(a, x),
-                        _ if in_dt.is_float() => self.fmaxnum(a, x, *op == ReduceOp::Max),
-                        ReduceOp::Max => self.b.ins().smax(a, x),
-                        _ => self.b.ins().smin(a, x),
-                    };
-                    let f = self.b.use_var(first);
-                    let next = self.b.ins().select(f, x, combined);
-                    self.b.def_var(acc, next);
-                    let zero = self.iconst(types::I8, 0);
-                    self.b.def_var(first, zero);
+                    self.reduce_step(i, *op, dtype(self.f.ty(d.args[0])), x);
                     None
                 }
                 _ => None,
@@ -622,6 +646,32 @@ impl<'a, 'b> Gen<'a, 'b> {
                 }
             }
         }
+    }
+
+    /// Folds element `x` (dtype `in_dt`) into fused reduction `i`.
+    /// Elements arrive in row-major order: the order a whole reduction
+    /// folds in. The first element starts the accumulator (so a sum of
+    /// one -0.0 stays -0.0).
+    pub(super) fn reduce_step(&mut self, i: ir::Inst, op: ReduceOp, in_dt: DType, x: Value) {
+        let (acc, first) = self.reducers[&i];
+        let x = if in_dt.is_float() {
+            self.emit_to_f32(in_dt, x)
+        } else {
+            self.emit_to_i64(in_dt, x)
+        };
+        let a = self.b.use_var(acc);
+        let combined = match op {
+            ReduceOp::Sum if in_dt.is_float() => self.b.ins().fadd(a, x),
+            ReduceOp::Sum => self.b.ins().iadd(a, x),
+            _ if in_dt.is_float() => self.fmaxnum(a, x, op == ReduceOp::Max),
+            ReduceOp::Max => self.b.ins().smax(a, x),
+            _ => self.b.ins().smin(a, x),
+        };
+        let f = self.b.use_var(first);
+        let next = self.b.ins().select(f, x, combined);
+        self.b.def_var(acc, next);
+        let zero = self.iconst(types::I8, 0);
+        self.b.def_var(first, zero);
     }
 
     fn masked_load(&mut self, p: Value, e: Elem, mask: Option<Value>, other: Option<Value>, code: u32) -> Value {
@@ -776,30 +826,9 @@ impl<'a, 'b> Gen<'a, 'b> {
     fn compare(&mut self, op: CmpOp, d: DType, a: Value, b: Value) -> Value {
         if d.is_float() {
             let (x, y) = (self.emit_to_f32(d, a), self.emit_to_f32(d, b));
-            let cc = match op {
-                CmpOp::Eq => FloatCC::Equal,
-                CmpOp::Ne => FloatCC::NotEqual,
-                CmpOp::Lt => FloatCC::LessThan,
-                CmpOp::Le => FloatCC::LessThanOrEqual,
-                CmpOp::Gt => FloatCC::GreaterThan,
-                CmpOp::Ge => FloatCC::GreaterThanOrEqual,
-            };
-            return self.b.ins().fcmp(cc, x, y);
+            return self.b.ins().fcmp(float_cc(op), x, y);
         }
-        let s = d.is_signed();
-        let cc = match op {
-            CmpOp::Eq => IntCC::Equal,
-            CmpOp::Ne => IntCC::NotEqual,
-            CmpOp::Lt if s => IntCC::SignedLessThan,
-            CmpOp::Le if s => IntCC::SignedLessThanOrEqual,
-            CmpOp::Gt if s => IntCC::SignedGreaterThan,
-            CmpOp::Ge if s => IntCC::SignedGreaterThanOrEqual,
-            CmpOp::Lt => IntCC::UnsignedLessThan,
-            CmpOp::Le => IntCC::UnsignedLessThanOrEqual,
-            CmpOp::Gt => IntCC::UnsignedGreaterThan,
-            CmpOp::Ge => IntCC::UnsignedGreaterThanOrEqual,
-        };
-        self.b.ins().icmp(cc, a, b)
+        self.b.ins().icmp(int_cc(op, d.is_signed()), a, b)
     }
 
     fn unary(&mut self, op: UnaryOp, d: DType, a: Value) -> Value {

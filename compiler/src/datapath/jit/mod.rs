@@ -12,6 +12,7 @@
 mod codegen;
 mod dot;
 mod runtime;
+mod vector;
 
 use super::interp::Interpreter;
 use super::{elem, DataPath, ExecError, ExecErrorKind, Group, GroupId, Memory, Plan, RtValue, Tensor};
@@ -195,9 +196,16 @@ impl Jit {
             }
             gen.finish(config);
         }
+        // Developers: `KERNBENCH_JIT_DISASM=1` prints each compiled
+        // group's machine code to stderr.
+        let disasm = std::env::var_os("KERNBENCH_JIT_DISASM").is_some();
+        ctx.set_disasm(disasm);
         self.module
             .define_function(id, &mut ctx)
             .map_err(|e| format!("{e:?}"))?;
+        if let Some(text) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()).filter(|_| disasm) {
+            eprintln!("; {name}\n{text}");
+        }
         self.module.clear_context(&mut ctx);
         self.compiled_count += 1;
         Ok((id, kind))
