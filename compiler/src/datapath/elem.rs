@@ -12,8 +12,9 @@
 //!   f32 and round once (exact for + − × ÷ and sqrt). Every NaN a float
 //!   operation produces is the canonical quiet NaN, so results do not
 //!   depend on the CPU's NaN propagation.
-//! - Transcendentals use the `libm` crate (a port of musl's), never the
-//!   platform's libm, so results are the same on every machine.
+//! - Transcendentals never use the platform's libm, so results are the
+//!   same on every machine: `exp` (and `sigmoid`) is [`expf`] below, the
+//!   others come from the `libm` crate (a port of musl's).
 //! - Conversions to f16/bf16 go through f32; float → integer conversions
 //!   truncate and saturate, NaN giving 0 (Rust's `as`).
 //! - `max`/`min` ignore a NaN operand (IEEE maxNum) and order −0 < +0.
@@ -329,11 +330,67 @@ pub fn compare(op: CmpOp, d: DType, a: Bits, b: Bits) -> bool {
     }
 }
 
+/// `2^(j/32)` for j in 0..32, as f64 bits: a Taylor series of
+/// `exp(j·ln2/32)` evaluated at compile time (relative error below 1e-16).
+const EXP2_32THS: [u64; 32] = {
+    let mut t = [0u64; 32];
+    let mut j = 0;
+    while j < 32 {
+        let x = j as f64 * std::f64::consts::LN_2 / 32.0;
+        let (mut term, mut sum, mut k) = (1.0f64, 1.0f64, 1);
+        while k < 26 {
+            term = term * x / k as f64;
+            sum += term;
+            k += 1;
+        }
+        t[j] = sum.to_bits();
+        j += 1;
+    }
+    t
+};
+
+/// `e^x` in f32, computed in f64 and rounded once: the result is the
+/// correctly rounded one except where the true value lies within about
+/// 1e-15 (relative) of a rounding boundary. It is kernbench's definition
+/// of `tl.exp` (written here because the `libm` crate's `expf` costs a
+/// division and several branches per call, three times this; the JIT
+/// calls this same function, so both data paths agree bit for bit).
+///
+/// x = (k/32)·ln2 + r with |r| ≤ ln2/64 (ln2 split in two so `k·ln2_hi`
+/// is exact); e^x = 2^(k>>5) · 2^((k&31)/32) · e^r, e^r by its Taylor
+/// polynomial to r⁵ (error below 3e-15).
+pub fn expf(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    // Beyond ln(f32::MAX) ≈ 88.72 the result overflows; below −103.98 it
+    // is under half the smallest subnormal. Between, the f64 result is
+    // normal and the final rounding handles the f32 edges.
+    if x > 89.0 {
+        return f32::INFINITY;
+    }
+    if x < -104.0 {
+        return 0.0;
+    }
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000); // 32 significant bits
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+    const INV_STEP: f64 = 32.0 / std::f64::consts::LN_2;
+    // Adding and subtracting 1.5·2^52 rounds to the nearest integer.
+    const ROUND: f64 = 6_755_399_441_055_744.0;
+    let xd = x as f64;
+    let kd = (xd * INV_STEP + ROUND) - ROUND;
+    let k = kd as i64;
+    let r = (xd - kd * (LN2_HI / 32.0)) - kd * (LN2_LO / 32.0);
+    let p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0)))));
+    let scale = EXP2_32THS[(k & 31) as usize].wrapping_add(((k >> 5) as u64) << 52);
+    (f64::from_bits(scale) * p) as f32
+}
+
 pub fn unary_f32(op: UnaryOp, x: f32) -> f32 {
     canon(match op {
         UnaryOp::Neg => -x,
         UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => libm::expf(x),
+        UnaryOp::Exp => expf(x),
         UnaryOp::Exp2 => libm::exp2f(x),
         UnaryOp::Log => libm::logf(x),
         UnaryOp::Log2 => libm::log2f(x),
@@ -341,7 +398,7 @@ pub fn unary_f32(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::Rsqrt => 1.0 / x.sqrt(),
         UnaryOp::Sin => libm::sinf(x),
         UnaryOp::Cos => libm::cosf(x),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + libm::expf(-x)),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + expf(-x)),
         UnaryOp::Floor => x.floor(),
         UnaryOp::Ceil => x.ceil(),
         UnaryOp::Not | UnaryOp::Invert => f32::NAN,
@@ -438,6 +495,43 @@ pub fn reduce_lane(op: crate::ir::ReduceOp, d: DType, out: DType, lane: impl Ite
 
 #[cfg(test)]
 mod tests {
+    /// [`expf`] against f64 `exp` rounded to f32 (correctly rounded but
+    /// for double rounding) over a dense sweep of its whole range: at
+    /// most one ulp apart, and nearly always equal.
+    #[test]
+    fn expf_is_nearly_always_correctly_rounded() {
+        let (lo, hi) = ((-104.5f32).to_bits(), (89.5f32).to_bits());
+        let mut checked = 0u64;
+        let mut differ = 0u64;
+        let mut check = |x: f32| {
+            let want = (x as f64).exp() as f32;
+            let got = super::expf(x);
+            checked += 1;
+            if got.to_bits() != want.to_bits() {
+                differ += 1;
+                let ulps = (got.to_bits() as i64 - want.to_bits() as i64).abs();
+                assert!(ulps <= 1, "expf({x:e}) = {got:e}, want {want:e}");
+            }
+        };
+        // Negative floats count down in bits from -0 to `lo`.
+        for b in (0x8000_0000u32..=lo).step_by(97) {
+            check(f32::from_bits(b));
+        }
+        for b in (0..=hi).step_by(97) {
+            check(f32::from_bits(b));
+        }
+        for x in [
+            0.0, -0.0, 1.0, -1.0, 88.72283, 88.72284, -87.33655, -103.97207, -103.97208,
+        ] {
+            check(x);
+        }
+        eprintln!("expf: {differ} of {checked} sampled inputs differ by one ulp");
+        assert!(differ * 100_000 < checked, "{differ} of {checked} differ");
+        assert_eq!(super::expf(f32::INFINITY), f32::INFINITY);
+        assert_eq!(super::expf(f32::NEG_INFINITY), 0.0);
+        assert!(super::expf(f32::NAN).is_nan());
+    }
+
     use super::*;
 
     #[test]

@@ -106,10 +106,10 @@ pub fn transcendental_code(op: UnaryOp) -> Option<u32> {
     })
 }
 
-// One entry point per transcendental: the same libm calls
-// `elem::unary_f32` makes (compiled code canonicalizes NaN after).
+// One entry point per transcendental: the same functions
+// `elem::unary_f32` calls (compiled code canonicalizes NaN after).
 pub extern "C" fn jit_expf(x: f32) -> f32 {
-    libm::expf(x)
+    elem::expf(x)
 }
 pub extern "C" fn jit_exp2f(x: f32) -> f32 {
     libm::exp2f(x)
@@ -127,7 +127,7 @@ pub extern "C" fn jit_cosf(x: f32) -> f32 {
     libm::cosf(x)
 }
 pub extern "C" fn jit_sigmoidf(x: f32) -> f32 {
-    1.0 / (1.0 + libm::expf(-x))
+    1.0 / (1.0 + elem::expf(-x))
 }
 
 pub fn dtype_code(d: DType) -> u32 {
