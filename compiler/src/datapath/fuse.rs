@@ -6,7 +6,8 @@
 //! together with their loads. A store ends a group only if the group has
 //! no load (a fused loop would interleave the store with later lanes'
 //! loads, which program order forbids); otherwise it gets a group of its
-//! own. A reduction of a whole operand (sum/max/min) may end a group over
+//! own, which recomputes the load-free elementwise values it needs
+//! (pointers, masks) instead of reading them back as blocks. A reduction of a whole operand (sum/max/min) may end a group over
 //! the operand's space; other reductions, `dot`, `trans` and `gemm` are
 //! groups of their own;
 //! `reshape` is a relabelling the executor does itself. Without fusion
@@ -197,6 +198,28 @@ impl Planner<'_> {
                 Fusion::Full => matches!(k, Kind::Elementwise | Kind::Load | Kind::Store | Kind::FullReduce),
                 Fusion::Compute => matches!(k, Kind::Elementwise | Kind::FullReduce),
             };
+            if !open.is_empty()
+                && self.mode == Fusion::Full
+                && k == Kind::Store
+                && open_has_load
+                && space(self.func, i) == open_space
+            {
+                // The store cannot join a group with loads, but the pure
+                // elementwise values it needs (pointers, mask) are
+                // recomputed in its own group rather than written out as
+                // blocks for it to read back.
+                let remat = self.rematerializable(&open, i);
+                let store_group: Vec<Inst> = remat.into_iter().chain([i]).collect();
+                let g = self.group_serving(std::mem::take(&mut open), &store_group);
+                steps.push(Step::Group(g));
+                let g = self.group_serving(store_group, &[]);
+                // Whatever else uses the recomputed values reads the first
+                // group's outputs.
+                self.plan.groups[g].outputs.clear();
+                steps.push(Step::Group(g));
+                open_has_load = false;
+                continue;
+            }
             if !open.is_empty() {
                 let same_space = space(self.func, i) == open_space;
                 let joins = fusible && same_space && !(k == Kind::Store && open_has_load);
@@ -256,7 +279,40 @@ impl Planner<'_> {
         steps.push(Step::Group(g));
     }
 
+    /// The members of `open` that `store` needs and that do not depend on
+    /// a load of `open` (pure elementwise values), in program order.
+    fn rematerializable(&self, open: &[Inst], store: Inst) -> Vec<Inst> {
+        let producer = |v: Value| open.iter().copied().find(|o| self.func.inst(*o).results.contains(&v));
+        let mut after_load: HashSet<Inst> = HashSet::new();
+        for &o in open {
+            let d = self.func.inst(o);
+            if matches!(d.op, Op::Load { .. })
+                || d.args
+                    .iter()
+                    .any(|a| producer(*a).is_some_and(|p| after_load.contains(&p)))
+            {
+                after_load.insert(o);
+            }
+        }
+        let mut needed: HashSet<Inst> = HashSet::new();
+        let mut work: Vec<Value> = self.func.inst(store).args.clone();
+        while let Some(v) = work.pop() {
+            if let Some(p) = producer(v) {
+                if kind(self.func, p) == Kind::Elementwise && !after_load.contains(&p) && needed.insert(p) {
+                    work.extend(self.func.inst(p).args.iter().copied());
+                }
+            }
+        }
+        open.iter().copied().filter(|o| needed.contains(o)).collect()
+    }
+
     fn group(&mut self, insts: Vec<Inst>) -> GroupId {
+        self.group_serving(insts, &[])
+    }
+
+    /// A group of `insts`. Its outputs are the results used outside it,
+    /// except by members of `next`, a group that recomputes them.
+    fn group_serving(&mut self, insts: Vec<Inst>, next: &[Inst]) -> GroupId {
         let members: HashSet<Inst> = insts.iter().copied().collect();
         let defined: HashSet<Value> = insts.iter().flat_map(|i| self.func.inst(*i).results.clone()).collect();
         let mut inputs = Vec::new();
@@ -269,8 +325,12 @@ impl Planner<'_> {
         }
         let mut outputs = Vec::new();
         for &i in &insts {
+            let recomputed = next.contains(&i);
             for &r in &self.func.inst(i).results {
-                if self.uses[r].iter().any(|u| !members.contains(u)) {
+                if self.uses[r]
+                    .iter()
+                    .any(|u| !(members.contains(u) || (recomputed && next.contains(u))))
+                {
                     outputs.push(r);
                 }
             }

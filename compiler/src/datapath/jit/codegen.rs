@@ -436,20 +436,22 @@ impl<'a, 'b> Gen<'a, 'b> {
                 }
             }
             if self.vectorizable(&space) {
-                // Four elements at a time while four remain; a chunk that
-                // cannot run as vectors runs its first element below.
+                // A chunk of elements at a time while a chunk remains; a
+                // chunk that cannot run as vectors runs its first element
+                // below.
                 let inner = rank - 1;
+                let regs = super::vector::regs_for(space[inner]);
+                let lanes = (regs * 4) as i64;
                 let vector = self.b.create_block();
                 let scalar = self.b.create_block();
-                let room = self.b.ins().icmp_imm_s(
-                    IntCC::SignedLessThanOrEqual,
-                    ivs[inner],
-                    space[inner] as i64 - super::vector::LANES,
-                );
+                let room =
+                    self.b
+                        .ins()
+                        .icmp_imm_s(IntCC::SignedLessThanOrEqual, ivs[inner], space[inner] as i64 - lanes);
                 self.b.ins().brif(room, vector, &[], scalar, &[]);
                 self.b.switch_to_block(vector);
-                self.vector_chunk(&ivs, &strides, &space, scalar);
-                let next = self.b.ins().iadd_imm_s(ivs[inner], super::vector::LANES);
+                self.vector_chunk(regs, &ivs, &strides, &space, scalar);
+                let next = self.b.ins().iadd_imm_s(ivs[inner], lanes);
                 self.b.ins().jump(headers[inner], &[BlockArg::Value(next)]);
                 self.b.switch_to_block(scalar);
             }

@@ -1,19 +1,22 @@
-//! Four-lane vector code for the innermost loop of elementwise groups.
+//! Vector code for the innermost loop of elementwise groups.
 //!
 //! When every member of a group has a vector form — 32-bit numbers and
 //! bools, pointers that step by whole elements — the innermost loop takes
-//! four elements at a time. A chunk checks, as it goes, what makes its
-//! vector form equal to four scalar iterations: the masks of its loads and
-//! stores all on, each pointer block consecutive, the 16 bytes inside the
-//! cached segment. A chunk that fails a check runs only its first element
-//! on the scalar path, and the loop tries four again one element later; so
-//! tails, holes in masks and faults take exactly the scalar code. Nothing
-//! a failed chunk did is visible: loads have no effect, a group's one
-//! store comes last (see `fuse`), and the outputs it wrote are rewritten.
+//! a chunk of up to sixteen elements at a time (one to four 128-bit
+//! registers per value, fewer when rows are short). A chunk checks, as it
+//! goes, what makes its vector form equal to that many scalar iterations:
+//! the masks of its loads and stores all on, each pointer block
+//! consecutive, the chunk's bytes inside the cached segment; each check is
+//! made once per chunk and value. A chunk that fails a check runs only its
+//! first element on the scalar path, and the loop tries a chunk again one
+//! element later; so tails, holes in masks and faults take exactly the
+//! scalar code. Nothing a failed chunk did is visible: loads have no
+//! effect, a group's one store comes last (see `fuse`), and the outputs it
+//! wrote are rewritten.
 //!
-//! Lanes never mix: each float operation is the scalar one four times
+//! Lanes never mix: each float operation is the scalar one, lane by lane
 //! (SSE arithmetic is IEEE, like the scalar code), and fused reductions
-//! fold the four lanes one by one in index order.
+//! fold the lanes one by one in index order.
 
 use super::codegen::{cl_type, dtype, elem_bytes, flags, float_cc, int_cc, row_major_strides, Gen};
 use super::runtime::{transcendental_code, OFF_SEG_BASE, OFF_SEG_LEN, OFF_SEG_LO};
@@ -24,16 +27,28 @@ use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Block, ConstantData, Endianness, InstBuilder, MemFlagsData, Value};
 use std::collections::HashMap;
 
-/// Lanes per chunk.
-pub const LANES: i64 = 4;
+/// Lanes per register.
+const REG_LANES: i64 = 4;
+/// Registers per value, at most.
+const MAX_REGS: usize = 4;
 
-/// Four lanes of one IR value.
+/// The registers of one value in a chunk (only the chunk's first
+/// `vregs` are meaningful).
+type Regs = [Value; MAX_REGS];
+
+/// How many registers per value a group over rows of `n` elements uses
+/// (0: rows too short for vectors).
+pub fn regs_for(n: u64) -> usize {
+    ((n / REG_LANES as u64) as usize).min(MAX_REGS)
+}
+
+/// A chunk's lanes of one IR value.
 #[derive(Clone, Copy)]
 enum Lanes {
-    /// One 128-bit register: f32x4 for f32, i32x4 for i32/u32, and for
-    /// bools an i32x4 mask (-1 on, 0 off). `scalar` is set when every lane
+    /// 128-bit registers: f32x4 for f32, i32x4 for i32/u32, and for
+    /// bools i32x4 masks (-1 on, 0 off). `scalar` is set when every lane
     /// is that one value (a splat of a scalar input).
-    Vec { v: Value, scalar: Option<Value> },
+    Vec { v: Regs, scalar: Option<Value> },
     /// Pointers: lane k is `base + k * stride` bytes.
     Ptr { base: Value, stride: i64 },
 }
@@ -64,7 +79,7 @@ impl Gen<'_, '_> {
     /// Whether every member of this elementwise group over `space` has a
     /// vector form.
     pub(super) fn vectorizable(&self, space: &[u64]) -> bool {
-        if space.last().is_none_or(|&n| (n as i64) < LANES) {
+        if space.last().is_none_or(|&n| regs_for(n) == 0) {
             return false;
         }
         let num = |v: ir::Value| match self.f.ty(v).elem() {
@@ -135,29 +150,23 @@ impl Gen<'_, '_> {
         })
     }
 
-    /// Emits four elements starting at `ivs` (the innermost counter is the
-    /// first lane's); on any failed check jumps to `fallback`, the scalar
-    /// code for the first lane. Falls through when the chunk is done.
-    pub(super) fn vector_chunk(&mut self, ivs: &[Value], strides: &[i64], space: &[u64], fallback: Block) {
-        let lin = self.linear(ivs, strides);
-        let mut vals: HashMap<ir::Value, Lanes> = HashMap::new();
+    /// Emits one chunk starting at `ivs` (the innermost counter is the
+    /// first lane's) with `regs` registers per value; on any failed check
+    /// jumps to `fallback`, the scalar code for the first lane. Falls
+    /// through when the chunk is done.
+    pub(super) fn vector_chunk(&mut self, regs: usize, ivs: &[Value], strides: &[i64], space: &[u64], fallback: Block) {
+        let mut c = Chunk {
+            regs,
+            fallback,
+            lin: self.linear(ivs, strides),
+            vals: HashMap::new(),
+            masks_on: Vec::new(),
+            consecutive: HashMap::new(),
+        };
         let members = self.g.insts.clone();
         for (idx, &i) in members.iter().enumerate() {
             let code = idx as u32 + 1;
             let d = self.f.inst(i).clone();
-            let mut arg = |gen: &mut Self, k: usize| -> Lanes {
-                let v = d.args[k];
-                if let Some(x) = vals.get(&v) {
-                    return *x;
-                }
-                let x = gen.input_lanes(v, lin, fallback);
-                vals.insert(v, x);
-                x
-            };
-            let vecv = |l: Lanes| match l {
-                Lanes::Vec { v, .. } => v,
-                Lanes::Ptr { .. } => unreachable!("pointers are only PtrAdd, Load and Store operands"),
-            };
             let f = self.f;
             let arg_dt = |k: usize| dtype(f.ty(d.args[k]));
             let vec = |v| Lanes::Vec { v, scalar: None };
@@ -166,92 +175,129 @@ impl Gen<'_, '_> {
                     let j = self.b.ins().iadd_imm_s(ivs[0], *start);
                     let j = self.b.ins().ireduce(types::I32, j);
                     let first = self.b.ins().splat(types::I32X4, j);
-                    let iota = self.iota();
-                    Some(vec(self.b.ins().iadd(first, iota)))
+                    Some(vec(self.map(regs, |g, q| {
+                        let iota = g.iota(q);
+                        g.b.ins().iadd(first, iota)
+                    })))
                 }
-                Op::Splat => Some(arg(self, 0)),
-                Op::Broadcast => Some(vec(self.broadcast_lanes(d.args[0], ivs, space))),
+                Op::Splat => Some(self.arg(&mut c, d.args[0])),
+                Op::Broadcast => Some(vec(self.broadcast_lanes(regs, d.args[0], ivs, space))),
                 Op::Binary(op) => {
-                    let (a, b) = (vecv(arg(self, 0)), vecv(arg(self, 1)));
-                    Some(vec(self.vbinary(*op, arg_dt(0), a, b)))
+                    let (a, b) = (self.regs_of(&mut c, d.args[0]), self.regs_of(&mut c, d.args[1]));
+                    Some(vec(self.map(regs, |g, q| g.vbinary(*op, arg_dt(0), a[q], b[q]))))
                 }
                 Op::Cmp(op) => {
-                    let (a, b) = (vecv(arg(self, 0)), vecv(arg(self, 1)));
-                    Some(vec(if arg_dt(0) == DType::F32 {
-                        self.b.ins().fcmp(float_cc(*op), a, b)
-                    } else {
-                        self.b.ins().icmp(int_cc(*op, arg_dt(0).is_signed()), a, b)
-                    }))
+                    let (a, b) = (self.regs_of(&mut c, d.args[0]), self.regs_of(&mut c, d.args[1]));
+                    let t = arg_dt(0);
+                    Some(vec(self.map(regs, |g, q| {
+                        if t == DType::F32 {
+                            g.b.ins().fcmp(float_cc(*op), a[q], b[q])
+                        } else {
+                            g.b.ins().icmp(int_cc(*op, t.is_signed()), a[q], b[q])
+                        }
+                    })))
                 }
                 Op::Unary(op) => {
-                    let a = vecv(arg(self, 0));
-                    Some(vec(self.vunary(*op, arg_dt(0), a)))
+                    let a = self.regs_of(&mut c, d.args[0]);
+                    Some(vec(self.map(regs, |g, q| g.vunary(*op, arg_dt(0), a[q]))))
                 }
                 Op::Cast { bitcast } => {
-                    let a = vecv(arg(self, 0));
+                    let a = self.regs_of(&mut c, d.args[0]);
                     let to = dtype(self.f.ty(d.results[0]));
-                    Some(vec(if *bitcast {
-                        let t = vec_type(to);
-                        if self.b.func.dfg.value_type(a) == t {
-                            a
+                    Some(vec(self.map(regs, |g, q| {
+                        if !*bitcast {
+                            g.vcast(arg_dt(0), to, a[q])
+                        } else if g.b.func.dfg.value_type(a[q]) == vec_type(to) {
+                            a[q]
                         } else {
-                            self.b.ins().bitcast(t, le(), a)
+                            g.b.ins().bitcast(vec_type(to), le(), a[q])
                         }
-                    } else {
-                        self.vcast(arg_dt(0), to, a)
-                    }))
+                    })))
                 }
                 Op::Select => {
-                    let (c, x, y) = (vecv(arg(self, 0)), vecv(arg(self, 1)), vecv(arg(self, 2)));
-                    Some(vec(self.vselect(c, x, y)))
+                    let cond = self.regs_of(&mut c, d.args[0]);
+                    let (x, y) = (self.regs_of(&mut c, d.args[1]), self.regs_of(&mut c, d.args[2]));
+                    Some(vec(self.map(regs, |g, q| g.vselect(cond[q], x[q], y[q]))))
                 }
                 Op::PtrAdd => {
-                    let (p, o) = (arg(self, 0), arg(self, 1));
-                    Some(self.vptr_add(p, o, d.args[0], arg_dt(1), fallback))
+                    let p = self.arg(&mut c, d.args[0]);
+                    Some(self.vptr_add(&mut c, p, d.args[1], d.args[0], arg_dt(1)))
                 }
                 Op::Load { has_mask, .. } => {
                     let e = self.f.ty(d.results[0]).elem();
-                    let p = arg(self, 0);
+                    let p = self.arg(&mut c, d.args[0]);
                     if *has_mask {
-                        let m = vecv(arg(self, 1));
-                        self.all_on_or(m, fallback);
+                        self.all_on_or(&mut c, d.args[1]);
                     }
-                    Some(vec(self.vload(p, e, code, fallback)))
+                    Some(vec(self.vload(&c, p, e, code)))
                 }
                 Op::Store { has_mask } => {
                     let e = self.f.ty(d.args[1]).elem();
-                    let (p, x) = (arg(self, 0), vecv(arg(self, 1)));
+                    let p = self.arg(&mut c, d.args[0]);
+                    let x = self.regs_of(&mut c, d.args[1]);
                     if *has_mask {
-                        let m = vecv(arg(self, 2));
-                        self.all_on_or(m, fallback);
+                        self.all_on_or(&mut c, d.args[2]);
                     }
-                    self.vstore(p, e, x, code, fallback);
+                    self.vstore(&c, p, e, x, code);
                     None
                 }
                 Op::Reduce { op, .. } => {
-                    let x = vecv(arg(self, 0));
+                    let x = self.regs_of(&mut c, d.args[0]);
                     let in_dt = arg_dt(0);
-                    for k in 0..LANES as u8 {
-                        let xk = self.b.ins().extractlane(x, k);
-                        self.reduce_step(i, *op, in_dt, xk);
+                    for reg in x.iter().take(regs) {
+                        for k in 0..REG_LANES as u8 {
+                            let xk = self.b.ins().extractlane(*reg, k);
+                            self.reduce_step(i, *op, in_dt, xk);
+                        }
                     }
                     None
                 }
                 _ => None,
             };
             if let (Some(x), Some(r)) = (result, d.results.first()) {
-                vals.insert(*r, x);
+                c.vals.insert(*r, x);
                 if let Some(out) = self.outputs.get(r).copied() {
                     let e = self.f.ty(*r).elem();
-                    self.store_output(out, lin, e, x);
+                    self.store_output(regs, out, c.lin, e, x);
                 }
             }
         }
     }
 
-    /// `[0, 1, 2, 3]` as i32x4.
-    fn iota(&mut self) -> Value {
-        let bytes: Vec<u8> = (0..LANES as i32).flat_map(|k| k.to_le_bytes()).collect();
+    /// `f(gen, q)` for each register `q` of a chunk.
+    fn map(&mut self, regs: usize, mut f: impl FnMut(&mut Self, usize) -> Value) -> Regs {
+        let first = f(self, 0);
+        let mut out = [first; MAX_REGS];
+        for (q, slot) in out.iter_mut().enumerate().take(regs).skip(1) {
+            *slot = f(self, q);
+        }
+        out
+    }
+
+    /// The chunk's lanes of `v`: computed by an earlier member, or read
+    /// from the group's inputs.
+    fn arg(&mut self, c: &mut Chunk, v: ir::Value) -> Lanes {
+        if let Some(x) = c.vals.get(&v) {
+            return *x;
+        }
+        let x = self.input_lanes(c, v);
+        c.vals.insert(v, x);
+        x
+    }
+
+    fn regs_of(&mut self, c: &mut Chunk, v: ir::Value) -> Regs {
+        match self.arg(c, v) {
+            Lanes::Vec { v, .. } => v,
+            Lanes::Ptr { .. } => unreachable!("vectorizable() keeps pointers to PtrAdd, Load and Store"),
+        }
+    }
+
+    /// Lanes `4q .. 4q + 4` of `[0, 1, 2, …]` as i32x4.
+    fn iota(&mut self, q: usize) -> Value {
+        let first = (q as i64 * REG_LANES) as i32;
+        let bytes: Vec<u8> = (first..first + REG_LANES as i32)
+            .flat_map(|k| k.to_le_bytes())
+            .collect();
         let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
         self.b.ins().vconst(types::I32X4, c)
     }
@@ -261,65 +307,98 @@ impl Gen<'_, '_> {
         self.b.ins().vconst(t, c)
     }
 
-    /// Continues only when every lane of `mask` is on.
-    fn all_on_or(&mut self, mask: Value, fallback: Block) {
-        let all = self.b.ins().vall_true(mask);
+    /// Continues only when `cond` (an i8) holds.
+    fn check(&mut self, c: &Chunk, cond: Value) {
         let cont = self.b.create_block();
-        self.b.ins().brif(all, cont, &[], fallback, &[]);
+        self.b.ins().brif(cond, cont, &[], c.fallback, &[]);
         self.b.switch_to_block(cont);
     }
 
+    /// Continues only when every lane of mask `m` is on (checked once per
+    /// chunk and mask).
+    fn all_on_or(&mut self, c: &mut Chunk, m: ir::Value) {
+        if c.masks_on.contains(&m) {
+            return;
+        }
+        let regs = self.regs_of(c, m);
+        let mut all = self.b.ins().vall_true(regs[0]);
+        for r in regs.iter().take(c.regs).skip(1) {
+            let t = self.b.ins().vall_true(*r);
+            all = self.b.ins().band(all, t);
+        }
+        self.check(c, all);
+        c.masks_on.push(m);
+    }
+
     /// The lanes of a value defined outside the group: a scalar input as a
-    /// splat, a block input read from its buffer at linear index `lin`.
-    fn input_lanes(&mut self, v: ir::Value, lin: Value, fallback: Block) -> Lanes {
+    /// splat, a block input read from its buffer at the chunk's index.
+    fn input_lanes(&mut self, c: &Chunk, v: ir::Value) -> Lanes {
         let x = self.inputs[&v];
+        let regs = c.regs;
         match self.f.ty(v).clone() {
             Type::Scalar(Elem::Ptr(_)) => Lanes::Ptr { base: x, stride: 0 },
             Type::Scalar(Elem::Num(d)) => {
-                let v = if d == DType::Bool {
+                let one = if d == DType::Bool {
                     // 0/1 → 0/-1.
                     let w = self.b.ins().uextend(types::I32, x);
-                    let one = self.iconst(types::I32, 1);
-                    let w = self.b.ins().band(w, one);
+                    let w = self.b.ins().band_imm_s(w, 1);
                     let m = self.b.ins().ineg(w);
                     self.b.ins().splat(types::I32X4, m)
                 } else {
                     self.b.ins().splat(vec_type(d), x)
                 };
-                Lanes::Vec { v, scalar: Some(x) }
+                Lanes::Vec {
+                    v: [one; MAX_REGS],
+                    scalar: Some(x),
+                }
             }
             Type::Block(e, _) => {
-                let addr = self.element_addr(x, lin, elem_bytes(e));
+                let addr = self.element_addr(x, c.lin, elem_bytes(e));
                 match e {
                     Elem::Ptr(t) => {
-                        // Consecutive pointers only: p[k] = p[0] + k * size.
+                        // Consecutive pointers only: p[k] = p[0] + k * size,
+                        // compared two lanes at a time.
                         let size = t.size_bytes() as i64;
                         let p0 = self.b.ins().load(types::I64, flags(), addr, 0);
-                        for k in 1..LANES {
-                            let pk = self.b.ins().load(types::I64, flags(), addr, (8 * k) as i32);
-                            let expect = self.b.ins().iadd_imm_s(p0, k * size);
-                            let ok = self.b.ins().icmp(IntCC::Equal, pk, expect);
-                            let cont = self.b.create_block();
-                            self.b.ins().brif(ok, cont, &[], fallback, &[]);
-                            self.b.switch_to_block(cont);
+                        let base = self.b.ins().splat(types::I64X2, p0);
+                        let lanes = regs as i64 * REG_LANES;
+                        let mut all: Option<Value> = None;
+                        for pair in 0..lanes / 2 {
+                            let bytes: Vec<u8> = [2 * pair, 2 * pair + 1]
+                                .iter()
+                                .flat_map(|k| (k * size).to_le_bytes())
+                                .collect();
+                            let steps = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
+                            let steps = self.b.ins().vconst(types::I64X2, steps);
+                            let want = self.b.ins().iadd(base, steps);
+                            let got = self.b.ins().load(types::I64X2, flags(), addr, (16 * pair) as i32);
+                            let eq = self.b.ins().icmp(IntCC::Equal, got, want);
+                            let ok = self.b.ins().vall_true(eq);
+                            all = Some(match all {
+                                Some(a) => self.b.ins().band(a, ok),
+                                None => ok,
+                            });
+                        }
+                        if let Some(all) = all {
+                            self.check(c, all);
                         }
                         Lanes::Ptr { base: p0, stride: size }
                     }
                     Elem::Num(DType::Bool) => {
-                        // Four 0/1 bytes → four 0/-1 words.
-                        let w = self.b.ins().load(types::I32, flags(), addr, 0);
-                        let v = self.b.ins().scalar_to_vector(types::I32X4, w);
-                        let v = self.b.ins().bitcast(types::I8X16, le(), v);
-                        let v = self.b.ins().swiden_low(v);
-                        let v = self.b.ins().swiden_low(v);
+                        // Four 0/1 bytes a register → four 0/-1 words.
                         let z = self.zeros(types::I32X4);
-                        Lanes::Vec {
-                            v: self.b.ins().icmp(IntCC::NotEqual, v, z),
-                            scalar: None,
-                        }
+                        let v = self.map(regs, |g, q| {
+                            let w = g.b.ins().load(types::I32, flags(), addr, (4 * q) as i32);
+                            let v = g.b.ins().scalar_to_vector(types::I32X4, w);
+                            let v = g.b.ins().bitcast(types::I8X16, le(), v);
+                            let v = g.b.ins().swiden_low(v);
+                            let v = g.b.ins().swiden_low(v);
+                            g.b.ins().icmp(IntCC::NotEqual, v, z)
+                        });
+                        Lanes::Vec { v, scalar: None }
                     }
                     Elem::Num(d) => Lanes::Vec {
-                        v: self.b.ins().load(vec_type(d), flags(), addr, 0),
+                        v: self.map(regs, |g, q| g.b.ins().load(vec_type(d), flags(), addr, (16 * q) as i32)),
                         scalar: None,
                     },
                 }
@@ -333,37 +412,41 @@ impl Gen<'_, '_> {
         self.b.ins().iadd(base, off)
     }
 
-    /// Writes the lanes of an output block at linear index `lin`.
-    fn store_output(&mut self, out: Value, lin: Value, e: Elem, x: Lanes) {
+    /// Writes the chunk's lanes of an output block at linear index `lin`.
+    fn store_output(&mut self, regs: usize, out: Value, lin: Value, e: Elem, x: Lanes) {
         let addr = self.element_addr(out, lin, elem_bytes(e));
         match (x, e) {
             (Lanes::Ptr { base, stride }, _) => {
-                for k in 0..LANES {
+                for k in 0..regs as i64 * REG_LANES {
                     let p = self.b.ins().iadd_imm_s(base, k * stride);
                     self.b.ins().store(flags(), p, addr, (8 * k) as i32);
                 }
             }
             (Lanes::Vec { v, .. }, Elem::Num(DType::Bool)) => {
-                // 0/-1 words → four 0/1 bytes.
+                // 0/-1 words → four 0/1 bytes a register.
                 let one = self.iconst(types::I32, 1);
                 let ones = self.b.ins().splat(types::I32X4, one);
-                let w = self.b.ins().band(v, ones);
-                let h = self.b.ins().snarrow(w, w);
-                let b = self.b.ins().snarrow(h, h);
-                let b = self.b.ins().bitcast(types::I32X4, le(), b);
-                let word = self.b.ins().extractlane(b, 0);
-                self.b.ins().store(flags(), word, addr, 0);
+                for (q, reg) in v.iter().enumerate().take(regs) {
+                    let w = self.b.ins().band(*reg, ones);
+                    let h = self.b.ins().snarrow(w, w);
+                    let b = self.b.ins().snarrow(h, h);
+                    let b = self.b.ins().bitcast(types::I32X4, le(), b);
+                    let word = self.b.ins().extractlane(b, 0);
+                    self.b.ins().store(flags(), word, addr, (4 * q) as i32);
+                }
             }
             (Lanes::Vec { v, .. }, _) => {
-                self.b.ins().store(flags(), v, addr, 0);
+                for (q, reg) in v.iter().enumerate().take(regs) {
+                    self.b.ins().store(flags(), *reg, addr, (16 * q) as i32);
+                }
             }
         }
     }
 
     /// A broadcast source read at the lanes' coordinates: one element
-    /// splat when the source is constant along the innermost axis, four
+    /// splat when the source is constant along the innermost axis,
     /// consecutive elements otherwise.
-    fn broadcast_lanes(&mut self, src: ir::Value, ivs: &[Value], space: &[u64]) -> Value {
+    fn broadcast_lanes(&mut self, regs: usize, src: ir::Value, ivs: &[Value], space: &[u64]) -> Regs {
         let st = self.f.ty(src).clone();
         let d = dtype(&st);
         let src_shape = st.shape().to_vec();
@@ -380,9 +463,9 @@ impl Gen<'_, '_> {
         let inner = ivs.len() - 1;
         if src_shape[inner] == 1 {
             let x = self.b.ins().load(cl_type(Elem::Num(d)), flags(), addr, 0);
-            self.b.ins().splat(vec_type(d), x)
+            [self.b.ins().splat(vec_type(d), x); MAX_REGS]
         } else {
-            self.b.ins().load(vec_type(d), flags(), addr, 0)
+            self.map(regs, |g, q| g.b.ins().load(vec_type(d), flags(), addr, (16 * q) as i32))
         }
     }
 
@@ -476,7 +559,7 @@ impl Gen<'_, '_> {
                     // The shared Rust definition, once per lane.
                     let f = self.h.math[transcendental_code(other).unwrap_or(0) as usize];
                     let mut v = a;
-                    for k in 0..LANES as u8 {
+                    for k in 0..REG_LANES as u8 {
                         let x = self.b.ins().extractlane(a, k);
                         let r = self.call1(f, &[x]);
                         v = self.b.ins().insertlane(v, r, k);
@@ -526,9 +609,10 @@ impl Gen<'_, '_> {
     }
 
     /// `p + o` elementwise. A splat offset moves the base; a vector offset
-    /// must count up by one per lane without wrapping (else `fallback`),
-    /// which adds one element to the stride.
-    fn vptr_add(&mut self, p: Lanes, o: Lanes, ptr: ir::Value, od: DType, fallback: Block) -> Lanes {
+    /// must count up by one per lane without wrapping (else the fallback;
+    /// checked once per chunk and offset), which adds one element to the
+    /// stride.
+    fn vptr_add(&mut self, c: &mut Chunk, p: Lanes, offset: ir::Value, ptr: ir::Value, od: DType) -> Lanes {
         let size = match self.f.ty(ptr).elem() {
             Elem::Ptr(t) => t.size_bytes() as i64,
             Elem::Num(_) => 1,
@@ -536,35 +620,51 @@ impl Gen<'_, '_> {
         let Lanes::Ptr { base, stride } = p else {
             unreachable!("vectorizable() admits pointer first operands only")
         };
-        let Lanes::Vec { v, scalar } = o else {
+        let Lanes::Vec { v, scalar } = self.arg(c, offset) else {
             unreachable!("offsets are integer lanes")
         };
         let (first, stride) = match scalar {
             Some(s) => (s, stride),
             None => {
-                let first = self.b.ins().extractlane(v, 0);
-                let splat = self.b.ins().splat(types::I32X4, first);
-                let diff = self.b.ins().isub(v, splat);
-                let iota = self.iota();
-                let steps = self.b.ins().icmp(IntCC::Equal, diff, iota);
-                let steps = self.b.ins().vall_true(steps);
-                // The last lane must not wrap past the type's maximum.
-                let limit = if od.is_signed() {
-                    i32::MAX as i64
-                } else {
-                    u32::MAX as i64
-                } - (LANES - 1);
-                let limit = self.iconst(types::I32, limit);
-                let cc = if od.is_signed() {
-                    IntCC::SignedLessThanOrEqual
-                } else {
-                    IntCC::UnsignedLessThanOrEqual
+                let first = match c.consecutive.get(&offset) {
+                    Some(first) => *first,
+                    None => {
+                        let first = self.b.ins().extractlane(v[0], 0);
+                        let splat = self.b.ins().splat(types::I32X4, first);
+                        let mut ok = None;
+                        for (q, reg) in v.iter().enumerate().take(c.regs) {
+                            let diff = self.b.ins().isub(*reg, splat);
+                            let iota = self.iota(q);
+                            let steps = self.b.ins().icmp(IntCC::Equal, diff, iota);
+                            let steps = self.b.ins().vall_true(steps);
+                            ok = Some(match ok {
+                                Some(a) => self.b.ins().band(a, steps),
+                                None => steps,
+                            });
+                        }
+                        // The last lane must not wrap past the type's maximum.
+                        let lanes = c.regs as i64 * REG_LANES;
+                        let limit = if od.is_signed() {
+                            i32::MAX as i64
+                        } else {
+                            u32::MAX as i64
+                        } - (lanes - 1);
+                        let limit = self.iconst(types::I32, limit);
+                        let cc = if od.is_signed() {
+                            IntCC::SignedLessThanOrEqual
+                        } else {
+                            IntCC::UnsignedLessThanOrEqual
+                        };
+                        let room = self.b.ins().icmp(cc, first, limit);
+                        let all = match ok {
+                            Some(a) => self.b.ins().band(a, room),
+                            None => room,
+                        };
+                        self.check(c, all);
+                        c.consecutive.insert(offset, first);
+                        first
+                    }
                 };
-                let room = self.b.ins().icmp(cc, first, limit);
-                let ok = self.b.ins().band(steps, room);
-                let cont = self.b.create_block();
-                self.b.ins().brif(ok, cont, &[], fallback, &[]);
-                self.b.switch_to_block(cont);
                 (first, stride + size)
             }
         };
@@ -577,9 +677,9 @@ impl Gen<'_, '_> {
     }
 
     /// The host address of `bytes` bytes at `va` through the instruction's
-    /// segment cache; jumps to `fallback` when they are not all in one
+    /// segment cache; jumps to the fallback when they are not all in one
     /// allocation (the scalar code then finds the fault, if any).
-    fn vaccess(&mut self, va: Value, elem: i64, bytes: i64, write: bool, code: u32, fallback: Block) -> Value {
+    fn vaccess(&mut self, c: &Chunk, va: Value, elem: i64, bytes: i64, write: bool, code: u32) -> Value {
         // The cache's limit is for one element: `len - elem + 1`.
         let [seg_lo, seg_limit, seg_base] = self.caches[&code];
         let lo = self.b.use_var(seg_lo);
@@ -598,7 +698,7 @@ impl Gen<'_, '_> {
         let w = self.iconst(types::I64, write as i64);
         let r = self.call1(self.h.resolve, &[self.ctx, va, nbytes, w]);
         let reload = self.b.create_block();
-        self.b.ins().brif(r, fallback, &[], reload, &[]);
+        self.b.ins().brif(r, c.fallback, &[], reload, &[]);
         self.b.switch_to_block(reload);
         let lo2 = self.b.ins().load(types::I64, flags(), self.ctx, OFF_SEG_LO);
         let len2 = self.b.ins().load(types::I64, flags(), self.ctx, OFF_SEG_LEN);
@@ -615,46 +715,66 @@ impl Gen<'_, '_> {
         self.b.ins().iadd(base, off)
     }
 
-    /// Four elements at pointer lanes `p`: one access when they are
+    /// The chunk's elements at pointer lanes `p`: one access when they are
     /// consecutive, one element splat when they are all the same address.
-    fn vload(&mut self, p: Lanes, e: Elem, code: u32, fallback: Block) -> Value {
+    fn vload(&mut self, c: &Chunk, p: Lanes, e: Elem, code: u32) -> Regs {
         let Lanes::Ptr { base, stride } = p else {
             unreachable!("load pointers are pointer lanes")
         };
         let size = elem_bytes(e);
         let d = dtype(&Type::Scalar(e));
         if stride == 0 {
-            let host = self.vaccess(base, size, size, false, code, fallback);
+            let host = self.vaccess(c, base, size, size, false, code);
             let x = self.b.ins().load(cl_type(e), flags(), host, 0);
-            return self.b.ins().splat(vec_type(d), x);
+            return [self.b.ins().splat(vec_type(d), x); MAX_REGS];
         }
         if stride != size {
-            return self.give_up(fallback, vec_type(d));
+            return [self.give_up(c, vec_type(d)); MAX_REGS];
         }
-        let host = self.vaccess(base, size, size * LANES, false, code, fallback);
-        self.b.ins().load(vec_type(d), flags(), host, 0)
+        let bytes = size * REG_LANES * c.regs as i64;
+        let host = self.vaccess(c, base, size, bytes, false, code);
+        self.map(c.regs, |g, q| {
+            g.b.ins().load(vec_type(d), flags(), host, (16 * q) as i32)
+        })
     }
 
-    fn vstore(&mut self, p: Lanes, e: Elem, x: Value, code: u32, fallback: Block) {
+    fn vstore(&mut self, c: &Chunk, p: Lanes, e: Elem, x: Regs, code: u32) {
         let Lanes::Ptr { base, stride } = p else {
             unreachable!("store pointers are pointer lanes")
         };
         let size = elem_bytes(e);
         if stride != size {
-            let t = self.b.func.dfg.value_type(x);
-            self.give_up(fallback, t);
+            let t = self.b.func.dfg.value_type(x[0]);
+            self.give_up(c, t);
             return;
         }
-        let host = self.vaccess(base, size, size * LANES, true, code, fallback);
-        self.b.ins().store(flags(), x, host, 0);
+        let bytes = size * REG_LANES * c.regs as i64;
+        let host = self.vaccess(c, base, size, bytes, true, code);
+        for (q, reg) in x.iter().enumerate().take(c.regs) {
+            self.b.ins().store(flags(), *reg, host, (16 * q) as i32);
+        }
     }
 
     /// A chunk whose pointers are not consecutive: always the scalar path.
     /// Returns a placeholder of type `t` for the unreachable rest.
-    fn give_up(&mut self, fallback: Block, t: types::Type) -> Value {
-        self.b.ins().jump(fallback, &[]);
+    fn give_up(&mut self, c: &Chunk, t: types::Type) -> Value {
+        self.b.ins().jump(c.fallback, &[]);
         let dead = self.b.create_block();
         self.b.switch_to_block(dead);
         self.zeros(t)
     }
+}
+
+/// What one chunk's code has computed and checked so far.
+struct Chunk {
+    regs: usize,
+    /// The scalar code for the chunk's first element.
+    fallback: Block,
+    /// The first lane's row-major index.
+    lin: Value,
+    vals: HashMap<ir::Value, Lanes>,
+    /// Masks already checked all on.
+    masks_on: Vec<ir::Value>,
+    /// Offsets already checked consecutive: their first lane.
+    consecutive: HashMap<ir::Value, Value>,
 }
