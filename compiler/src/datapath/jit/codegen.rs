@@ -155,6 +155,8 @@ pub struct Gen<'a, 'b> {
     /// Reductions fused at the end of an elementwise loop: accumulator and
     /// "no element yet" flag.
     pub(super) reducers: HashMap<ir::Inst, (Variable, Variable)>,
+    /// Loop-invariant vectors of a vectorized group, made before its loop.
+    pub(super) vconsts: Option<super::vector::VConsts>,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -194,6 +196,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             inputs: HashMap::new(),
             outputs: HashMap::new(),
             reducers: HashMap::new(),
+            vconsts: None,
         };
         for (k, v) in g.inputs.iter().enumerate() {
             let raw = gen.b.ins().load(types::I64, flags(), args, (k * 8) as i32);
@@ -420,6 +423,14 @@ impl<'a, 'b> Gen<'a, 'b> {
             self.element(&[], &strides, &space);
             self.b.ins().jump(done, &[]);
         } else {
+            let vregs = if self.vectorizable(&space) {
+                super::vector::regs_for(space[rank - 1])
+            } else {
+                0
+            };
+            if vregs > 0 {
+                self.vector_prelude(vregs);
+            }
             let zero = self.iconst(types::I64, 0);
             self.b.ins().jump(headers[0], &[BlockArg::Value(zero)]);
             for dim in 0..rank {
@@ -435,12 +446,12 @@ impl<'a, 'b> Gen<'a, 'b> {
                     self.b.ins().jump(headers[dim + 1], &[BlockArg::Value(zero)]);
                 }
             }
-            if self.vectorizable(&space) {
+            if vregs > 0 {
                 // A chunk of elements at a time while a chunk remains; a
                 // chunk that cannot run as vectors runs its first element
                 // below.
                 let inner = rank - 1;
-                let regs = super::vector::regs_for(space[inner]);
+                let regs = vregs;
                 let lanes = (regs * 4) as i64;
                 let vector = self.b.create_block();
                 let scalar = self.b.create_block();

@@ -19,7 +19,7 @@
 //! fold the lanes one by one in index order.
 
 use super::codegen::{cl_type, dtype, elem_bytes, flags, float_cc, int_cc, row_major_strides, Gen};
-use super::runtime::{transcendental_code, OFF_SEG_BASE, OFF_SEG_LEN, OFF_SEG_LO};
+use super::runtime::transcendental_code;
 use crate::datapath::elem::CANONICAL_NAN_F32;
 use crate::ir::{self, BinaryOp, Op, Type, UnaryOp};
 use crate::sema::types::{DType, Elem};
@@ -42,13 +42,32 @@ pub fn regs_for(n: u64) -> usize {
     ((n / REG_LANES as u64) as usize).min(MAX_REGS)
 }
 
+/// Vectors every chunk of a group uses, made once before its loop (the
+/// code generator does not hoist them out of the loop by itself).
+pub struct VConsts {
+    /// Lanes `4q .. 4q + 4` of `[0, 1, 2, …]`, for each register q.
+    iota: Regs,
+    zero_i32: Value,
+    zero_f32: Value,
+    ones_i32: Value,
+    canonical_nan: Value,
+    one_f32: Value,
+    /// The group's scalar inputs, splat.
+    scalars: HashMap<ir::Value, Lanes>,
+}
+
 /// A chunk's lanes of one IR value.
 #[derive(Clone, Copy)]
 enum Lanes {
     /// 128-bit registers: f32x4 for f32, i32x4 for i32/u32, and for
     /// bools i32x4 masks (-1 on, 0 off). `scalar` is set when every lane
-    /// is that one value (a splat of a scalar input).
-    Vec { v: Regs, scalar: Option<Value> },
+    /// is that one value (a splat of a scalar input); `first` when lane k
+    /// is `first + k` modulo 2^32 (an `arange` shifted by scalars).
+    Vec {
+        v: Regs,
+        scalar: Option<Value>,
+        first: Option<Value>,
+    },
     /// Pointers: lane k is `base + k * stride` bytes.
     Ptr { base: Value, stride: i64 },
 }
@@ -61,6 +80,16 @@ fn lane_dtype(d: DType) -> bool {
 /// The four-byte numbers (what loads, stores and broadcasts move).
 fn word_dtype(d: DType) -> bool {
     matches!(d, DType::F32 | DType::I32 | DType::U32)
+}
+
+/// The 16-bit floats: their lanes hold the raw bits, zero-extended to 32.
+fn half_dtype(d: DType) -> bool {
+    matches!(d, DType::F16 | DType::BF16)
+}
+
+/// What loads and stores move.
+fn moved_dtype(d: DType) -> bool {
+    word_dtype(d) || half_dtype(d)
 }
 
 fn vec_type(d: DType) -> types::Type {
@@ -76,6 +105,70 @@ fn le() -> MemFlagsData {
 }
 
 impl Gen<'_, '_> {
+    /// Makes the loop-invariant vectors of a group with `regs` registers
+    /// per value (in the block before its loop).
+    pub(super) fn vector_prelude(&mut self, regs: usize) {
+        let iota = {
+            let mut out = [self.iota_const(0); MAX_REGS];
+            for (q, slot) in out.iter_mut().enumerate().take(regs).skip(1) {
+                *slot = self.iota_const(q);
+            }
+            out
+        };
+        let zero_i32 = self.zeros(types::I32X4);
+        let zero_f32 = self.zeros(types::F32X4);
+        let one = self.iconst(types::I32, 1);
+        let ones_i32 = self.b.ins().splat(types::I32X4, one);
+        let nan = self.b.ins().f32const(f32::from_bits(CANONICAL_NAN_F32));
+        let canonical_nan = self.b.ins().splat(types::F32X4, nan);
+        let one = self.b.ins().f32const(1.0);
+        let one_f32 = self.b.ins().splat(types::F32X4, one);
+        let mut scalars = HashMap::new();
+        for &v in &self.g.inputs {
+            let Type::Scalar(e) = self.f.ty(v).clone() else {
+                continue;
+            };
+            let x = self.inputs[&v];
+            let lanes = match e {
+                Elem::Ptr(_) => Lanes::Ptr { base: x, stride: 0 },
+                Elem::Num(d) if !lane_dtype(d) && !half_dtype(d) => continue,
+                Elem::Num(d) => {
+                    let one = if half_dtype(d) {
+                        let w = self.b.ins().uextend(types::I32, x);
+                        self.b.ins().splat(types::I32X4, w)
+                    } else if d == DType::Bool {
+                        // 0/1 → 0/-1.
+                        let w = self.b.ins().uextend(types::I32, x);
+                        let w = self.b.ins().band_imm_s(w, 1);
+                        let m = self.b.ins().ineg(w);
+                        self.b.ins().splat(types::I32X4, m)
+                    } else {
+                        self.b.ins().splat(vec_type(d), x)
+                    };
+                    Lanes::Vec {
+                        v: [one; MAX_REGS],
+                        scalar: Some(x),
+                        first: None,
+                    }
+                }
+            };
+            scalars.insert(v, lanes);
+        }
+        self.vconsts = Some(VConsts {
+            iota,
+            zero_i32,
+            zero_f32,
+            ones_i32,
+            canonical_nan,
+            one_f32,
+            scalars,
+        });
+    }
+
+    fn vc(&self) -> &VConsts {
+        self.vconsts.as_ref().expect("vector_prelude runs before the loop")
+    }
+
     /// Whether every member of this elementwise group over `space` has a
     /// vector form.
     pub(super) fn vectorizable(&self, space: &[u64]) -> bool {
@@ -89,16 +182,35 @@ impl Gen<'_, '_> {
         let is_ptr = |v: ir::Value| num(v).is_none();
         let lane =
             |v: ir::Value| matches!(self.f.ty(v), Type::Scalar(_) | Type::Block(..)) && num(v).is_none_or(lane_dtype);
+        let half = |v: ir::Value| num(v).is_some_and(half_dtype);
         self.g.insts.iter().all(|&i| {
             let d = self.f.inst(i);
-            if !d.args.iter().chain(&d.results).all(|v| lane(*v)) {
+            // f16/bf16 lanes only move: loaded, stored, handed over.
+            let moves_half = |k: usize| match d.op {
+                Op::Load { has_mask, .. } => k == 1 + has_mask as usize,
+                Op::Store { .. } => k == 1,
+                Op::Splat => true,
+                _ => false,
+            };
+            let args_ok = d
+                .args
+                .iter()
+                .enumerate()
+                .all(|(k, v)| lane(*v) || (half(*v) && moves_half(k)));
+            let results_ok = d
+                .results
+                .iter()
+                .all(|v| lane(*v) || (half(*v) && matches!(d.op, Op::Load { .. } | Op::Splat)));
+            if !(args_ok && results_ok) {
                 return false;
             }
             let arg_dt = |k: usize| num(d.args[k]);
             match &d.op {
                 Op::Arange { .. } => space.len() == 1,
                 Op::Splat => true,
-                Op::Broadcast => arg_dt(0).is_some_and(word_dtype) && self.inputs.contains_key(&d.args[0]),
+                Op::Broadcast => {
+                    arg_dt(0).is_some_and(|t| word_dtype(t) || t == DType::Bool) && self.inputs.contains_key(&d.args[0])
+                }
                 Op::Binary(op) => match arg_dt(0) {
                     Some(DType::F32) => matches!(
                         op,
@@ -142,8 +254,8 @@ impl Gen<'_, '_> {
                 }
                 Op::Select => d.args.iter().all(|v| !is_ptr(*v)),
                 Op::PtrAdd => is_ptr(d.args[0]) && matches!(arg_dt(1), Some(DType::I32 | DType::U32)),
-                Op::Load { .. } => d.results.first().and_then(|r| num(*r)).is_some_and(word_dtype),
-                Op::Store { .. } => arg_dt(1).is_some_and(word_dtype),
+                Op::Load { .. } => d.results.first().and_then(|r| num(*r)).is_some_and(moved_dtype),
+                Op::Store { .. } => arg_dt(1).is_some_and(moved_dtype),
                 Op::Reduce { .. } => arg_dt(0).is_some_and(word_dtype),
                 _ => false,
             }
@@ -169,22 +281,44 @@ impl Gen<'_, '_> {
             let d = self.f.inst(i).clone();
             let f = self.f;
             let arg_dt = |k: usize| dtype(f.ty(d.args[k]));
-            let vec = |v| Lanes::Vec { v, scalar: None };
+            let vec = |v| Lanes::Vec {
+                v,
+                scalar: None,
+                first: None,
+            };
             let result: Option<Lanes> = match &d.op {
                 Op::Arange { start, .. } => {
                     let j = self.b.ins().iadd_imm_s(ivs[0], *start);
                     let j = self.b.ins().ireduce(types::I32, j);
-                    let first = self.b.ins().splat(types::I32X4, j);
-                    Some(vec(self.map(regs, |g, q| {
-                        let iota = g.iota(q);
-                        g.b.ins().iadd(first, iota)
-                    })))
+                    let splat = self.b.ins().splat(types::I32X4, j);
+                    Some(Lanes::Vec {
+                        v: self.map(regs, |g, q| {
+                            let iota = g.iota(q);
+                            g.b.ins().iadd(splat, iota)
+                        }),
+                        scalar: None,
+                        first: Some(j),
+                    })
                 }
                 Op::Splat => Some(self.arg(&mut c, d.args[0])),
                 Op::Broadcast => Some(vec(self.broadcast_lanes(regs, d.args[0], ivs, space))),
                 Op::Binary(op) => {
+                    let (la, lb) = (self.arg(&mut c, d.args[0]), self.arg(&mut c, d.args[1]));
                     let (a, b) = (self.regs_of(&mut c, d.args[0]), self.regs_of(&mut c, d.args[1]));
-                    Some(vec(self.map(regs, |g, q| g.vbinary(*op, arg_dt(0), a[q], b[q]))))
+                    let v = self.map(regs, |g, q| g.vbinary(*op, arg_dt(0), a[q], b[q]));
+                    // An arange moved by a scalar is still one.
+                    let first = match (op, la, lb) {
+                        _ if arg_dt(0) == DType::F32 || arg_dt(0) == DType::Bool => None,
+                        (BinaryOp::Add, Lanes::Vec { first: Some(f), .. }, Lanes::Vec { scalar: Some(s), .. })
+                        | (BinaryOp::Add, Lanes::Vec { scalar: Some(s), .. }, Lanes::Vec { first: Some(f), .. }) => {
+                            Some(self.b.ins().iadd(f, s))
+                        }
+                        (BinaryOp::Sub, Lanes::Vec { first: Some(f), .. }, Lanes::Vec { scalar: Some(s), .. }) => {
+                            Some(self.b.ins().isub(f, s))
+                        }
+                        _ => None,
+                    };
+                    Some(Lanes::Vec { v, scalar: None, first })
                 }
                 Op::Cmp(op) => {
                     let (a, b) = (self.regs_of(&mut c, d.args[0]), self.regs_of(&mut c, d.args[1]));
@@ -292,14 +426,27 @@ impl Gen<'_, '_> {
         }
     }
 
-    /// Lanes `4q .. 4q + 4` of `[0, 1, 2, …]` as i32x4.
-    fn iota(&mut self, q: usize) -> Value {
+    /// Lanes `4q .. 4q + 4` of `[0, 1, 2, …]` as i32x4 (a constant).
+    fn iota_const(&mut self, q: usize) -> Value {
         let first = (q as i64 * REG_LANES) as i32;
         let bytes: Vec<u8> = (first..first + REG_LANES as i32)
             .flat_map(|k| k.to_le_bytes())
             .collect();
         let c = self.b.func.dfg.constants.insert(ConstantData::from(bytes));
         self.b.ins().vconst(types::I32X4, c)
+    }
+
+    fn iota(&self, q: usize) -> Value {
+        self.vc().iota[q]
+    }
+
+    /// A zero register of type `t` (i32x4 or f32x4).
+    fn zero(&self, t: types::Type) -> Value {
+        if t == types::F32X4 {
+            self.vc().zero_f32
+        } else {
+            self.vc().zero_i32
+        }
     }
 
     fn zeros(&mut self, t: types::Type) -> Value {
@@ -321,11 +468,11 @@ impl Gen<'_, '_> {
             return;
         }
         let regs = self.regs_of(c, m);
-        let mut all = self.b.ins().vall_true(regs[0]);
+        let mut both = regs[0];
         for r in regs.iter().take(c.regs).skip(1) {
-            let t = self.b.ins().vall_true(*r);
-            all = self.b.ins().band(all, t);
+            both = self.b.ins().band(both, *r);
         }
+        let all = self.b.ins().vall_true(both);
         self.check(c, all);
         c.masks_on.push(m);
     }
@@ -336,22 +483,7 @@ impl Gen<'_, '_> {
         let x = self.inputs[&v];
         let regs = c.regs;
         match self.f.ty(v).clone() {
-            Type::Scalar(Elem::Ptr(_)) => Lanes::Ptr { base: x, stride: 0 },
-            Type::Scalar(Elem::Num(d)) => {
-                let one = if d == DType::Bool {
-                    // 0/1 → 0/-1.
-                    let w = self.b.ins().uextend(types::I32, x);
-                    let w = self.b.ins().band_imm_s(w, 1);
-                    let m = self.b.ins().ineg(w);
-                    self.b.ins().splat(types::I32X4, m)
-                } else {
-                    self.b.ins().splat(vec_type(d), x)
-                };
-                Lanes::Vec {
-                    v: [one; MAX_REGS],
-                    scalar: Some(x),
-                }
-            }
+            Type::Scalar(_) => self.vc().scalars[&v],
             Type::Block(e, _) => {
                 let addr = self.element_addr(x, c.lin, elem_bytes(e));
                 match e {
@@ -384,27 +516,55 @@ impl Gen<'_, '_> {
                         }
                         Lanes::Ptr { base: p0, stride: size }
                     }
-                    Elem::Num(DType::Bool) => {
-                        // Four 0/1 bytes a register → four 0/-1 words.
-                        let z = self.zeros(types::I32X4);
-                        let v = self.map(regs, |g, q| {
-                            let w = g.b.ins().load(types::I32, flags(), addr, (4 * q) as i32);
-                            let v = g.b.ins().scalar_to_vector(types::I32X4, w);
-                            let v = g.b.ins().bitcast(types::I8X16, le(), v);
-                            let v = g.b.ins().swiden_low(v);
-                            let v = g.b.ins().swiden_low(v);
-                            g.b.ins().icmp(IntCC::NotEqual, v, z)
-                        });
-                        Lanes::Vec { v, scalar: None }
-                    }
+                    Elem::Num(DType::Bool) => Lanes::Vec {
+                        v: self.masks_from_bytes(regs, addr),
+                        scalar: None,
+                        first: None,
+                    },
+                    Elem::Num(d) if half_dtype(d) => Lanes::Vec {
+                        v: self.map(regs, |g, q| g.load_halves(addr, 8 * q as i32)),
+                        scalar: None,
+                        first: None,
+                    },
                     Elem::Num(d) => Lanes::Vec {
                         v: self.map(regs, |g, q| g.b.ins().load(vec_type(d), flags(), addr, (16 * q) as i32)),
                         scalar: None,
+                        first: None,
                     },
                 }
             }
             Type::Future(..) => unreachable!("vectorizable() admits scalars and blocks only"),
         }
+    }
+
+    /// Bools stored as 0/1 bytes at `addr`, four a register, as masks.
+    fn masks_from_bytes(&mut self, regs: usize, addr: Value) -> Regs {
+        let z = self.zero(types::I32X4);
+        self.map(regs, |g, q| {
+            let w = g.b.ins().load(types::I32, flags(), addr, (4 * q) as i32);
+            let v = g.b.ins().scalar_to_vector(types::I32X4, w);
+            let v = g.b.ins().bitcast(types::I8X16, le(), v);
+            let v = g.b.ins().swiden_low(v);
+            let v = g.b.ins().swiden_low(v);
+            g.b.ins().icmp(IntCC::NotEqual, v, z)
+        })
+    }
+
+    /// Four 16-bit elements at `addr + offset`, zero-extended into i32x4.
+    fn load_halves(&mut self, addr: Value, offset: i32) -> Value {
+        let w = self.b.ins().load(types::I64, flags(), addr, offset);
+        let v = self.b.ins().scalar_to_vector(types::I64X2, w);
+        let v = self.b.ins().bitcast(types::I16X8, le(), v);
+        self.b.ins().uwiden_low(v)
+    }
+
+    /// Writes the low 16 bits of each lane of `x` at `addr + offset`.
+    fn store_halves(&mut self, x: Value, addr: Value, offset: i32) {
+        // Lanes hold 0..=0xffff, so the saturating narrow is exact.
+        let v = self.b.ins().unarrow(x, x);
+        let v = self.b.ins().bitcast(types::I64X2, le(), v);
+        let w = self.b.ins().extractlane(v, 0);
+        self.b.ins().store(flags(), w, addr, offset);
     }
 
     fn element_addr(&mut self, base: Value, index: Value, size: i64) -> Value {
@@ -424,8 +584,7 @@ impl Gen<'_, '_> {
             }
             (Lanes::Vec { v, .. }, Elem::Num(DType::Bool)) => {
                 // 0/-1 words → four 0/1 bytes a register.
-                let one = self.iconst(types::I32, 1);
-                let ones = self.b.ins().splat(types::I32X4, one);
+                let ones = self.vc().ones_i32;
                 for (q, reg) in v.iter().enumerate().take(regs) {
                     let w = self.b.ins().band(*reg, ones);
                     let h = self.b.ins().snarrow(w, w);
@@ -433,6 +592,11 @@ impl Gen<'_, '_> {
                     let b = self.b.ins().bitcast(types::I32X4, le(), b);
                     let word = self.b.ins().extractlane(b, 0);
                     self.b.ins().store(flags(), word, addr, (4 * q) as i32);
+                }
+            }
+            (Lanes::Vec { v, .. }, Elem::Num(d)) if half_dtype(d) => {
+                for (q, reg) in v.iter().enumerate().take(regs) {
+                    self.store_halves(*reg, addr, (8 * q) as i32);
                 }
             }
             (Lanes::Vec { v, .. }, _) => {
@@ -459,13 +623,21 @@ impl Gen<'_, '_> {
             }
         }
         let base = self.inputs[&src];
-        let addr = self.element_addr(base, idx, 4);
+        let addr = self.element_addr(base, idx, d.size_bytes() as i64);
         let inner = ivs.len() - 1;
-        if src_shape[inner] == 1 {
-            let x = self.b.ins().load(cl_type(Elem::Num(d)), flags(), addr, 0);
-            [self.b.ins().splat(vec_type(d), x); MAX_REGS]
-        } else {
-            self.map(regs, |g, q| g.b.ins().load(vec_type(d), flags(), addr, (16 * q) as i32))
+        match (src_shape[inner] == 1, d) {
+            (true, DType::Bool) => {
+                let x = self.b.ins().uload8(types::I32, flags(), addr, 0);
+                let x = self.b.ins().band_imm_s(x, 1);
+                let m = self.b.ins().ineg(x);
+                [self.b.ins().splat(types::I32X4, m); MAX_REGS]
+            }
+            (true, _) => {
+                let x = self.b.ins().load(cl_type(Elem::Num(d)), flags(), addr, 0);
+                [self.b.ins().splat(vec_type(d), x); MAX_REGS]
+            }
+            (false, DType::Bool) => self.masks_from_bytes(regs, addr),
+            (false, _) => self.map(regs, |g, q| g.b.ins().load(vec_type(d), flags(), addr, (16 * q) as i32)),
         }
     }
 
@@ -482,8 +654,7 @@ impl Gen<'_, '_> {
 
     fn vcanon(&mut self, x: Value) -> Value {
         let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
-        let c = self.b.ins().f32const(f32::from_bits(CANONICAL_NAN_F32));
-        let c = self.b.ins().splat(types::F32X4, c);
+        let c = self.vc().canonical_nan;
         self.vselect(nan, c, x)
     }
 
@@ -500,7 +671,7 @@ impl Gen<'_, '_> {
         let a_wins = self.b.ins().fcmp(first, a, b);
         let b_wins = self.b.ins().fcmp(second, a, b);
         let ai = self.b.ins().bitcast(types::I32X4, le(), a);
-        let z = self.zeros(types::I32X4);
+        let z = self.zero(types::I32X4);
         let a_neg = self.b.ins().icmp(IntCC::SignedLessThan, ai, z);
         let tie = if is_max {
             self.vselect(a_neg, b, a)
@@ -549,8 +720,7 @@ impl Gen<'_, '_> {
                 UnaryOp::Sqrt => self.b.ins().sqrt(a),
                 UnaryOp::Rsqrt => {
                     let s = self.b.ins().sqrt(a);
-                    let one = self.b.ins().f32const(1.0);
-                    let one = self.b.ins().splat(types::F32X4, one);
+                    let one = self.vc().one_f32;
                     self.b.ins().fdiv(one, s)
                 }
                 UnaryOp::Floor => self.b.ins().floor(a),
@@ -569,7 +739,7 @@ impl Gen<'_, '_> {
             };
             return self.vcanon(r);
         }
-        let z = self.zeros(types::I32X4);
+        let z = self.zero(types::I32X4);
         match (op, d) {
             (UnaryOp::Not, DType::Bool) | (UnaryOp::Invert, DType::Bool) => self.b.ins().bnot(a),
             (UnaryOp::Not, _) => self.b.ins().icmp(IntCC::Equal, a, z),
@@ -584,10 +754,9 @@ impl Gen<'_, '_> {
     /// Value casts between f32, i32, u32 and bool (the scalar `cast`'s
     /// rules: float → int saturates, NaN → 0; anything → bool is `!= 0`).
     fn vcast(&mut self, from: DType, to: DType, a: Value) -> Value {
-        let z = self.zeros(vec_type(from));
+        let z = self.zero(vec_type(from));
         let bool_to_int = |gen: &mut Self| {
-            let one = gen.iconst(types::I32, 1);
-            let ones = gen.b.ins().splat(types::I32X4, one);
+            let ones = gen.vc().ones_i32;
             gen.b.ins().band(a, ones)
         };
         match (from, to) {
@@ -620,7 +789,12 @@ impl Gen<'_, '_> {
         let Lanes::Ptr { base, stride } = p else {
             unreachable!("vectorizable() admits pointer first operands only")
         };
-        let Lanes::Vec { v, scalar } = self.arg(c, offset) else {
+        let Lanes::Vec {
+            v,
+            scalar,
+            first: known,
+        } = self.arg(c, offset)
+        else {
             unreachable!("offsets are integer lanes")
         };
         let (first, stride) = match scalar {
@@ -629,18 +803,25 @@ impl Gen<'_, '_> {
                 let first = match c.consecutive.get(&offset) {
                     Some(first) => *first,
                     None => {
-                        let first = self.b.ins().extractlane(v[0], 0);
-                        let splat = self.b.ins().splat(types::I32X4, first);
-                        let mut ok = None;
-                        for (q, reg) in v.iter().enumerate().take(c.regs) {
-                            let diff = self.b.ins().isub(*reg, splat);
-                            let iota = self.iota(q);
-                            let steps = self.b.ins().icmp(IntCC::Equal, diff, iota);
-                            let steps = self.b.ins().vall_true(steps);
-                            ok = Some(match ok {
-                                Some(a) => self.b.ins().band(a, steps),
-                                None => steps,
-                            });
+                        // Lanes first + k (mod 2^32): known for an arange
+                        // moved by scalars, compared otherwise.
+                        let (first, mut ok) = match known {
+                            Some(f) => (f, None),
+                            None => (self.b.ins().extractlane(v[0], 0), None),
+                        };
+                        if known.is_none() {
+                            let splat = self.b.ins().splat(types::I32X4, first);
+                            let mut diffs = None;
+                            for (q, reg) in v.iter().enumerate().take(c.regs) {
+                                let diff = self.b.ins().isub(*reg, splat);
+                                let iota = self.iota(q);
+                                let steps = self.b.ins().icmp(IntCC::Equal, diff, iota);
+                                diffs = Some(match diffs {
+                                    Some(a) => self.b.ins().band(a, steps),
+                                    None => steps,
+                                });
+                            }
+                            ok = diffs.map(|d| self.b.ins().vall_true(d));
                         }
                         // The last lane must not wrap past the type's maximum.
                         let lanes = c.regs as i64 * REG_LANES;
@@ -677,9 +858,11 @@ impl Gen<'_, '_> {
     }
 
     /// The host address of `bytes` bytes at `va` through the instruction's
-    /// segment cache; jumps to the fallback when they are not all in one
-    /// allocation (the scalar code then finds the fault, if any).
-    fn vaccess(&mut self, c: &Chunk, va: Value, elem: i64, bytes: i64, write: bool, code: u32) -> Value {
+    /// segment cache. When they are not inside the cached segment the
+    /// chunk falls back: the scalar code for its first element looks the
+    /// segment up (and caches it for the next chunk) or reports the fault.
+    /// No call here, so no register is spilled around one.
+    fn vaccess(&mut self, c: &Chunk, va: Value, elem: i64, bytes: i64, code: u32) -> Value {
         // The cache's limit is for one element: `len - elem + 1`.
         let [seg_lo, seg_limit, seg_base] = self.caches[&code];
         let lo = self.b.use_var(seg_lo);
@@ -689,29 +872,8 @@ impl Gen<'_, '_> {
         let last = self.b.ins().iadd_imm_s(off, bytes - elem);
         let last_in = self.b.ins().icmp(IntCC::UnsignedLessThan, last, limit);
         let ok = self.b.ins().band(first_in, last_in);
-        let fast = self.b.create_block();
-        let slow = self.b.create_block();
-        self.b.ins().brif(ok, fast, &[], slow, &[]);
-        self.b.switch_to_block(slow);
-        self.b.set_cold_block(slow);
-        let nbytes = self.iconst(types::I64, bytes);
-        let w = self.iconst(types::I64, write as i64);
-        let r = self.call1(self.h.resolve, &[self.ctx, va, nbytes, w]);
-        let reload = self.b.create_block();
-        self.b.ins().brif(r, c.fallback, &[], reload, &[]);
-        self.b.switch_to_block(reload);
-        let lo2 = self.b.ins().load(types::I64, flags(), self.ctx, OFF_SEG_LO);
-        let len2 = self.b.ins().load(types::I64, flags(), self.ctx, OFF_SEG_LEN);
-        let base2 = self.b.ins().load(types::I64, flags(), self.ctx, OFF_SEG_BASE);
-        let limit2 = self.b.ins().iadd_imm_s(len2, 1 - elem);
-        self.b.def_var(seg_lo, lo2);
-        self.b.def_var(seg_limit, limit2);
-        self.b.def_var(seg_base, base2);
-        self.b.ins().jump(fast, &[]);
-        self.b.switch_to_block(fast);
-        let lo = self.b.use_var(seg_lo);
+        self.check(c, ok);
         let base = self.b.use_var(seg_base);
-        let off = self.b.ins().isub(va, lo);
         self.b.ins().iadd(base, off)
     }
 
@@ -724,17 +886,25 @@ impl Gen<'_, '_> {
         let size = elem_bytes(e);
         let d = dtype(&Type::Scalar(e));
         if stride == 0 {
-            let host = self.vaccess(c, base, size, size, false, code);
-            let x = self.b.ins().load(cl_type(e), flags(), host, 0);
+            let host = self.vaccess(c, base, size, size, code);
+            let x = if half_dtype(d) {
+                self.b.ins().uload16(types::I32, flags(), host, 0)
+            } else {
+                self.b.ins().load(cl_type(e), flags(), host, 0)
+            };
             return [self.b.ins().splat(vec_type(d), x); MAX_REGS];
         }
         if stride != size {
             return [self.give_up(c, vec_type(d)); MAX_REGS];
         }
         let bytes = size * REG_LANES * c.regs as i64;
-        let host = self.vaccess(c, base, size, bytes, false, code);
+        let host = self.vaccess(c, base, size, bytes, code);
         self.map(c.regs, |g, q| {
-            g.b.ins().load(vec_type(d), flags(), host, (16 * q) as i32)
+            if half_dtype(d) {
+                g.load_halves(host, 8 * q as i32)
+            } else {
+                g.b.ins().load(vec_type(d), flags(), host, (16 * q) as i32)
+            }
         })
     }
 
@@ -749,9 +919,14 @@ impl Gen<'_, '_> {
             return;
         }
         let bytes = size * REG_LANES * c.regs as i64;
-        let host = self.vaccess(c, base, size, bytes, true, code);
+        let host = self.vaccess(c, base, size, bytes, code);
+        let half = matches!(e, Elem::Num(d) if half_dtype(d));
         for (q, reg) in x.iter().enumerate().take(c.regs) {
-            self.b.ins().store(flags(), *reg, host, (16 * q) as i32);
+            if half {
+                self.store_halves(*reg, host, (8 * q) as i32);
+            } else {
+                self.b.ins().store(flags(), *reg, host, (16 * q) as i32);
+            }
         }
     }
 
@@ -761,7 +936,7 @@ impl Gen<'_, '_> {
         self.b.ins().jump(c.fallback, &[]);
         let dead = self.b.create_block();
         self.b.switch_to_block(dead);
-        self.zeros(t)
+        self.zero(t)
     }
 }
 
