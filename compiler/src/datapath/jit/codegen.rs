@@ -250,7 +250,7 @@ impl<'a, 'b> Gen<'a, 'b> {
         self.b.switch_to_block(cont);
     }
 
-    fn canon(&mut self, x: Value) -> Value {
+    pub(super) fn canon(&mut self, x: Value) -> Value {
         let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
         let c = self.b.ins().f32const(f32::from_bits(CANONICAL_NAN_F32));
         self.b.ins().select(nan, c, x)

@@ -3,12 +3,14 @@
 //! the edges. Each output element is the accumulator plus the products
 //! `a[i,k]·b[k,j]` added for k = 0, 1, 2, … in order, each product and sum
 //! rounded to f32 (the interpreter's definition): vectors run across
-//! columns, never across the sum. f16/bf16 operands are widened to f32
-//! before the call; integer products use a scalar loop with wrapping sums.
+//! columns, never across the sum. NaN sums are stored canonical. f16/bf16
+//! operands are widened to f32 before the call; integer products use a
+//! scalar loop with wrapping sums.
 
 use super::codegen::Gen;
-use cranelift_codegen::ir::condcodes::IntCC;
-use cranelift_codegen::ir::{types, BlockArg, InstBuilder, MemFlagsData, Value};
+use crate::datapath::elem::CANONICAL_NAN_F32;
+use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
+use cranelift_codegen::ir::{types, BlockArg, Endianness, InstBuilder, MemFlagsData, Value};
 
 const MR: i64 = 4;
 const NR: i64 = 8;
@@ -50,6 +52,20 @@ impl Gen<'_, '_> {
         let next = self.b.ins().iadd_imm_s(l.var, l.step);
         self.b.ins().jump(l.header, &[BlockArg::Value(next)]);
         self.b.switch_to_block(l.exit);
+    }
+
+    /// Any NaN lane as the canonical NaN (the interpreter rounds each
+    /// step to canonical; NaN-ness is the same, so once at the end agrees).
+    fn canon_f32x4(&mut self, x: Value) -> Value {
+        let nan = self.b.ins().fcmp(FloatCC::Unordered, x, x);
+        let nan = self.b.ins().bitcast(
+            types::F32X4,
+            MemFlagsData::new().with_endianness(Endianness::Little),
+            nan,
+        );
+        let c = self.b.ins().f32const(f32::from_bits(CANONICAL_NAN_F32));
+        let c = self.b.ins().splat(types::F32X4, c);
+        self.b.ins().bitselect(nan, c, x)
     }
 
     fn addr(&mut self, base: Value, index: Value, scale: i64) -> Value {
@@ -136,6 +152,7 @@ impl Gen<'_, '_> {
                 let idx = self.b.ins().iadd(rn, col);
                 let ad = self.addr(out, idx, 4);
                 let x = params[1 + (r as usize) * 2 + v as usize];
+                let x = self.canon_f32x4(x);
                 self.b.ins().store(flags(), x, ad, 0);
             }
         }
@@ -199,6 +216,7 @@ impl Gen<'_, '_> {
         self.b.ins().jump(header, &[BlockArg::Value(k2), BlockArg::Value(s2)]);
         self.b.switch_to_block(exit);
         let oad = self.addr(out, oidx, 4);
+        let s = self.canon(s);
         self.b.ins().store(flags(), s, oad, 0);
         self.end_loop(lj);
         self.end_loop(li);

@@ -501,19 +501,11 @@ impl DataPath for Jit {
         for (o, t) in group.outputs.iter().zip(outs) {
             let ty = func.ty(*o);
             let t = match kind {
-                // The f32 sums: canonical NaNs (the interpreter rounds each
-                // step to canonical; NaN-ness is the same), then rounded to
-                // the output dtype.
+                // The f32 sums (NaNs canonical), rounded to the output
+                // dtype.
                 Kind::DotF32 => {
                     let d = dtype_of(ty);
-                    let mut t = t;
                     if d == DType::F32 {
-                        for w in t.bytes_mut().chunks_exact_mut(4) {
-                            let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-                            if x.is_nan() {
-                                w.copy_from_slice(&elem::CANONICAL_NAN_F32.to_le_bytes());
-                            }
-                        }
                         t
                     } else {
                         let mut out = Tensor::zeros(ty.elem(), &t.shape);
