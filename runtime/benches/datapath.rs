@@ -93,11 +93,15 @@ fn add_bandwidth(c: &mut Criterion) {
     g.sample_size(10);
     // Bytes moved: two reads and one write of n f32.
     g.throughput(Throughput::Bytes(3 * 4 * n as u64));
-    let func = lower("kernels/add.tl", "add", &[("BLOCK", 1024)]);
     let t = |seed| Some(random_tensor(DType::F32, &[n], seed));
-    let mut launch = Launch::new(func, vec![t(1), t(2), t(3), None], &[n as i64], (n / 1024) as u32);
-    let mut jit = prepared(&launch, Box::new(Jit::new()));
-    g.bench_function("jit", |b| b.iter(|| launch.run(jit.as_mut())));
+    // The kernel's default block, and a larger one that pays the
+    // executor's per-program cost an eighth as often.
+    for block in [1024usize, 8192] {
+        let func = lower("kernels/add.tl", "add", &[("BLOCK", block as i64)]);
+        let mut launch = Launch::new(func, vec![t(1), t(2), t(3), None], &[n as i64], (n / block) as u32);
+        let mut jit = prepared(&launch, Box::new(Jit::new()));
+        g.bench_function(format!("jit_block_{block}"), |b| b.iter(|| launch.run(jit.as_mut())));
+    }
     g.finish();
     // The machine's baseline: memcpy of the same number of bytes read,
     // counted the same way (bytes read + bytes written).
