@@ -20,6 +20,19 @@ fn registry() -> Registry {
 /// Runs `algo` on the first `world` PEs with `bytes` per rank's buffer and
 /// returns the number of wrong elements.
 fn wrong(topo: &Topology, reg: &Registry, algo: &str, world: usize, bytes: u64, dtype: DType, op: ReduceOp) -> u64 {
+    run(topo, reg, algo, world, bytes, dtype, op).wrong
+}
+
+/// Runs `algo` as [`wrong`] does; the whole bench row.
+fn run(
+    topo: &Topology,
+    reg: &Registry,
+    algo: &str,
+    world: usize,
+    bytes: u64,
+    dtype: DType,
+    op: ReduceOp,
+) -> bench::Row {
     let a = reg.get(algo).expect("registered").clone();
     let (func, sources) = bench::compile(topo, reg, &a, dtype, op).unwrap_or_else(|e| panic!("{e}"));
     let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
@@ -34,9 +47,24 @@ fn wrong(topo: &Topology, reg: &Registry, algo: &str, world: usize, bytes: u64, 
         op,
     };
     let mut jit = Jit::new();
-    let row = bench::run_one(&case, &mut jit, &mut bench::DataCache::default(), bytes)
-        .unwrap_or_else(|e| panic!("{algo} on {world} PEs, {bytes} B: {e}"));
-    row.wrong
+    bench::run_one(&case, &mut jit, &mut bench::DataCache::default(), bytes)
+        .unwrap_or_else(|e| panic!("{algo} on {world} PEs, {bytes} B: {e}"))
+}
+
+/// Recursive doubling exists for small buffers: log2(p) steps against the
+/// ring's 2(p - 1), so below a few KiB it finishes first; at 1 MiB the
+/// ring's p-th-sized steps win. (Both are exact; see above.)
+#[test]
+fn recursive_doubling_wins_small_and_loses_large() {
+    let topo = Topology::default_machine();
+    let reg = registry();
+    let time = |algo: &str, bytes: u64| run(&topo, &reg, algo, 8, bytes, DType::F32, ReduceOp::Sum).time_ps;
+    for bytes in [1024, 4096] {
+        let (rd, ring) = (time("rd_allreduce", bytes), time("ring_allreduce", bytes));
+        assert!(rd < ring, "{bytes} B: recursive doubling {rd} ps, ring {ring} ps");
+    }
+    let (rd, ring) = (time("rd_allreduce", 1 << 20), time("ring_allreduce", 1 << 20));
+    assert!(rd > 2 * ring, "1 MiB: recursive doubling {rd} ps, ring {ring} ps");
 }
 
 #[test]
