@@ -11,6 +11,7 @@ pub use memory::{FlatMemory, Segment};
 use kernbench_compiler::datapath::{elem, DataPath, ExecError, ExecErrorKind, Memory, Plan, RtValue, Step, Tensor};
 use kernbench_compiler::ir::{ConstVal, Function, Inst, Op, Region, Type, Value};
 use kernbench_compiler::sema::types::{DType, Elem};
+use smallvec::SmallVec;
 use std::rc::Rc;
 
 /// A failure, located in the program instance that hit it.
@@ -232,8 +233,8 @@ impl Machine<'_> {
     }
 
     fn region(&mut self, r: Region, args: &[RtValue]) -> Result<Flow, ExecError> {
-        let params = self.func.region(r).params.clone();
-        for (p, a) in params.iter().zip(args) {
+        let func = self.func;
+        for (p, a) in func.region(r).params.iter().zip(args) {
             self.set(*p, a.clone());
         }
         let plan = self.plan;
@@ -254,8 +255,8 @@ impl Machine<'_> {
 
     fn group(&mut self, g: usize) -> Result<(), ExecError> {
         let group = &self.plan.groups[g];
-        let inputs: Vec<RtValue> = group.inputs.iter().map(|v| self.get(*v)).collect();
-        let refs: Vec<&RtValue> = inputs.iter().collect();
+        let inputs: SmallVec<[RtValue; 8]> = group.inputs.iter().map(|v| self.get(*v)).collect();
+        let refs: SmallVec<[&RtValue; 8]> = inputs.iter().collect();
         let outs = self.dp.run(self.func, self.plan, g, &refs, &mut *self.mem)?;
         for (v, x) in group.outputs.iter().zip(outs) {
             self.set(*v, x);
@@ -285,7 +286,7 @@ impl Machine<'_> {
     /// A scalar instruction (or an effect) on the executor.
     fn inst(&mut self, i: Inst) -> Result<(), ExecError> {
         let d = self.func.inst(i);
-        let args: Vec<RtValue> = d.args.iter().map(|a| self.get(*a)).collect();
+        let args: SmallVec<[RtValue; 4]> = d.args.iter().map(|a| self.get(*a)).collect();
         let ctx = ScalarCtx {
             pid: self.pid,
             grid: self.grid,
