@@ -250,6 +250,23 @@ fn registry_errors_name_the_entry() {
         stdlib.default_for(Collective::AllReduce).unwrap().name,
         "ring_allreduce"
     );
+    // Small buffers take recursive doubling (below 16 KiB per rank).
+    for (bytes, want) in [
+        (4096, "rd_allreduce"),
+        (16383, "rd_allreduce"),
+        (16384, "ring_allreduce"),
+        (1 << 20, "ring_allreduce"),
+    ] {
+        assert_eq!(
+            stdlib.default_for_size(Collective::AllReduce, bytes).unwrap().name,
+            want,
+            "{bytes} B"
+        );
+    }
+    assert_eq!(
+        stdlib.default_for_size(Collective::AllGather, 64).unwrap().name,
+        "all_gather"
+    );
     let dir = std::env::temp_dir().join(format!("kb-reg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
@@ -300,5 +317,17 @@ fn registry_errors_name_the_entry() {
         e.starts_with("my_ccl.yaml:2: defaults.all_reduce: no algorithm `missing`"),
         "{e}"
     );
+    let e = try_yaml("defaults:\n  small:\n    below_bytes: 64\n    all_reduce: missing\n");
+    assert!(
+        e.starts_with("my_ccl.yaml:4: defaults.small.all_reduce: no algorithm `missing`"),
+        "{e}"
+    );
+    let e = try_yaml("defaults:\n  small:\n    below_bytes: 64\n    all_gather: rd_allreduce\n");
+    assert!(
+        e.contains("defaults.small.all_gather: `rd_allreduce` is a all_reduce algorithm"),
+        "{e}"
+    );
+    let e = try_yaml("defaults:\n  small:\n    all_reduce: rd_allreduce\n");
+    assert!(e.contains("defaults.small") && e.contains("below_bytes"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

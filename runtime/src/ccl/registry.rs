@@ -1,6 +1,6 @@
 //! `ccl.yaml`: the registry of collective algorithms. `defaults` picks the
-//! algorithm of each collective and the IPCQ settings collectives run
-//! with; `algorithms` maps a name to a `.tl` module (relative to the yaml
+//! algorithm of each collective (and, under `defaults.small`, the one for
+//! buffers below a size) and the IPCQ settings collectives run with; `algorithms` maps a name to a `.tl` module (relative to the yaml
 //! file), a kernel, a topology class (which decides the rank order of the
 //! PEs it runs on), optional IPCQ overrides, constexprs, and an optional
 //! world size. A user registry is merged over the stdlib's: its defaults
@@ -36,6 +36,18 @@ struct DefaultsFile {
     slot_size_bytes: Option<Positive>,
     packet_bytes: Option<Positive>,
     poll_interval_ns: Option<PositiveF>,
+    small: Option<SmallFile>,
+}
+
+/// `defaults.small`: algorithms for buffers below a size.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SmallFile {
+    below_bytes: Positive,
+    all_reduce: Option<String>,
+    all_gather: Option<String>,
+    reduce_scatter: Option<String>,
+    broadcast: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -85,6 +97,11 @@ pub struct Algorithm {
 #[derive(Clone, Debug, Default)]
 pub struct Defaults {
     pub algorithm: BTreeMap<Collective, String>,
+    /// Buffers (bytes per rank) below `small_below_bytes` run
+    /// `small_algorithm`'s choice where it has one (NCCL picks its
+    /// algorithm by size the same way).
+    pub small_below_bytes: Option<u64>,
+    pub small_algorithm: BTreeMap<Collective, String>,
     pub buffer_space: Option<Space>,
     pub backpressure: Option<Backpressure>,
     pub n_slots: Option<u64>,
@@ -147,6 +164,19 @@ impl Registry {
                 self.defaults.algorithm.insert(c, a);
             }
         }
+        if let Some(small) = d.small {
+            self.defaults.small_below_bytes = Some(small.below_bytes.0);
+            for (c, a) in [
+                (Collective::AllReduce, small.all_reduce),
+                (Collective::AllGather, small.all_gather),
+                (Collective::ReduceScatter, small.reduce_scatter),
+                (Collective::Broadcast, small.broadcast),
+            ] {
+                if let Some(a) = a {
+                    self.defaults.small_algorithm.insert(c, a);
+                }
+            }
+        }
         let f = &mut self.defaults;
         f.buffer_space = d.buffer_space.or(f.buffer_space);
         f.backpressure = d.backpressure.or(f.backpressure);
@@ -183,17 +213,28 @@ impl Registry {
                 },
             );
         }
-        for (c, a) in &self.defaults.algorithm {
+        let chosen = self
+            .defaults
+            .algorithm
+            .iter()
+            .map(|(c, a)| (format!("defaults.{}", c.key()), c, a))
+            .chain(
+                self.defaults
+                    .small_algorithm
+                    .iter()
+                    .map(|(c, a)| (format!("defaults.small.{}", c.key()), c, a)),
+            );
+        for (path, c, a) in chosen {
             match self.algorithms.get(a) {
                 None => {
                     return Err(err(
-                        format!("defaults.{}", c.key()),
+                        path,
                         format!("no algorithm `{a}` is registered ({})", self.names().join(", ")),
                     ))
                 }
                 Some(alg) if alg.collective != *c => {
                     return Err(err(
-                        format!("defaults.{}", c.key()),
+                        path,
                         format!("`{a}` is a {} algorithm, not a {} one", alg.collective.key(), c.key()),
                     ))
                 }
@@ -221,6 +262,17 @@ impl Registry {
             .get(&c)
             .ok_or_else(|| format!("ccl.yaml names no default {} algorithm", c.key()))?;
         self.get(name)
+    }
+
+    /// The default algorithm of a collective on buffers of `bytes` per
+    /// rank: the `defaults.small` choice below its size, else
+    /// [`Registry::default_for`].
+    pub fn default_for_size(&self, c: Collective, bytes: u64) -> Result<&Algorithm, String> {
+        let small = self.defaults.small_below_bytes.is_some_and(|below| bytes < below);
+        match self.defaults.small_algorithm.get(&c) {
+            Some(name) if small => self.get(name),
+            _ => self.default_for(c),
+        }
     }
 
     /// The IPCQ an algorithm runs with: its own settings, else the

@@ -81,7 +81,10 @@ impl Runtime {
         let reg = self.registry()?.clone();
         let alg = match algorithm {
             Some(name) => reg.get(name).map_err(HostError::new)?.clone(),
-            None => reg.default_for(c).map_err(HostError::new)?.clone(),
+            None => {
+                let bytes = (inputs[0].numel() as u64).saturating_mul(dtype.size_bytes());
+                reg.default_for_size(c, bytes).map_err(HostError::new)?.clone()
+            }
         };
         if alg.collective != c {
             return Err(HostError::new(format!(
