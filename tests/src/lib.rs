@@ -254,7 +254,7 @@ pub mod exec {
         }
         let p = plan_with(func, fusion);
         let mut dp: Box<dyn DataPath> = if jit {
-            Box::new(Jit::new())
+            Box::new(Jit::verifying())
         } else {
             Box::new(Interpreter)
         };
@@ -311,7 +311,7 @@ pub mod sim {
         let mut launch = Launch::new(func, &comm, rank_args);
         launch.grid = grid.unwrap_or(launch.grid);
         launch.trace = trace;
-        let mut jit = Jit::new();
+        let mut jit = Jit::verifying();
         let report = machine.run(&launch, &mut jit)?;
         let tensors = placed.iter().map(|t| place::gather(&machine, t)).collect();
         Ok(SimRun {
