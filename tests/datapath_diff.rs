@@ -458,7 +458,7 @@ fn lone_loads_and_stores_agree_on_every_path() {
     }
 }
 
-/// The JIT's four-lane chunks against the interpreter where a chunk must
+/// The JIT's vector chunks against the interpreter where a chunk must
 /// give up: loop-carried pointer blocks that are strided (never
 /// consecutive) beside consecutive ones, tails switched off by masks,
 /// broadcasts along either axis, bool blocks crossing group boundaries,

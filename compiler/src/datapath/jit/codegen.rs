@@ -576,18 +576,9 @@ impl<'a, 'b> Gen<'a, 'b> {
                 Op::Splat => Some(arg(self, 0)),
                 Op::Broadcast => {
                     let src = d.args[0];
-                    let st = self.f.ty(src).clone();
-                    let src_shape = st.shape().to_vec();
-                    let src_strides = row_major_strides(&src_shape);
-                    let mut idx = self.iconst(types::I64, 0);
-                    for (k, j) in ivs.iter().enumerate() {
-                        if src_shape[k] != 1 || space[k] == 1 {
-                            let t = self.b.ins().imul_imm_s(*j, src_strides[k]);
-                            idx = self.b.ins().iadd(idx, t);
-                        }
-                    }
+                    let idx = self.broadcast_index(src, ivs, space);
                     let base = self.inputs[&src];
-                    Some(self.load_elem(base, idx, st.elem()))
+                    Some(self.load_elem(base, idx, self.f.ty(src).elem()))
                 }
                 Op::Binary(op) => {
                     let (a, bv) = (arg(self, 0), arg(self, 1));
@@ -659,6 +650,22 @@ impl<'a, 'b> Gen<'a, 'b> {
                 }
             }
         }
+    }
+
+    /// The row-major index into broadcast source `src` of the element at
+    /// `ivs` in `space` (axes where the source has extent 1 contribute
+    /// nothing).
+    pub(super) fn broadcast_index(&mut self, src: ir::Value, ivs: &[Value], space: &[u64]) -> Value {
+        let src_shape = self.f.ty(src).shape().to_vec();
+        let src_strides = row_major_strides(&src_shape);
+        let mut idx = self.iconst(types::I64, 0);
+        for (k, j) in ivs.iter().enumerate() {
+            if src_shape[k] != 1 || space[k] == 1 {
+                let t = self.b.ins().imul_imm_s(*j, src_strides[k]);
+                idx = self.b.ins().iadd(idx, t);
+            }
+        }
+        idx
     }
 
     /// Folds element `x` (dtype `in_dt`) into fused reduction `i`.

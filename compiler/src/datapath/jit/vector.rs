@@ -18,7 +18,7 @@
 //! (SSE arithmetic is IEEE, like the scalar code), and fused reductions
 //! fold the lanes one by one in index order.
 
-use super::codegen::{cl_type, dtype, elem_bytes, flags, float_cc, int_cc, row_major_strides, Gen};
+use super::codegen::{cl_type, dtype, elem_bytes, flags, float_cc, int_cc, Gen};
 use super::runtime::transcendental_code;
 use crate::datapath::elem::CANONICAL_NAN_F32;
 use crate::ir::{self, BinaryOp, Op, Type, UnaryOp};
@@ -614,14 +614,7 @@ impl Gen<'_, '_> {
         let st = self.f.ty(src).clone();
         let d = dtype(&st);
         let src_shape = st.shape().to_vec();
-        let src_strides = row_major_strides(&src_shape);
-        let mut idx = self.iconst(types::I64, 0);
-        for (k, j) in ivs.iter().enumerate() {
-            if src_shape[k] != 1 || space[k] == 1 {
-                let t = self.b.ins().imul_imm_s(*j, src_strides[k]);
-                idx = self.b.ins().iadd(idx, t);
-            }
-        }
+        let idx = self.broadcast_index(src, ivs, space);
         let base = self.inputs[&src];
         let addr = self.element_addr(base, idx, d.size_bytes() as i64);
         let inner = ivs.len() - 1;
