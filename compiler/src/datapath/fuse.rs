@@ -7,9 +7,10 @@
 //! no load (a fused loop would interleave the store with later lanes'
 //! loads, which program order forbids); otherwise it gets a group of its
 //! own, which recomputes the load-free elementwise values it needs
-//! (pointers, masks) instead of reading them back as blocks. A reduction of a whole operand (sum/max/min) may end a group over
-//! the operand's space; other reductions, `dot`, `trans` and `gemm` are
-//! groups of their own;
+//! (pointers, masks) instead of reading them back as blocks. A reduction
+//! of a whole operand (sum/max/min) may end a group over the operand's
+//! space; other reductions, `dot`, `trans` and `gemm` are groups of their
+//! own;
 //! `reshape` is a relabelling the executor does itself. Without fusion
 //! every data-path instruction is its own group. [`Fusion::Compute`]
 //! fuses elementwise chains but keeps every memory operation alone, so
