@@ -32,8 +32,8 @@ const REG_LANES: i64 = 4;
 /// Registers per value, at most.
 const MAX_REGS: usize = 4;
 
-/// The registers of one value in a chunk (only the chunk's first
-/// `vregs` are meaningful).
+/// The registers of one value in a chunk (only the first `regs` of the
+/// chunk are meaningful).
 type Regs = [Value; MAX_REGS];
 
 /// How many registers per value a group over rows of `n` elements uses
