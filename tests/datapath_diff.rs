@@ -630,3 +630,47 @@ def k(x: ptr[{t}], y: ptr[{t}], rows: i32, cols: i32):
         }
     }
 }
+
+/// The JIT keeps each group's segment caches from one call to the next
+/// while the memory's layout is unchanged. One JIT running the same kernel
+/// on two memories whose allocations sit at the same addresses must write
+/// into the memory it is given (a cache carried over from the first would
+/// write into the first's buffers), and a memory that grows between
+/// launches is seen whole.
+#[test]
+fn segment_caches_never_outlive_the_memory_layout() {
+    use kernbench_compiler::datapath::{jit::Jit, plan, DataPath, RtValue};
+    use kernbench_runtime::exec::{run_grid, FlatMemory};
+    let src = "@kernel
+def k(x: ptr[f32], y: ptr[f32], n: i32):
+    offs = tl.program_id(0) * 64 + tl.arange(0, 64)
+    m = offs < n
+    tl.store(y + offs, tl.load(x + offs, mask=m) * 2.0, mask=m)
+";
+    let func = lower(src, "k", &[]).unwrap_or_else(|e| panic!("{e}"));
+    let p = plan(&func, true);
+    let mut jit = Jit::verifying();
+    jit.prepare(&func, &p).expect("compiles");
+    let bytes = |v: f32, n: usize| (0..n).flat_map(|_| v.to_le_bytes()).collect::<Vec<u8>>();
+    let launch = |jit: &mut Jit, mem: &mut FlatMemory, x: u64, y: u64| {
+        let args = [RtValue::Scalar(x), RtValue::Scalar(y), RtValue::Scalar(256)];
+        run_grid(&func, &p, jit as &mut dyn DataPath, mem, [4, 1, 1], &args).expect("runs");
+    };
+    let mut a = FlatMemory::new();
+    let (xa, ya) = (a.alloc("x", bytes(1.0, 256)), a.alloc("y", bytes(0.0, 256)));
+    launch(&mut jit, &mut a, xa, ya);
+    let mut b = FlatMemory::new();
+    let (xb, yb) = (b.alloc("x", bytes(3.0, 256)), b.alloc("y", bytes(0.0, 256)));
+    assert_eq!((xa, ya), (xb, yb), "the same layout, other buffers");
+    launch(&mut jit, &mut b, xb, yb);
+    let y = |m: &FlatMemory| m.segment_named("y").map(|s| s.data.clone()).unwrap_or_default();
+    assert!(y(&a) == bytes(2.0, 256), "the first memory keeps its result");
+    assert!(
+        y(&b) == bytes(6.0, 256),
+        "the second launch wrote into the second memory"
+    );
+    // A memory that grows: the third launch reads the new allocation.
+    let z = b.alloc("z", bytes(5.0, 256));
+    launch(&mut jit, &mut b, z, yb);
+    assert!(y(&b) == bytes(10.0, 256), "the third launch read the new allocation");
+}

@@ -55,6 +55,15 @@ pub trait Memory {
     /// The allocation containing `addr`: its first address and its bytes.
     /// Compiled code keeps the last one and checks bounds against it.
     fn segment(&mut self, addr: u64) -> Option<(u64, &mut [u8])>;
+
+    /// `Some(e)` promises that the host buffers [`Memory::segment`] hands
+    /// out stay where they are, with the same bounds, for as long as the
+    /// memory reports `e`, and that no other memory in the process ever
+    /// reports `e`. The JIT then keeps its segment caches from one call
+    /// to the next. `None` (the default): no such promise.
+    fn layout_epoch(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Why executing a block operation failed; `inst` locates it in the source.

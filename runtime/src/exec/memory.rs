@@ -19,10 +19,29 @@ pub struct Segment {
     pub tag: u32,
 }
 
-#[derive(Default)]
 pub struct FlatMemory {
-    /// Sorted by base address.
+    /// Sorted by base address. Only `alloc` changes the list, and no
+    /// segment's buffer is ever resized or dropped while it is listed.
     segs: Vec<Segment>,
+    /// This memory's current layout (see [`Memory::layout_epoch`]): a
+    /// fresh number from [`NEXT_EPOCH`] at creation and at every `alloc`.
+    epoch: u64,
+}
+
+/// Layout epochs, unique across every memory of the process.
+static NEXT_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn fresh_epoch() -> u64 {
+    NEXT_EPOCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Default for FlatMemory {
+    fn default() -> Self {
+        FlatMemory {
+            segs: Vec::new(),
+            epoch: fresh_epoch(),
+        }
+    }
 }
 
 impl FlatMemory {
@@ -47,6 +66,7 @@ impl FlatMemory {
             data,
             tag,
         });
+        self.epoch = fresh_epoch();
         base
     }
 
@@ -106,6 +126,12 @@ impl Memory for FlatMemory {
     fn segment(&mut self, addr: u64) -> Option<(u64, &mut [u8])> {
         let (s, _) = self.find(addr, 0)?;
         Some((s.base, s.data.as_mut_slice()))
+    }
+
+    fn layout_epoch(&self) -> Option<u64> {
+        // Segments move only when the list grows (a pushed `Segment` keeps
+        // its heap buffer), and every `alloc` takes a new epoch.
+        Some(self.epoch)
     }
 }
 

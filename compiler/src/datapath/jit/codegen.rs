@@ -12,7 +12,7 @@
 //! vectors across columns, keeping each element's sums in index order so
 //! results match the interpreter bit for bit.
 
-use super::runtime::{dtype_code, transcendental_code, OFF_SEG_BASE, OFF_SEG_LEN, OFF_SEG_LO};
+use super::runtime::{dtype_code, transcendental_code, OFF_CACHES, OFF_SEG_BASE, OFF_SEG_LEN, OFF_SEG_LO};
 use crate::datapath::elem::CANONICAL_NAN_F32;
 use crate::datapath::Group;
 use crate::ir::{self, BinaryOp, CmpOp, Function, Op, ReduceOp, Type, UnaryOp};
@@ -157,6 +157,9 @@ pub struct Gen<'a, 'b> {
     pub(super) reducers: HashMap<ir::Inst, (Variable, Variable)>,
     /// Loop-invariant vectors of a vectorized group, made before its loop.
     pub(super) vconsts: Option<super::vector::VConsts>,
+    /// `JitCtx::caches`, and the cache variables of each slot in it.
+    cache_ptr: Option<Value>,
+    cache_slots: Vec<[Variable; 3]>,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -170,19 +173,27 @@ impl<'a, 'b> Gen<'a, 'b> {
         let ctx = b.block_params(entry)[1];
         let fail = b.create_block();
         b.append_block_param(fail, types::I32);
-        let zero = b.ins().iconst(types::I64, 0);
+        // Each memory instruction's segment cache starts as the caller
+        // left it (`JitCtx::caches`, three words a slot, in member order)
+        // and is written back at exit.
         let mut caches = HashMap::new();
+        let mut cache_slots = Vec::new();
+        let mut cache_ptr = None;
         for (idx, i) in g.insts.iter().enumerate() {
             if matches!(f.inst(*i).op, Op::Load { .. } | Op::Store { .. }) {
+                let cp = *cache_ptr.get_or_insert_with(|| b.ins().load(types::I64, flags(), ctx, OFF_CACHES));
+                let slot = cache_slots.len() as i32;
                 let vars = [
                     b.declare_var(types::I64),
                     b.declare_var(types::I64),
                     b.declare_var(types::I64),
                 ];
-                for v in vars {
-                    b.def_var(v, zero);
+                for (w, v) in vars.iter().enumerate() {
+                    let x = b.ins().load(types::I64, flags(), cp, 24 * slot + 8 * w as i32);
+                    b.def_var(*v, x);
                 }
                 caches.insert(idx as u32 + 1, vars);
+                cache_slots.push(vars);
             }
         }
         let mut gen = Gen {
@@ -197,6 +208,8 @@ impl<'a, 'b> Gen<'a, 'b> {
             outputs: HashMap::new(),
             reducers: HashMap::new(),
             vconsts: None,
+            cache_ptr,
+            cache_slots,
         };
         for (k, v) in g.inputs.iter().enumerate() {
             let raw = gen.b.ins().load(types::I64, flags(), args, (k * 8) as i32);
@@ -218,13 +231,26 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     /// Finishes the function: the success return and the failure exit.
     pub fn finish(mut self, config: cranelift_codegen::isa::TargetFrontendConfig) {
+        self.save_caches();
         let ok = self.b.ins().iconst(types::I32, 0);
         self.b.ins().return_(&[ok]);
         self.b.switch_to_block(self.fail);
+        self.save_caches();
         let code = self.b.block_params(self.fail)[0];
         self.b.ins().return_(&[code]);
         self.b.seal_all_blocks();
         self.b.finalize(config);
+    }
+
+    /// Writes every segment cache back to `JitCtx::caches`.
+    fn save_caches(&mut self) {
+        let Some(cp) = self.cache_ptr else { return };
+        for (slot, vars) in self.cache_slots.clone().iter().enumerate() {
+            for (w, v) in vars.iter().enumerate() {
+                let x = self.b.use_var(*v);
+                self.b.ins().store(flags(), x, cp, (24 * slot + 8 * w) as i32);
+            }
+        }
     }
 
     fn emit_from_u64(&mut self, e: Elem, raw: Value) -> Value {

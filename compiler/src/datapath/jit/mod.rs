@@ -54,6 +54,10 @@ pub struct Jit {
     /// For the plan last prepared: each group's compiled code (by index, so
     /// running a group does no lookup).
     prepared: Vec<(*const u8, Kind)>,
+    /// For the plan last prepared: each group's segment caches (three
+    /// words per load or store) and the memory layout they were filled
+    /// under (see `Memory::layout_epoch`).
+    segment_caches: Vec<(Option<u64>, Vec<u64>)>,
     fctx: FunctionBuilderContext,
     interp: Interpreter,
     /// Functions compiled so far (for statistics and benchmarks).
@@ -115,6 +119,7 @@ impl Jit {
             helpers,
             cache: HashMap::new(),
             prepared: Vec::new(),
+            segment_caches: Vec::new(),
             fctx: FunctionBuilderContext::new(),
             interp: Interpreter,
             compiled_count: 0,
@@ -430,6 +435,18 @@ impl DataPath for Jit {
                     .map_or((std::ptr::null(), Kind::Interp), |c| (c.ptr, c.kind))
             })
             .collect();
+        self.segment_caches = plan
+            .groups
+            .iter()
+            .map(|g| {
+                let memory = g
+                    .insts
+                    .iter()
+                    .filter(|i| matches!(func.inst(**i).op, Op::Load { .. } | Op::Store { .. }))
+                    .count();
+                (None, vec![0; 3 * memory])
+            })
+            .collect();
         Ok(())
     }
 
@@ -483,12 +500,25 @@ impl DataPath for Jit {
         for o in outs.iter_mut() {
             words.push(o.as_mut_ptr() as u64);
         }
+        // The segment caches persist from call to call while the memory
+        // promises an unchanged layout; otherwise they start empty.
+        let epoch = mem.layout_epoch();
+        let (filled_under, caches) = &mut self.segment_caches[g];
+        if epoch.is_none() || *filled_under != epoch {
+            caches.fill(0);
+            *filled_under = epoch;
+        }
         let mut mref: &mut dyn Memory = mem;
-        let mut ctx = JitCtx::new(&mut mref as *mut &mut dyn Memory as *mut std::ffi::c_void);
+        let mut ctx = JitCtx::new(
+            &mut mref as *mut &mut dyn Memory as *mut std::ffi::c_void,
+            caches.as_mut_ptr(),
+        );
         // SAFETY: `ptr` is a finalized function of this module with the
         // `GroupFn` signature; `words` holds one valid entry per input and
         // output, block pointers into live tensors sized by the IR types the
-        // code was compiled for; `ctx.mem` points to `mref`, alive here.
+        // code was compiled for; `ctx.mem` points to `mref`, alive here;
+        // `ctx.caches` holds three words per load or store of the group,
+        // each cache empty or naming a segment of the current layout.
         let code = unsafe {
             let f: GroupFn = std::mem::transmute::<*const u8, GroupFn>(ptr);
             f(words.as_ptr(), &mut ctx)

@@ -23,14 +23,26 @@ pub struct JitCtx {
     pub fault_write: u64,
     /// `*mut &mut dyn Memory`, for [`jit_resolve`].
     pub mem: *mut std::ffi::c_void,
+    /// The group's per-instruction segment caches, three words each
+    /// (start, limit, host base): read at entry, written back at exit.
+    pub caches: *mut u64,
 }
 
 pub const OFF_SEG_LO: i32 = 0;
 pub const OFF_SEG_LEN: i32 = 8;
 pub const OFF_SEG_BASE: i32 = 16;
+pub const OFF_CACHES: i32 = 56;
+
+// Compiled code addresses these fields by the offsets above.
+const _: () = {
+    assert!(std::mem::offset_of!(JitCtx, seg_lo) == OFF_SEG_LO as usize);
+    assert!(std::mem::offset_of!(JitCtx, seg_len) == OFF_SEG_LEN as usize);
+    assert!(std::mem::offset_of!(JitCtx, seg_base) == OFF_SEG_BASE as usize);
+    assert!(std::mem::offset_of!(JitCtx, caches) == OFF_CACHES as usize);
+};
 
 impl JitCtx {
-    pub fn new(mem: *mut std::ffi::c_void) -> JitCtx {
+    pub fn new(mem: *mut std::ffi::c_void, caches: *mut u64) -> JitCtx {
         JitCtx {
             seg_lo: 0,
             seg_len: 0,
@@ -39,6 +51,7 @@ impl JitCtx {
             fault_bytes: 0,
             fault_write: 0,
             mem,
+            caches,
         }
     }
 
