@@ -1,9 +1,10 @@
 //! `ccl.yaml`: the registry of collective algorithms. `defaults` picks the
 //! algorithm of each collective (and, under `defaults.small`, the one for
-//! buffers below a size) and the IPCQ settings collectives run with; `algorithms` maps a name to a `.tl` module (relative to the yaml
-//! file), a kernel, a topology class (which decides the rank order of the
-//! PEs it runs on), optional IPCQ overrides, constexprs, and an optional
-//! world size. A user registry is merged over the stdlib's: its defaults
+//! buffers below a size) and the IPCQ settings collectives run with;
+//! `algorithms` maps a name to a `.tl` module (relative to the yaml file),
+//! a kernel, a topology class (which decides the rank order of the PEs it
+//! runs on), optional IPCQ overrides, constexprs, and an optional world
+//! size. A user registry is merged over the stdlib's: its defaults
 //! replace the stdlib's key by key, its algorithms are added (or replace
 //! ones of the same name).
 //!
