@@ -766,7 +766,18 @@ impl<'a, 'b> Gen<'a, 'b> {
 
     // ----- element operations (the semantics of `elem.rs`) -----
 
-    fn fmaxnum(&mut self, a: Value, b: Value, is_max: bool) -> Value {
+    /// IEEE maxNum/minNum with `elem`'s rules (a NaN operand loses; max
+    /// prefers +0 and min -0 between equal zeros), on f32 scalars or, lane
+    /// by lane, on f32x4 registers (comparisons then give masks).
+    pub(super) fn fmaxnum(&mut self, a: Value, b: Value, is_max: bool) -> Value {
+        let vector = self.b.func.dfg.value_type(a).is_vector();
+        let pick = |gen: &mut Self, c: Value, x: Value, y: Value| {
+            if vector {
+                gen.vselect(c, x, y)
+            } else {
+                gen.b.ins().select(c, x, y)
+            }
+        };
         let a_nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
         let b_nan = self.b.ins().fcmp(FloatCC::Unordered, b, b);
         let (first, second) = if is_max {
@@ -776,18 +787,25 @@ impl<'a, 'b> Gen<'a, 'b> {
         };
         let a_wins = self.b.ins().fcmp(first, a, b);
         let b_wins = self.b.ins().fcmp(second, a, b);
-        // Equal values: max prefers +0, min prefers -0.
-        let ai = self.b.ins().bitcast(types::I32, MemFlagsData::new(), a);
-        let a_neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, ai, 0);
-        let tie = if is_max {
-            self.b.ins().select(a_neg, b, a)
+        // Equal values: max prefers +0, min prefers -0. The sign of `a`:
+        // a bool, or per lane an all-ones mask (the sign bit shifted across).
+        let a_neg = if vector {
+            let flags = MemFlagsData::new().with_endianness(cranelift_codegen::ir::Endianness::Little);
+            let ai = self.b.ins().bitcast(types::I32X4, flags, a);
+            self.b.ins().sshr_imm_s(ai, 31)
         } else {
-            self.b.ins().select(a_neg, a, b)
+            let ai = self.b.ins().bitcast(types::I32, MemFlagsData::new(), a);
+            self.b.ins().icmp_imm_s(IntCC::SignedLessThan, ai, 0)
         };
-        let r = self.b.ins().select(b_wins, b, tie);
-        let r = self.b.ins().select(a_wins, a, r);
-        let r = self.b.ins().select(b_nan, a, r);
-        self.b.ins().select(a_nan, b, r)
+        let tie = if is_max {
+            pick(self, a_neg, b, a)
+        } else {
+            pick(self, a_neg, a, b)
+        };
+        let r = pick(self, b_wins, b, tie);
+        let r = pick(self, a_wins, a, r);
+        let r = pick(self, b_nan, a, r);
+        pick(self, a_nan, b, r)
     }
 
     fn binary_f32(&mut self, op: BinaryOp, a: Value, b: Value) -> Value {

@@ -635,7 +635,7 @@ impl Gen<'_, '_> {
     }
 
     /// `bitselect` for masks over any register type.
-    fn vselect(&mut self, mask: Value, x: Value, y: Value) -> Value {
+    pub(super) fn vselect(&mut self, mask: Value, x: Value, y: Value) -> Value {
         let t = self.b.func.dfg.value_type(x);
         let m = if t == types::I32X4 {
             mask
@@ -651,32 +651,6 @@ impl Gen<'_, '_> {
         self.vselect(nan, c, x)
     }
 
-    /// The lanewise form of the scalar `fmaxnum` (same rules: NaN loses,
-    /// max prefers +0 and min -0 between equal zeros).
-    fn vfmaxnum(&mut self, a: Value, b: Value, is_max: bool) -> Value {
-        let a_nan = self.b.ins().fcmp(FloatCC::Unordered, a, a);
-        let b_nan = self.b.ins().fcmp(FloatCC::Unordered, b, b);
-        let (first, second) = if is_max {
-            (FloatCC::GreaterThan, FloatCC::LessThan)
-        } else {
-            (FloatCC::LessThan, FloatCC::GreaterThan)
-        };
-        let a_wins = self.b.ins().fcmp(first, a, b);
-        let b_wins = self.b.ins().fcmp(second, a, b);
-        let ai = self.b.ins().bitcast(types::I32X4, le(), a);
-        let z = self.zero(types::I32X4);
-        let a_neg = self.b.ins().icmp(IntCC::SignedLessThan, ai, z);
-        let tie = if is_max {
-            self.vselect(a_neg, b, a)
-        } else {
-            self.vselect(a_neg, a, b)
-        };
-        let r = self.vselect(b_wins, b, tie);
-        let r = self.vselect(a_wins, a, r);
-        let r = self.vselect(b_nan, a, r);
-        self.vselect(a_nan, b, r)
-    }
-
     fn vbinary(&mut self, op: BinaryOp, d: DType, a: Value, b: Value) -> Value {
         if d == DType::F32 {
             let r = match op {
@@ -684,8 +658,8 @@ impl Gen<'_, '_> {
                 BinaryOp::Sub => self.b.ins().fsub(a, b),
                 BinaryOp::Mul => self.b.ins().fmul(a, b),
                 BinaryOp::Div => self.b.ins().fdiv(a, b),
-                BinaryOp::Max => self.vfmaxnum(a, b, true),
-                _ => self.vfmaxnum(a, b, false),
+                BinaryOp::Max => self.fmaxnum(a, b, true),
+                _ => self.fmaxnum(a, b, false),
             };
             return self.vcanon(r);
         }
