@@ -119,6 +119,22 @@ pub struct Registry {
     pub stdlib_root: Option<PathBuf>,
 }
 
+/// Records the algorithm a file names for each collective, given in the
+/// order all_reduce, all_gather, reduce_scatter, broadcast.
+fn choose(into: &mut BTreeMap<Collective, String>, names: [Option<String>; 4]) {
+    let collectives = [
+        Collective::AllReduce,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Broadcast,
+    ];
+    for (c, a) in collectives.into_iter().zip(names) {
+        if let Some(a) = a {
+            into.insert(c, a);
+        }
+    }
+}
+
 fn konst_of(v: &serde_yaml::Value) -> Option<Konst> {
     Some(match v {
         serde_yaml::Value::Bool(b) => Konst::Bool(*b),
@@ -155,28 +171,21 @@ impl Registry {
         let parsed: File = crate::yaml::parse(file, text)?;
         let err = |path: String, message: String| RegistryError::at(file, text, &path, message);
         let d = parsed.defaults;
-        for (c, a) in [
-            (Collective::AllReduce, d.all_reduce),
-            (Collective::AllGather, d.all_gather),
-            (Collective::ReduceScatter, d.reduce_scatter),
-            (Collective::Broadcast, d.broadcast),
-        ] {
-            if let Some(a) = a {
-                self.defaults.algorithm.insert(c, a);
-            }
-        }
+        choose(
+            &mut self.defaults.algorithm,
+            [d.all_reduce, d.all_gather, d.reduce_scatter, d.broadcast],
+        );
         if let Some(small) = d.small {
             self.defaults.small_below_bytes = Some(small.below_bytes.0);
-            for (c, a) in [
-                (Collective::AllReduce, small.all_reduce),
-                (Collective::AllGather, small.all_gather),
-                (Collective::ReduceScatter, small.reduce_scatter),
-                (Collective::Broadcast, small.broadcast),
-            ] {
-                if let Some(a) = a {
-                    self.defaults.small_algorithm.insert(c, a);
-                }
-            }
+            choose(
+                &mut self.defaults.small_algorithm,
+                [
+                    small.all_reduce,
+                    small.all_gather,
+                    small.reduce_scatter,
+                    small.broadcast,
+                ],
+            );
         }
         let f = &mut self.defaults;
         f.buffer_space = d.buffer_space.or(f.buffer_space);
