@@ -737,3 +737,109 @@ def k(x: ptr[f32], y: ptr[f32], hi: ptr[f32], lo: ptr[f32]):
         }
     }
 }
+
+/// Pointer and index blocks travel as formulas (`datapath::affine`) where
+/// they are affine: loop-carried tiles moved by a scalar, masks and fills
+/// around them. Where a formula would not be exact — offsets whose exact
+/// values leave i32 and wrap lane by lane, a product of two varying
+/// blocks, a reshape that mixes axes, a reversed range — the elements are
+/// computed instead. Every case must match the interpreter (which never
+/// uses formulas) bit for bit, and the formula path must actually run.
+#[test]
+fn affine_blocks_agree_with_elements_at_their_limits() {
+    use kernbench_compiler::datapath::{jit::Jit, Fusion};
+    use kernbench_tests::exec::run_on;
+    let src = "@kernel
+def tiles(x: ptr[i32], out: ptr[i32], n: i32, stride: i32):
+    r = tl.arange(0, 8)
+    c = tl.arange(0, 16)
+    p = x + r[:, None] * stride + c[None, :]
+    q = out + r[:, None] * 16 + c[None, :]
+    every_other = x + r[:, None] * stride + c[None, :] * 2
+    idx = r[:, None] * 16 + c[None, :]
+    for it in range(0, 3):
+        v = tl.load(p, mask=(r[:, None] < n) & (c[None, :] < n + it), other=-1)
+        tl.store(q, v + it)
+        tl.store(q + 384, tl.load(every_other))
+        tl.store(q + 768, idx)
+        p += 3
+        q += 128
+        every_other += 1
+        idx += stride
+
+@kernel
+def wrap(x: ptr[i32], out: ptr[i32], k: i32, m: i32):
+    o = (tl.arange(0, 4) + k) * m
+    tl.store(out + tl.arange(0, 4), tl.load(x + o))
+
+@kernel
+def shapes(x: ptr[i32], out: ptr[i32]):
+    rev = 15 - tl.arange(0, 16)
+    tl.store(out + tl.arange(0, 16), tl.load(x + rev))
+    sq = tl.arange(0, 4)[:, None] * tl.arange(0, 4)[None, :]
+    tl.store(out + 16 + tl.arange(0, 16), tl.load(x + tl.reshape(sq, [16])))
+    mixed = tl.reshape(tl.arange(0, 16), [4, 4])
+    tl.store(out + 32 + mixed, tl.load(x + mixed * 2))
+";
+    let i32s = |n: usize, seed: u64| random_tensor(DType::I32, &[n], seed);
+    let zeros = |n: usize| Tensor::zeros(Elem::Num(DType::I32), &[n]);
+    let int = |v: i64| Arg::Scalar(elem::from_i64(DType::I32, v));
+    let cases: Vec<(&str, Vec<Arg>)> = vec![
+        (
+            "tiles",
+            vec![Arg::Tensor(i32s(192, 1)), Arg::Tensor(zeros(1152)), int(6), int(20)],
+        ),
+        (
+            "tiles",
+            vec![Arg::Tensor(i32s(192, 2)), Arg::Tensor(zeros(1152)), int(8), int(20)],
+        ),
+        // Exact offsets (i + 65536)·65536 exceed i32; the lanes wrap to
+        // i·65536, which is where the loads go.
+        (
+            "wrap",
+            vec![
+                Arg::Tensor(i32s(3 * 65536 + 1, 3)),
+                Arg::Tensor(zeros(4)),
+                int(65536),
+                int(65536),
+            ],
+        ),
+        ("shapes", vec![Arg::Tensor(i32s(32, 4)), Arg::Tensor(zeros(48))]),
+    ];
+    for (kernel, args) in cases {
+        let func = lower(src, kernel, &[]).unwrap_or_else(|e| panic!("{e}"));
+        let want = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("{kernel}: {e}"));
+        // Full fusion keeps pointers inside load and store groups where it
+        // can; compute fusion (the simulator's) hands every one over.
+        for fusion in [Fusion::Full, Fusion::Compute] {
+            let mut jit = Jit::verifying();
+            let got = run_on(&func, &args, [1, 1, 1], &mut jit, fusion)
+                .unwrap_or_else(|e| panic!("{kernel}: {} at {:?}", e.error.kind, e.error.inst));
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(
+                    g.bytes(),
+                    w.bytes(),
+                    "{kernel} ({fusion:?}): JIT and interpreter differ"
+                );
+            }
+            if kernel == "tiles" || fusion == Fusion::Compute {
+                assert!(
+                    jit.formula_outputs > 0,
+                    "{kernel} ({fusion:?}): no block travelled as a formula"
+                );
+            }
+            if kernel == "tiles" {
+                assert!(
+                    jit.formula_only_runs > 0,
+                    "{kernel} ({fusion:?}): every pointer group still ran"
+                );
+            }
+            if kernel == "wrap" {
+                let Arg::Tensor(x) = &args[0] else { unreachable!() };
+                for i in 0..4 {
+                    assert_eq!(got[1].get_bits(i), x.get_bits(i * 65536), "wrap ({fusion:?}): lane {i}");
+                }
+            }
+        }
+    }
+}

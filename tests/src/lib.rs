@@ -238,6 +238,22 @@ pub mod exec {
         jit: bool,
         fusion: Fusion,
     ) -> Result<Vec<Tensor>, RunError> {
+        let mut dp: Box<dyn DataPath> = if jit {
+            Box::new(Jit::verifying())
+        } else {
+            Box::new(Interpreter)
+        };
+        run_on(func, args, grid, dp.as_mut(), fusion)
+    }
+
+    /// [`run_fused`] on a given data path.
+    pub fn run_on(
+        func: &Function,
+        args: &[Arg],
+        grid: [u32; 3],
+        dp: &mut dyn DataPath,
+        fusion: Fusion,
+    ) -> Result<Vec<Tensor>, RunError> {
         let mut mem = FlatMemory::new();
         let mut values = Vec::new();
         let mut tensors = Vec::new();
@@ -253,15 +269,10 @@ pub mod exec {
             }
         }
         let p = plan_with(func, fusion);
-        let mut dp: Box<dyn DataPath> = if jit {
-            Box::new(Jit::verifying())
-        } else {
-            Box::new(Interpreter)
-        };
         if let Err(e) = dp.prepare(func, &p) {
             panic!("cannot compile {}: {e}", func.name);
         }
-        run_grid(func, &p, dp.as_mut(), &mut mem, grid, &values)?;
+        run_grid(func, &p, dp, &mut mem, grid, &values)?;
         Ok(tensors
             .into_iter()
             .map(|(name, t)| {

@@ -38,6 +38,7 @@ pub fn to_array(v: &RtValue) -> ArrayD<Bits> {
     match v {
         RtValue::Scalar(b) => ArrayD::from_elem(IxDyn(&[]), *b),
         RtValue::Block(t) => t.to_array(),
+        RtValue::Affine(a) => a.materialize().to_array(),
     }
 }
 

@@ -11,6 +11,7 @@
 //! reached through the [`Memory`] trait, so the functional executor's
 //! flat address space and the simulator's memory model both plug in.
 
+pub mod affine;
 pub mod elem;
 pub mod fuse;
 pub mod interp;
@@ -29,6 +30,8 @@ use std::fmt;
 pub enum RtValue {
     Scalar(elem::Bits),
     Block(std::rc::Rc<Tensor>),
+    /// A block kept as a formula (the JIT makes these; see [`affine`]).
+    Affine(std::rc::Rc<affine::Affine>),
 }
 
 impl RtValue {
@@ -36,6 +39,25 @@ impl RtValue {
         match self {
             RtValue::Scalar(b) => *b,
             RtValue::Block(t) => t.get_bits(0),
+            RtValue::Affine(a) => a.get_bits(0),
+        }
+    }
+
+    /// The block's elements: stored ones as they are, an affine block's
+    /// computed. `None` for a scalar.
+    pub fn tensor(&self) -> Option<std::borrow::Cow<'_, Tensor>> {
+        match self {
+            RtValue::Scalar(_) => None,
+            RtValue::Block(t) => Some(std::borrow::Cow::Borrowed(t)),
+            RtValue::Affine(a) => Some(std::borrow::Cow::Owned(a.materialize())),
+        }
+    }
+
+    /// The same value with any affine block stored as elements.
+    pub fn stored(&self) -> RtValue {
+        match self {
+            RtValue::Affine(a) => RtValue::Block(std::rc::Rc::new(a.materialize())),
+            v => v.clone(),
         }
     }
 }

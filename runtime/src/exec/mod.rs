@@ -114,7 +114,9 @@ pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) ->
         Op::Assert { message } => {
             let ok = match &args[0] {
                 RtValue::Scalar(b) => b & 1 != 0,
-                RtValue::Block(t) => (0..t.numel()).all(|k| t.get_bits(k) & 1 != 0),
+                v => v
+                    .tensor()
+                    .is_none_or(|t| (0..t.numel()).all(|k| t.get_bits(k) & 1 != 0)),
             };
             if !ok {
                 return Err(ExecErrorKind::AssertionFailed(message.clone()));
@@ -268,12 +270,20 @@ impl Machine<'_> {
         let d = self.func.inst(i);
         let ty = self.func.ty(d.results[0]);
         let shape: Vec<usize> = ty.shape().iter().map(|&x| x as usize).collect();
-        let out = match self.get(d.args[0]) {
+        let src = match self.get(d.args[0]) {
+            RtValue::Affine(a) => match a.reshape(ty.shape()) {
+                Some(r) => return self.set(d.results[0], RtValue::Affine(Rc::new(r))),
+                None => RtValue::Affine(a).stored(),
+            },
+            v => v,
+        };
+        let out = match src {
             RtValue::Block(t) => {
                 let mut t = (*t).clone();
                 t.shape = shape;
                 RtValue::Block(Rc::new(t))
             }
+            RtValue::Affine(a) => RtValue::Affine(a),
             RtValue::Scalar(b) => {
                 let mut t = Tensor::zeros(ty.elem(), &shape);
                 t.set_bits(0, b);
@@ -418,7 +428,8 @@ fn format_value(t: &Type, v: &RtValue) -> String {
     };
     match v {
         RtValue::Scalar(b) => one(*b),
-        RtValue::Block(tn) => {
+        v => {
+            let Some(tn) = v.tensor() else { return String::new() };
             let items: Vec<String> = (0..tn.numel()).map(|k| one(tn.get_bits(k))).collect();
             format!("[{}]", items.join(", "))
         }

@@ -55,6 +55,10 @@ pub(super) fn fit(ty: &Type, v: &RtValue) -> RtValue {
             let t = Tensor::from_bytes(*e, &shape, t.bytes()).unwrap_or_else(|| Tensor::zeros(*e, &shape));
             RtValue::Block(Rc::new(t))
         }
+        (Type::Block(_, s), RtValue::Affine(a)) if a.shape.iter().ne(s.iter()) => match a.reshape(s) {
+            Some(r) => RtValue::Affine(Rc::new(r)),
+            None => fit(ty, &v.stored()),
+        },
         (Type::Block(e, s), RtValue::Scalar(b)) => {
             let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();
             let mut t = Tensor::zeros(*e, &shape);
@@ -75,8 +79,8 @@ fn reinterpret(ty: &Type, v: &RtValue) -> RtValue {
         }
     }
     let bytes: Vec<u8> = match v {
-        RtValue::Block(t) => t.bytes().to_vec(),
         RtValue::Scalar(b) => b.to_le_bytes().to_vec(),
+        v => v.tensor().map(|t| t.bytes().to_vec()).unwrap_or_default(),
     };
     match ty {
         Type::Scalar(e) => {
@@ -100,6 +104,7 @@ fn lane_on(mask: Option<&RtValue>, k: usize) -> bool {
         None => true,
         Some(RtValue::Scalar(m)) => m & 1 != 0,
         Some(RtValue::Block(t)) => t.bytes().get(k).is_some_and(|b| b & 1 != 0),
+        Some(RtValue::Affine(a)) => k < a.numel() && a.get_bits(k) & 1 != 0,
     }
 }
 
@@ -127,6 +132,15 @@ fn for_each_active(ptr: &RtValue, mask: Option<&RtValue>, mut f: impl FnMut(u64)
                 }
             }
         },
+        RtValue::Affine(a) => {
+            let mut k = 0;
+            a.for_each(|addr| {
+                if lane_on(mask, k) {
+                    f(addr)
+                }
+                k += 1;
+            });
+        }
     }
 }
 
@@ -155,6 +169,19 @@ impl LaneScan {
             Some(RtValue::Block(m)) if !m.bytes().iter().all(|b| b & 1 != 0) => Some(m.bytes()),
             _ => None,
         };
+        if let (RtValue::Affine(a), None) = (ptr, lanes) {
+            // A formula: the bounds from its corners, no lane visited.
+            let (lo, hi) = a.range();
+            let hi = hi + size as i128;
+            if a.numel() > 0 && lo >= 0 && hi <= u64::MAX as i128 {
+                s.count = a.numel() as u64;
+                s.first = Some(a.base() as u64);
+                s.contiguous = a.is_consecutive(size as i64);
+                s.lo = lo as u64;
+                s.hi = hi as u64;
+                return s;
+            }
+        }
         match (ptr_words(ptr), lanes) {
             // Every lane on (the common case): consecutive addresses span
             // first..last; a vectorizable check, no per-lane branches.
@@ -199,7 +226,7 @@ impl LaneScan {
 fn ptr_words(ptr: &RtValue) -> Option<&[u64]> {
     match ptr {
         RtValue::Block(t) => t.words(),
-        RtValue::Scalar(_) => None,
+        RtValue::Scalar(_) | RtValue::Affine(_) => None,
     }
 }
 

@@ -457,10 +457,10 @@ impl Sim<'_> {
             Elem::Num(t) | Elem::Ptr(t) => t,
         };
         let r = elem::to_i64(rank_dt, vals[1].scalar());
-        let out = match &vals[0] {
-            RtValue::Scalar(a) => RtValue::Scalar(self.symmetric(p, i, *a, r)?),
-            RtValue::Block(t) => {
-                let mut o = (**t).clone();
+        let out = match vals[0].tensor() {
+            None => RtValue::Scalar(self.symmetric(p, i, vals[0].scalar(), r)?),
+            Some(t) => {
+                let mut o = t.clone().into_owned();
                 for k in 0..t.numel() {
                     o.set_bits(k, self.symmetric(p, i, t.get_bits(k), r)?);
                 }

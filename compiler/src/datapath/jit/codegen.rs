@@ -1,8 +1,10 @@
 //! Cranelift code generation for one plan group.
 //!
 //! Every compiled group has the signature `fn(args: *const u64, ctx: *mut
-//! JitCtx) -> u32`: `args` holds, in order, each input (a scalar's bits or
-//! a block's data pointer) and each output's data pointer; the result is 0,
+//! JitCtx) -> u32`: `args` holds, in order, each input (a scalar's bits, a
+//! block's data pointer, or for an input compiled as affine a pointer to
+//! its `[base, strides…]` words, see `datapath::affine`) and each output's
+//! data pointer; the result is 0,
 //! or 1 + the index of the member instruction that failed (an
 //! out-of-bounds access — details in `ctx` — or a division by zero).
 //!
@@ -151,6 +153,9 @@ pub struct Gen<'a, 'b> {
     fail: cranelift_codegen::ir::Block,
     /// Hoisted scalar inputs and block input/output pointers.
     pub inputs: HashMap<ir::Value, Value>,
+    /// Block inputs passed as formulas: base and one stride per axis
+    /// (element `idx` is `base + Σ idx_k·stride_k`, truncated).
+    pub(super) affine: HashMap<ir::Value, (Value, Vec<Value>)>,
     pub outputs: HashMap<ir::Value, Value>,
     /// Reductions fused at the end of an elementwise loop: accumulator and
     /// "no element yet" flag.
@@ -165,7 +170,14 @@ pub struct Gen<'a, 'b> {
 impl<'a, 'b> Gen<'a, 'b> {
     /// Sets up the entry block: parameters, the failure exit, the segment
     /// cache, and the inputs and outputs.
-    pub fn new(f: &'a Function, g: &'a Group, mut b: FunctionBuilder<'b>, h: HelperRefs) -> Gen<'a, 'b> {
+    /// Bit `k` of `affine_inputs` set: input `k` is an affine block.
+    pub fn new(
+        f: &'a Function,
+        g: &'a Group,
+        mut b: FunctionBuilder<'b>,
+        h: HelperRefs,
+        affine_inputs: u64,
+    ) -> Gen<'a, 'b> {
         let entry = b.create_block();
         b.append_block_params_for_function_params(entry);
         b.switch_to_block(entry);
@@ -205,6 +217,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             caches,
             fail,
             inputs: HashMap::new(),
+            affine: HashMap::new(),
             outputs: HashMap::new(),
             reducers: HashMap::new(),
             vconsts: None,
@@ -217,6 +230,12 @@ impl<'a, 'b> Gen<'a, 'b> {
                 Type::Scalar(e) => gen.emit_from_u64(*e, raw),
                 _ => raw,
             };
+            if affine_inputs >> k & 1 != 0 {
+                let load = |gen: &mut Gen, w: usize| gen.b.ins().load(types::I64, flags(), raw, (8 * w) as i32);
+                let base = load(&mut gen, 0);
+                let strides = (0..f.ty(*v).shape().len()).map(|w| load(&mut gen, 1 + w)).collect();
+                gen.affine.insert(*v, (base, strides));
+            }
             gen.inputs.insert(*v, val);
         }
         for (k, v) in g.outputs.iter().enumerate() {
@@ -587,6 +606,7 @@ impl<'a, 'b> Gen<'a, 'b> {
                 let x = gen.inputs[&v];
                 let t = gen.f.ty(v).clone();
                 let x = match t {
+                    Type::Block(e, _) if gen.affine.contains_key(&v) => gen.affine_elem(v, ivs, e),
                     Type::Block(e, _) => gen.load_elem(x, lin, e),
                     _ => x,
                 };
@@ -600,6 +620,10 @@ impl<'a, 'b> Gen<'a, 'b> {
                     Some(self.b.ins().ireduce(types::I32, v))
                 }
                 Op::Splat => Some(arg(self, 0)),
+                Op::Broadcast if self.affine.contains_key(&d.args[0]) => {
+                    // Extent-1 axes of a formula have stride 0.
+                    Some(self.affine_elem(d.args[0], ivs, self.f.ty(d.args[0]).elem()))
+                }
                 Op::Broadcast => {
                     let src = d.args[0];
                     let idx = self.broadcast_index(src, ivs, space);
@@ -675,6 +699,26 @@ impl<'a, 'b> Gen<'a, 'b> {
                     self.store_elem(out, lin, e, x);
                 }
             }
+        }
+    }
+
+    /// `base + Σ ivs_k·stride_k` of affine input `v` (wrapping, i64).
+    pub(super) fn affine_value(&mut self, v: ir::Value, ivs: &[Value]) -> Value {
+        let (base, strides) = self.affine[&v].clone();
+        let mut x = base;
+        for (j, s) in ivs.iter().zip(&strides) {
+            let t = self.b.ins().imul(*j, *s);
+            x = self.b.ins().iadd(x, t);
+        }
+        x
+    }
+
+    /// Element `ivs` of affine input `v`, as a value of type `e`.
+    fn affine_elem(&mut self, v: ir::Value, ivs: &[Value], e: Elem) -> Value {
+        let x = self.affine_value(v, ivs);
+        match cl_type(e) {
+            types::I64 => x,
+            t => self.b.ins().ireduce(t, x),
         }
     }
 

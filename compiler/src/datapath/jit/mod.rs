@@ -15,7 +15,7 @@ mod runtime;
 mod vector;
 
 use super::interp::Interpreter;
-use super::{elem, DataPath, ExecError, ExecErrorKind, Group, GroupId, Memory, Plan, RtValue, Tensor};
+use super::{affine, elem, DataPath, ExecError, ExecErrorKind, Group, GroupId, Memory, Plan, RtValue, Tensor};
 use crate::ir::{Function, Op, Type};
 use crate::sema::types::{DType, Elem};
 use codegen::{helper_signatures, Gen, HelperRefs};
@@ -45,15 +45,30 @@ struct Compiled {
     kind: Kind,
 }
 
+/// One group of the plan last prepared.
+struct Prepared {
+    ptr: *const u8,
+    kind: Kind,
+    /// The group's cache key.
+    key: String,
+    /// How far the group may be evaluated as formulas.
+    symbolic: affine::Symbolic,
+    /// Whether compiled code may take affine inputs as formulas (an
+    /// elementwise group); otherwise they are materialized.
+    takes_affine: bool,
+    /// Code compiled for affine inputs: (bit k set: input k affine, code).
+    variants: Vec<(u64, *const u8)>,
+}
+
 type GroupFn = unsafe extern "C" fn(*const u64, *mut JitCtx) -> u32;
 
 pub struct Jit {
     module: JITModule,
     helpers: Vec<(&'static str, FuncId)>,
     cache: HashMap<String, Compiled>,
-    /// For the plan last prepared: each group's compiled code (by index, so
-    /// running a group does no lookup).
-    prepared: Vec<(*const u8, Kind)>,
+    /// For the plan last prepared, by group index (so running a group
+    /// does no lookup).
+    prepared: Vec<Prepared>,
     /// For the plan last prepared: each group's segment caches (three
     /// words per load or store) and the memory layout they were filled
     /// under (see `Memory::layout_epoch`).
@@ -62,6 +77,10 @@ pub struct Jit {
     interp: Interpreter,
     /// Functions compiled so far (for statistics and benchmarks).
     pub compiled_count: usize,
+    /// Group outputs handed over as formulas, and group runs skipped
+    /// because every output was one (statistics, and for the tests).
+    pub formula_outputs: usize,
+    pub formula_only_runs: usize,
 }
 
 impl Default for Jit {
@@ -123,6 +142,8 @@ impl Jit {
             fctx: FunctionBuilderContext::new(),
             interp: Interpreter,
             compiled_count: 0,
+            formula_outputs: 0,
+            formula_only_runs: 0,
         }
     }
 
@@ -130,7 +151,9 @@ impl Jit {
         self.helpers.iter().find(|(n, _)| *n == name).map(|(_, id)| *id)
     }
 
-    fn compile(&mut self, func: &Function, group: &Group) -> Result<(FuncId, Kind), String> {
+    /// Compiles `group`; bit k of `affine_inputs` set: input k arrives as
+    /// an affine formula (elementwise groups only).
+    fn compile(&mut self, func: &Function, group: &Group, affine_inputs: u64) -> Result<(FuncId, Kind), String> {
         let first = func.inst(group.insts[0]);
         let kind = match &first.op {
             Op::AtomicAdd { .. } | Op::Gemm { .. } => return Err("interp".into()),
@@ -181,7 +204,7 @@ impl Jit {
         let config = self.module.target_config();
         {
             let builder = FunctionBuilder::new(&mut ctx.func, &mut self.fctx);
-            let mut gen = Gen::new(func, group, builder, refs);
+            let mut gen = Gen::new(func, group, builder, refs, affine_inputs);
             match &first.op {
                 Op::Reduce { op, axis, .. } => gen.reduce(*op, *axis),
                 Op::Trans { perm } => gen.trans(perm),
@@ -227,6 +250,31 @@ impl Jit {
         self.module.clear_context(&mut ctx);
         self.compiled_count += 1;
         Ok((id, kind))
+    }
+}
+
+impl Jit {
+    /// The code of prepared group `g` for affine inputs `formulas`,
+    /// compiled on first use (`None` if it does not compile: the caller
+    /// then passes elements).
+    fn variant(&mut self, func: &Function, group: &Group, g: GroupId, formulas: u64) -> Option<*const u8> {
+        let p = &self.prepared[g];
+        if let Some(&(_, ptr)) = p.variants.iter().find(|(m, _)| *m == formulas) {
+            return Some(ptr);
+        }
+        let key = format!("{}|affine:{formulas:x}", p.key);
+        let ptr = match self.cache.get(&key) {
+            Some(c) => c.ptr,
+            None => {
+                let (id, kind) = self.compile(func, group, formulas).ok()?;
+                self.module.finalize_definitions().ok()?;
+                let ptr = self.module.get_finalized_function(id);
+                self.cache.insert(key, Compiled { ptr, kind });
+                ptr
+            }
+        };
+        self.prepared[g].variants.push((formulas, ptr));
+        Some(ptr)
     }
 }
 
@@ -297,6 +345,7 @@ fn prefix_lanes(mask: Option<&RtValue>, n: usize) -> Option<usize> {
     match mask {
         None => Some(n),
         Some(RtValue::Scalar(m)) => Some(if m & 1 != 0 { n } else { 0 }),
+        Some(RtValue::Affine(_)) => None,
         Some(RtValue::Block(t)) => {
             // Bools are one byte, 0 or 1: eight lanes per word.
             let b = t.bytes();
@@ -324,24 +373,25 @@ fn contiguous_copy(func: &Function, group: &Group, inputs: &[&RtValue], mem: &mu
         return None;
     }
     let input = |v: crate::ir::Value| group.inputs.iter().position(|x| *x == v).map(|k| inputs[k]);
-    let RtValue::Block(ptrs) = input(d.args[0])? else {
-        return None;
-    };
-    let words = ptrs.words()?;
     let size = super::elem_size(match func.ty(d.args[0]).elem() {
         Elem::Ptr(t) => Elem::Num(t),
         e => e,
     });
-    let first = *words.first()?;
-    let mut next = first;
-    let mut consecutive = true;
-    for w in words {
-        consecutive &= *w == next;
-        next = next.wrapping_add(size as u64);
-    }
-    if !consecutive {
-        return None;
-    }
+    let (first, lanes) = match input(d.args[0])? {
+        RtValue::Block(ptrs) => {
+            let words = ptrs.words()?;
+            let first = *words.first()?;
+            let mut next = first;
+            let mut consecutive = true;
+            for w in words {
+                consecutive &= *w == next;
+                next = next.wrapping_add(size as u64);
+            }
+            (consecutive.then_some(first)?, words.len())
+        }
+        RtValue::Affine(a) if a.numel() > 0 && a.is_consecutive(size as i64) => (a.base() as u64, a.numel()),
+        _ => return None,
+    };
     let (mask, write) = match d.op {
         Op::Load { has_mask, .. } => (has_mask.then(|| d.args[1]), false),
         Op::Store { has_mask } => (has_mask.then(|| d.args[2]), true),
@@ -351,12 +401,10 @@ fn contiguous_copy(func: &Function, group: &Group, inputs: &[&RtValue], mem: &mu
         Some(m) => Some(input(m)?),
         None => None,
     };
-    let active = prefix_lanes(mask, words.len())?;
+    let active = prefix_lanes(mask, lanes)?;
     let bytes = active * size;
     if write {
-        let RtValue::Block(value) = input(d.args[1])? else {
-            return None;
-        };
+        let value = input(d.args[1])?.tensor()?;
         if bytes > 0 {
             let (base, seg) = mem.segment(first)?;
             let off = usize::try_from(first - base).ok()?;
@@ -373,15 +421,15 @@ fn contiguous_copy(func: &Function, group: &Group, inputs: &[&RtValue], mem: &mu
         let off = usize::try_from(first - base).ok()?;
         out.bytes_mut()[..bytes].copy_from_slice(seg.get(off..off.checked_add(bytes)?)?);
     }
-    if active < words.len() {
+    if active < lanes {
         if let Op::Load { has_other: true, .. } = d.op {
             match input(d.args[2])? {
-                RtValue::Block(o) => out.bytes_mut()[bytes..].copy_from_slice(o.bytes().get(bytes..)?),
                 RtValue::Scalar(b) => {
-                    for k in active..words.len() {
+                    for k in active..lanes {
                         out.set_bits(k, *b);
                     }
                 }
+                o => out.bytes_mut()[bytes..].copy_from_slice(o.tensor()?.bytes().get(bytes..)?),
             }
         }
     }
@@ -404,7 +452,7 @@ impl DataPath for Jit {
         for group in &plan.groups {
             let key = group_key(func, group);
             if !self.cache.contains_key(&key) && !pending.iter().any(|p| p.0 == key) {
-                match self.compile(func, group) {
+                match self.compile(func, group, 0) {
                     Ok((id, kind)) => pending.push((key.clone(), id, kind)),
                     Err(e) if e == "interp" => {
                         self.cache.insert(
@@ -428,11 +476,25 @@ impl DataPath for Jit {
             }
         }
         self.prepared = keys
-            .iter()
-            .map(|k| {
-                self.cache
-                    .get(k)
-                    .map_or((std::ptr::null(), Kind::Interp), |c| (c.ptr, c.kind))
+            .into_iter()
+            .zip(&plan.groups)
+            .map(|(key, group)| {
+                let (ptr, kind) = self
+                    .cache
+                    .get(&key)
+                    .map_or((std::ptr::null(), Kind::Interp), |c| (c.ptr, c.kind));
+                Prepared {
+                    ptr,
+                    kind,
+                    key,
+                    symbolic: affine::symbolic(func, group),
+                    takes_affine: matches!(kind, Kind::Direct)
+                        && !matches!(
+                            func.inst(group.insts[0]).op,
+                            Op::Reduce { .. } | Op::Trans { .. } | Op::Dot { .. }
+                        ),
+                    variants: Vec::new(),
+                }
             })
             .collect();
         self.segment_caches = plan
@@ -459,20 +521,49 @@ impl DataPath for Jit {
         mem: &mut dyn Memory,
     ) -> Result<Vec<RtValue>, ExecError> {
         let group = &plan.groups[g];
-        let Some(&(ptr, kind)) = self.prepared.get(g) else {
+        let Some(p) = self.prepared.get(g) else {
             return self.interp.run(func, plan, g, inputs, mem);
         };
+        let (mut ptr, kind) = (p.ptr, p.kind);
         if let Kind::Interp = kind {
             return self.interp.run(func, plan, g, inputs, mem);
+        }
+        // Outputs that are formulas: all of them, and the group need not
+        // run; or some, which replace what the run computes (so later
+        // groups get formulas).
+        let mut formulas_out = Vec::new();
+        if p.symbolic != affine::Symbolic::Nothing {
+            formulas_out = affine::eval_group(func, group, inputs);
+            self.formula_outputs += formulas_out.iter().flatten().count();
+            if p.symbolic == affine::Symbolic::All && formulas_out.iter().all(Option::is_some) {
+                self.formula_only_runs += 1;
+                return Ok(formulas_out.into_iter().flatten().map(RtValue::Affine).collect());
+            }
         }
         if let Some(r) = contiguous_copy(func, group, inputs, mem) {
             return Ok(r);
         }
+        // Affine inputs go to code compiled for them as formulas where the
+        // group is elementwise (and the code compiles), else as elements.
+        let mut formulas = 0u64;
+        if p.takes_affine {
+            for (k, v) in inputs.iter().enumerate().take(64) {
+                if let RtValue::Affine(_) = v {
+                    formulas |= 1 << k;
+                }
+            }
+        }
+        if formulas != 0 {
+            match self.variant(func, group, g, formulas) {
+                Some(v) => ptr = v,
+                None => formulas = 0,
+            }
+        }
         // Inputs: scalars as bits, blocks as data pointers (f32 copies for
-        // a float dot).
+        // a float dot), formulas as pointers to their words.
         let mut keep: Vec<Tensor> = Vec::new();
         let mut words: smallvec::SmallVec<[u64; 16]> = smallvec::SmallVec::new();
-        for v in inputs {
+        for (k, v) in inputs.iter().enumerate() {
             match v {
                 RtValue::Scalar(b) => words.push(*b),
                 RtValue::Block(t) => match (kind, widened(t)) {
@@ -482,6 +573,12 @@ impl DataPath for Jit {
                     }
                     _ => words.push(t.as_ptr() as u64),
                 },
+                RtValue::Affine(a) if formulas >> k.min(63) & 1 != 0 => words.push(a.words.as_ptr() as u64),
+                RtValue::Affine(a) => {
+                    let t = a.materialize();
+                    words.push(t.as_ptr() as u64);
+                    keep.push(t);
+                }
             }
         }
         let mut outs: smallvec::SmallVec<[Tensor; 4]> = group
@@ -541,7 +638,11 @@ impl DataPath for Jit {
             };
         }
         let mut results = Vec::with_capacity(outs.len());
-        for (o, t) in group.outputs.iter().zip(outs) {
+        for (k, (o, t)) in group.outputs.iter().zip(outs).enumerate() {
+            if let Some(Some(a)) = formulas_out.get_mut(k).map(Option::take) {
+                results.push(RtValue::Affine(a));
+                continue;
+            }
             let ty = func.ty(*o);
             let t = match kind {
                 // The f32 sums (NaNs canonical), rounded to the output

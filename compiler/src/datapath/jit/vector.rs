@@ -271,6 +271,7 @@ impl Gen<'_, '_> {
             regs,
             fallback,
             lin: self.linear(ivs, strides),
+            ivs: ivs.to_vec(),
             vals: HashMap::new(),
             masks_on: Vec::new(),
             consecutive: HashMap::new(),
@@ -482,6 +483,26 @@ impl Gen<'_, '_> {
     fn input_lanes(&mut self, c: &Chunk, v: ir::Value) -> Lanes {
         let x = self.inputs[&v];
         let regs = c.regs;
+        if self.affine.contains_key(&v) {
+            return match self.f.ty(v).elem() {
+                Elem::Ptr(t) => {
+                    // Consecutive when the innermost stride is one element.
+                    let size = t.size_bytes() as i64;
+                    let step = *self.affine[&v].1.last().expect("vector groups have rank >= 1");
+                    let ok = self.b.ins().icmp_imm_s(IntCC::Equal, step, size);
+                    self.check(c, ok);
+                    Lanes::Ptr {
+                        base: self.affine_value(v, &c.ivs),
+                        stride: size,
+                    }
+                }
+                Elem::Num(_) => Lanes::Vec {
+                    v: self.affine_words(regs, v, &c.ivs),
+                    scalar: None,
+                    first: None,
+                },
+            };
+        }
         match self.f.ty(v).clone() {
             Type::Scalar(_) => self.vc().scalars[&v],
             Type::Block(e, _) => {
@@ -535,6 +556,23 @@ impl Gen<'_, '_> {
             }
             Type::Future(..) => unreachable!("vectorizable() admits scalars and blocks only"),
         }
+    }
+
+    /// The lanes of an i32/u32 affine input from `ivs` on: the first
+    /// lane's value plus k times the innermost stride (both truncated to
+    /// 32 bits, as the lanes are).
+    fn affine_words(&mut self, regs: usize, v: ir::Value, ivs: &[Value]) -> Regs {
+        let first = self.affine_value(v, ivs);
+        let step = *self.affine[&v].1.last().expect("vector groups have rank >= 1");
+        let first = self.b.ins().ireduce(types::I32, first);
+        let step = self.b.ins().ireduce(types::I32, step);
+        let first = self.b.ins().splat(types::I32X4, first);
+        let step = self.b.ins().splat(types::I32X4, step);
+        self.map(regs, |g, q| {
+            let iota = g.iota(q);
+            let k = g.b.ins().imul(iota, step);
+            g.b.ins().iadd(first, k)
+        })
     }
 
     /// Bools stored as 0/1 bytes at `addr`, four a register, as masks.
@@ -611,6 +649,10 @@ impl Gen<'_, '_> {
     /// splat when the source is constant along the innermost axis,
     /// consecutive elements otherwise.
     fn broadcast_lanes(&mut self, regs: usize, src: ir::Value, ivs: &[Value], space: &[u64]) -> Regs {
+        if self.affine.contains_key(&src) {
+            // Extent-1 axes of a formula have stride 0.
+            return self.affine_words(regs, src, ivs);
+        }
         let st = self.f.ty(src).clone();
         let d = dtype(&st);
         let src_shape = st.shape().to_vec();
@@ -914,6 +956,8 @@ struct Chunk {
     fallback: Block,
     /// The first lane's row-major index.
     lin: Value,
+    /// The first lane's coordinates.
+    ivs: Vec<Value>,
     vals: HashMap<ir::Value, Lanes>,
     /// Masks already checked all on.
     masks_on: Vec<ir::Value>,

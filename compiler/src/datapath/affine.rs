@@ -1,0 +1,426 @@
+//! Affine blocks: integer and pointer blocks kept as a formula instead of
+//! their elements.
+//!
+//! Pointer blocks in kernels are nearly always `base + i·s_i + j·s_j`: an
+//! `arange` scaled, shifted and broadcast, added to a pointer, then moved
+//! by a scalar each loop iteration. Stored element by element a 64×64
+//! pointer block is 32 KiB written, read back and scanned by every load
+//! through it; as a formula it is a few words. The JIT data path
+//! evaluates groups made only of such operations symbolically
+//! ([`eval_group`]) and hands compiled code, the simulator's address
+//! checks and `memcpy` fast paths the formula; anything else gets the
+//! elements ([`Affine::materialize`]), so an affine block behaves exactly
+//! like the block it stands for.
+//!
+//! Exactness. For integer blocks the formula is the *exact* integer
+//! value `E(idx) = base + Σ idx_k·stride_k` (checked i64 arithmetic: any
+//! overflow abandons the symbolic form) and the lane is `E` truncated to
+//! the dtype, as lane-wise wrapping arithmetic gives: truncation commutes
+//! with `+ − ×`. `ptr_add` sign- or zero-extends its offsets, which does
+//! not commute with truncation, so it stays symbolic only when every lane's
+//! `E` fits the offset dtype. Pointer formulas are taken modulo 2^64, like
+//! the addresses they describe.
+
+use super::elem::{self, Bits};
+use super::{Group, RtValue, Tensor};
+use crate::ir::{BinaryOp, Function, Op, Type};
+use crate::sema::types::{DType, Elem};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// A block whose element at index `idx` is `base + Σ idx_k·strides[k]`,
+/// truncated to `elem` (see the module doc). Axes of extent 1 have stride
+/// 0, so the same formula reads the block broadcast.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Affine {
+    pub elem: Elem,
+    pub shape: Vec<u64>,
+    /// `[base, stride_0, stride_1, …]`: the layout compiled code reads.
+    pub words: Vec<i64>,
+}
+
+impl Affine {
+    fn new(elem: Elem, shape: &[u64], base: i64, strides: &[i64]) -> Affine {
+        let mut words = Vec::with_capacity(1 + shape.len());
+        words.push(base);
+        words.extend(shape.iter().zip(strides).map(|(&n, &s)| if n == 1 { 0 } else { s }));
+        Affine {
+            elem,
+            shape: shape.to_vec(),
+            words,
+        }
+    }
+
+    pub fn base(&self) -> i64 {
+        self.words[0]
+    }
+
+    pub fn strides(&self) -> &[i64] {
+        &self.words[1..]
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product::<u64>() as usize
+    }
+
+    /// The element at row-major position `k`, as stored bits.
+    pub fn get_bits(&self, k: usize) -> Bits {
+        let mut rest = k as u64;
+        let mut v = self.base();
+        for (&n, &s) in self.shape.iter().zip(self.strides()).rev() {
+            v = v.wrapping_add(((rest % n) as i64).wrapping_mul(s));
+            rest /= n;
+        }
+        self.truncate(v)
+    }
+
+    fn truncate(&self, v: i64) -> Bits {
+        match self.elem {
+            Elem::Ptr(_) => v as u64,
+            Elem::Num(d) => elem::from_i64(d, v),
+        }
+    }
+
+    /// Calls `f` with every element's bits in row-major order.
+    pub fn for_each(&self, mut f: impl FnMut(Bits)) {
+        let (Some(&inner), Some(&step)) = (self.shape.last(), self.strides().last()) else {
+            f(self.truncate(self.base()));
+            return;
+        };
+        let outer = &self.shape[..self.shape.len() - 1];
+        let mut idx = vec![0u64; outer.len()];
+        loop {
+            let mut row = self.base();
+            for (k, &i) in idx.iter().enumerate() {
+                row = row.wrapping_add((i as i64).wrapping_mul(self.strides()[k]));
+            }
+            for j in 0..inner {
+                f(self.truncate(row.wrapping_add((j as i64).wrapping_mul(step))));
+            }
+            // The next row index, last axis fastest.
+            let mut k = outer.len();
+            loop {
+                if k == 0 {
+                    return;
+                }
+                k -= 1;
+                idx[k] += 1;
+                if idx[k] < outer[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+    }
+
+    /// The elements, stored.
+    pub fn materialize(&self) -> Tensor {
+        let shape: Vec<usize> = self.shape.iter().map(|&d| d as usize).collect();
+        let mut t = Tensor::zeros(self.elem, if shape.is_empty() { &[1] } else { &shape });
+        let mut k = 0;
+        self.for_each(|b| {
+            t.set_bits(k, b);
+            k += 1;
+        });
+        t
+    }
+
+    /// The smallest and largest `E(idx)`, exactly (for pointers, the
+    /// addresses before any wrap past 2^64).
+    pub fn range(&self) -> (i128, i128) {
+        let mut lo = match self.elem {
+            Elem::Ptr(_) => self.base() as u64 as i128,
+            Elem::Num(_) => self.base() as i128,
+        };
+        let mut hi = lo;
+        for (&n, &s) in self.shape.iter().zip(self.strides()) {
+            let span = (n.saturating_sub(1)) as i128 * s as i128;
+            lo += span.min(0);
+            hi += span.max(0);
+        }
+        (lo, hi)
+    }
+
+    /// The same elements under `shape`, when that only adds or removes
+    /// axes of extent 1 (other reshapes mix axes: no single formula).
+    pub fn reshape(&self, shape: &[u64]) -> Option<Affine> {
+        let mut kept = self.shape.iter().zip(self.strides()).filter(|(n, _)| **n != 1);
+        let mut strides = Vec::with_capacity(shape.len());
+        for &n in shape {
+            if n == 1 {
+                strides.push(0);
+            } else {
+                let (&m, &s) = kept.next()?;
+                if m != n {
+                    return None;
+                }
+                strides.push(s);
+            }
+        }
+        if kept.next().is_some() {
+            return None;
+        }
+        Some(Affine::new(self.elem, shape, self.base(), &strides))
+    }
+
+    /// Whether, as pointers to `size`-byte elements, the lanes are
+    /// consecutive in row-major order (lane k at `base + k·size`).
+    pub fn is_consecutive(&self, size: i64) -> bool {
+        let mut want = size;
+        for (&n, &s) in self.shape.iter().zip(self.strides()).rev() {
+            if n != 1 && s != want {
+                return false;
+            }
+            want = want.wrapping_mul(n as i64);
+        }
+        true
+    }
+}
+
+/// How much of a group [`eval_group`] can do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Symbolic {
+    /// No output can be a formula.
+    Nothing,
+    /// Some outputs may be formulas; the group still runs for the rest.
+    Some,
+    /// Every member has a symbolic form: when all inputs are scalars or
+    /// formulas, the group need not run at all.
+    All,
+}
+
+/// What [`eval_group`] can do for `group`: integer and pointer arithmetic
+/// that keeps blocks affine has a symbolic form; nothing that touches
+/// memory, compares or converts does.
+pub fn symbolic(func: &Function, group: &Group) -> Symbolic {
+    let has_form = |i: &crate::ir::Inst| {
+        let d = func.inst(*i);
+        let op_ok = matches!(
+            d.op,
+            Op::Arange { .. }
+                | Op::Splat
+                | Op::Broadcast
+                | Op::Reshape
+                | Op::PtrAdd
+                | Op::Binary(BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul)
+        );
+        op_ok
+            && d.results
+                .iter()
+                .all(|r| matches!(func.ty(*r), Type::Block(..)) && affine_elem(func.ty(*r)))
+    };
+    let makes_output = group
+        .insts
+        .iter()
+        .any(|i| has_form(i) && func.inst(*i).results.iter().any(|r| group.outputs.contains(r)));
+    if !makes_output {
+        Symbolic::Nothing
+    } else if group.insts.iter().all(has_form) {
+        Symbolic::All
+    } else {
+        Symbolic::Some
+    }
+}
+
+/// The element types formulas describe.
+fn affine_elem(t: &Type) -> bool {
+    match t.elem() {
+        Elem::Ptr(_) => true,
+        Elem::Num(d) => matches!(d, DType::I32 | DType::U32 | DType::I64),
+    }
+}
+
+/// One value during symbolic evaluation: a scalar (exact integer, or a
+/// pointer's bits) or an affine block.
+#[derive(Clone)]
+enum Sym {
+    Scalar(i64),
+    Block(Rc<Affine>),
+}
+
+/// Evaluates `group` symbolically as far as it goes: for each output, its
+/// formula, or `None` where the value is not affine (a product of two
+/// varying blocks, a reshape that mixes axes, an overflow, a comparison,
+/// a stored input…) and must come from running the group.
+pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Option<Rc<Affine>>> {
+    let mut env: HashMap<crate::ir::Value, Sym> = HashMap::with_capacity(group.insts.len() + inputs.len());
+    for (v, x) in group.inputs.iter().zip(inputs) {
+        let s = match x {
+            RtValue::Scalar(b) => Sym::Scalar(match func.ty(*v).elem() {
+                Elem::Ptr(_) => *b as i64,
+                Elem::Num(d) => elem::to_i64(d, *b),
+            }),
+            RtValue::Affine(a) => Sym::Block(a.clone()),
+            RtValue::Block(_) => continue,
+        };
+        env.insert(*v, s);
+    }
+    for &i in &group.insts {
+        let d = func.inst(i);
+        let Some(&r) = d.results.first() else { continue };
+        if let Some(a) = eval_inst(func, d, func.ty(r), &env) {
+            env.insert(r, Sym::Block(Rc::new(a)));
+        }
+    }
+    group
+        .outputs
+        .iter()
+        .map(|o| match env.get(o) {
+            Some(Sym::Block(a)) => Some(a.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The formula of instruction `d`'s result (of type `ty`) from those of
+/// its operands in `env`, if it has one.
+fn eval_inst(
+    func: &Function,
+    d: &crate::ir::InstData,
+    ty: &Type,
+    env: &HashMap<crate::ir::Value, Sym>,
+) -> Option<Affine> {
+    if !matches!(ty, Type::Block(..)) || !affine_elem(ty) {
+        return None;
+    }
+    let shape = ty.shape();
+    let arg = |k: usize| env.get(d.args.get(k)?).cloned();
+    // The operand `k` at the result's shape (a scalar as a splat).
+    let at_shape = |k: usize| -> Option<(i64, Vec<i64>)> {
+        match arg(k)? {
+            Sym::Scalar(x) => Some((x, vec![0; shape.len()])),
+            Sym::Block(a) if a.shape == shape => Some((a.base(), a.strides().to_vec())),
+            Sym::Block(_) => None,
+        }
+    };
+    let is_ptr = matches!(ty.elem(), Elem::Ptr(_));
+    let out = match &d.op {
+        Op::Arange { start, .. } => Affine::new(ty.elem(), shape, *start, &[1]),
+        Op::Splat => {
+            let (b, s) = at_shape(0)?;
+            Affine::new(ty.elem(), shape, b, &s)
+        }
+        Op::Broadcast => {
+            let Sym::Block(a) = arg(0)? else { return None };
+            if a.shape.len() != shape.len() {
+                return None;
+            }
+            // Extent-1 source axes have stride 0 already.
+            Affine::new(ty.elem(), shape, a.base(), a.strides())
+        }
+        Op::Reshape => {
+            let Sym::Block(a) = arg(0)? else { return None };
+            a.reshape(shape)?
+        }
+        Op::Binary(op) => {
+            let ((ab, a_s), (bb, b_s)) = (at_shape(0)?, at_shape(1)?);
+            let combine = |x: i64, y: i64| -> Option<i64> {
+                if is_ptr {
+                    return None;
+                }
+                match op {
+                    BinaryOp::Add => x.checked_add(y),
+                    BinaryOp::Sub => x.checked_sub(y),
+                    _ => None,
+                }
+            };
+            match op {
+                BinaryOp::Add | BinaryOp::Sub => {
+                    let base = combine(ab, bb)?;
+                    let strides = a_s
+                        .iter()
+                        .zip(&b_s)
+                        .map(|(x, y)| combine(*x, *y))
+                        .collect::<Option<Vec<_>>>()?;
+                    Affine::new(ty.elem(), shape, base, &strides)
+                }
+                BinaryOp::Mul => {
+                    // One side must be the same everywhere.
+                    let (k, (vb, vs)) = if b_s.iter().all(|&s| s == 0) {
+                        (bb, (ab, a_s))
+                    } else if a_s.iter().all(|&s| s == 0) {
+                        (ab, (bb, b_s))
+                    } else {
+                        return None;
+                    };
+                    let base = vb.checked_mul(k)?;
+                    let strides = vs.iter().map(|s| s.checked_mul(k)).collect::<Option<Vec<_>>>()?;
+                    Affine::new(ty.elem(), shape, base, &strides)
+                }
+                _ => return None,
+            }
+        }
+        Op::PtrAdd => {
+            let size = match ty.elem() {
+                Elem::Ptr(t) => t.size_bytes() as i64,
+                Elem::Num(_) => 1,
+            };
+            let (pb, ps) = at_shape(0)?;
+            let (ob, os) = at_shape(1)?;
+            // The offsets are widened lane by lane: exact only when
+            // every lane's value fits the offset dtype.
+            let od = match func.ty(d.args[1]).elem() {
+                Elem::Num(od) => od,
+                Elem::Ptr(_) => return None,
+            };
+            let offsets = Affine::new(Elem::Num(od), shape, ob, &os);
+            let (lo, hi) = offsets.range();
+            let fits = match od {
+                DType::I32 => lo >= i32::MIN as i128 && hi <= i32::MAX as i128,
+                DType::U32 => lo >= 0 && hi <= u32::MAX as i128,
+                DType::I64 => lo >= i64::MIN as i128 && hi <= i64::MAX as i128,
+                _ => false,
+            };
+            if !fits {
+                return None;
+            }
+            let base = pb.wrapping_add(ob.wrapping_mul(size));
+            let strides: Vec<i64> = ps
+                .iter()
+                .zip(&os)
+                .map(|(p, o)| p.wrapping_add(o.wrapping_mul(size)))
+                .collect();
+            Affine::new(ty.elem(), shape, base, &strides)
+        }
+        _ => return None,
+    };
+    // Exact integers must stay inside i64 at every lane.
+    if !is_ptr {
+        let (lo, hi) = out.range();
+        if lo < i64::MIN as i128 || hi > i64::MAX as i128 {
+            return None;
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elements_follow_the_formula_and_wrap_to_the_dtype() {
+        let a = Affine::new(Elem::Num(DType::I32), &[2, 3], i32::MAX as i64 - 1, &[10, 1]);
+        let t = a.materialize();
+        let got: Vec<i64> = (0..6).map(|k| elem::to_i64(DType::I32, t.get_bits(k))).collect();
+        let m = i32::MAX as i64;
+        let want: Vec<i64> = [m - 1, m, i32::MIN as i64, m + 9, m + 10, m + 11]
+            .iter()
+            .map(|&v| v as i32 as i64)
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            (0..6).map(|k| a.get_bits(k)).collect::<Vec<_>>(),
+            (0..6).map(|k| t.get_bits(k)).collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn consecutive_means_row_major_with_unit_axes_ignored() {
+        let p = |shape: &[u64], strides: &[i64]| Affine::new(Elem::Ptr(DType::F16), shape, 4096, strides);
+        assert!(p(&[4, 8], &[16, 2]).is_consecutive(2));
+        assert!(p(&[1, 8], &[999, 2]).is_consecutive(2));
+        assert!(!p(&[4, 8], &[32, 2]).is_consecutive(2));
+        assert!(!p(&[8], &[4]).is_consecutive(2));
+    }
+}
