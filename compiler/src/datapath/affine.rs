@@ -25,8 +25,11 @@ use super::elem::{self, Bits};
 use super::{Group, RtValue, Tensor};
 use crate::ir::{BinaryOp, Function, Op, Type};
 use crate::sema::types::{DType, Elem};
-use std::collections::HashMap;
+use smallvec::SmallVec;
 use std::rc::Rc;
+
+/// Up to four axes inline (kernels' blocks have one to three).
+type Axes<T> = SmallVec<[T; 4]>;
 
 /// A block whose element at index `idx` is `base + Σ idx_k·strides[k]`,
 /// truncated to `elem` (see the module doc). Axes of extent 1 have stride
@@ -34,19 +37,19 @@ use std::rc::Rc;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Affine {
     pub elem: Elem,
-    pub shape: Vec<u64>,
+    pub shape: Axes<u64>,
     /// `[base, stride_0, stride_1, …]`: the layout compiled code reads.
-    pub words: Vec<i64>,
+    pub words: SmallVec<[i64; 5]>,
 }
 
 impl Affine {
     fn new(elem: Elem, shape: &[u64], base: i64, strides: &[i64]) -> Affine {
-        let mut words = Vec::with_capacity(1 + shape.len());
+        let mut words = SmallVec::new();
         words.push(base);
         words.extend(shape.iter().zip(strides).map(|(&n, &s)| if n == 1 { 0 } else { s }));
         Affine {
             elem,
-            shape: shape.to_vec(),
+            shape: shape.iter().copied().collect(),
             words,
         }
     }
@@ -145,7 +148,7 @@ impl Affine {
     /// axes of extent 1 (other reshapes mix axes: no single formula).
     pub fn reshape(&self, shape: &[u64]) -> Option<Affine> {
         let mut kept = self.shape.iter().zip(self.strides()).filter(|(n, _)| **n != 1);
-        let mut strides = Vec::with_capacity(shape.len());
+        let mut strides: Axes<i64> = SmallVec::new();
         for &n in shape {
             if n == 1 {
                 strides.push(0);
@@ -238,12 +241,20 @@ enum Sym {
     Block(Rc<Affine>),
 }
 
+/// The values known so far (groups are small: a linear search beats
+/// hashing).
+type Env = SmallVec<[(crate::ir::Value, Sym); 16]>;
+
+fn lookup(env: &Env, v: crate::ir::Value) -> Option<&Sym> {
+    env.iter().rev().find(|(k, _)| *k == v).map(|(_, s)| s)
+}
+
 /// Evaluates `group` symbolically as far as it goes: for each output, its
 /// formula, or `None` where the value is not affine (a product of two
 /// varying blocks, a reshape that mixes axes, an overflow, a comparison,
 /// a stored input…) and must come from running the group.
 pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Option<Rc<Affine>>> {
-    let mut env: HashMap<crate::ir::Value, Sym> = HashMap::with_capacity(group.insts.len() + inputs.len());
+    let mut env = Env::new();
     for (v, x) in group.inputs.iter().zip(inputs) {
         let s = match x {
             RtValue::Scalar(b) => Sym::Scalar(match func.ty(*v).elem() {
@@ -253,19 +264,19 @@ pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Op
             RtValue::Affine(a) => Sym::Block(a.clone()),
             RtValue::Block(_) => continue,
         };
-        env.insert(*v, s);
+        env.push((*v, s));
     }
     for &i in &group.insts {
         let d = func.inst(i);
         let Some(&r) = d.results.first() else { continue };
         if let Some(a) = eval_inst(func, d, func.ty(r), &env) {
-            env.insert(r, Sym::Block(Rc::new(a)));
+            env.push((r, Sym::Block(Rc::new(a))));
         }
     }
     group
         .outputs
         .iter()
-        .map(|o| match env.get(o) {
+        .map(|o| match lookup(&env, *o) {
             Some(Sym::Block(a)) => Some(a.clone()),
             _ => None,
         })
@@ -274,22 +285,17 @@ pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Op
 
 /// The formula of instruction `d`'s result (of type `ty`) from those of
 /// its operands in `env`, if it has one.
-fn eval_inst(
-    func: &Function,
-    d: &crate::ir::InstData,
-    ty: &Type,
-    env: &HashMap<crate::ir::Value, Sym>,
-) -> Option<Affine> {
+fn eval_inst(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -> Option<Affine> {
     if !matches!(ty, Type::Block(..)) || !affine_elem(ty) {
         return None;
     }
     let shape = ty.shape();
-    let arg = |k: usize| env.get(d.args.get(k)?).cloned();
+    let arg = |k: usize| lookup(env, *d.args.get(k)?).cloned();
     // The operand `k` at the result's shape (a scalar as a splat).
-    let at_shape = |k: usize| -> Option<(i64, Vec<i64>)> {
+    let at_shape = |k: usize| -> Option<(i64, Axes<i64>)> {
         match arg(k)? {
-            Sym::Scalar(x) => Some((x, vec![0; shape.len()])),
-            Sym::Block(a) if a.shape == shape => Some((a.base(), a.strides().to_vec())),
+            Sym::Scalar(x) => Some((x, smallvec::smallvec![0; shape.len()])),
+            Sym::Block(a) if a.shape.as_slice() == shape => Some((a.base(), a.strides().iter().copied().collect())),
             Sym::Block(_) => None,
         }
     };

@@ -166,7 +166,7 @@ impl LaneScan {
         // Which lanes are on: all, none, or as the mask block says.
         let lanes: Option<&[u8]> = match mask {
             Some(RtValue::Scalar(m)) if m & 1 == 0 => return s,
-            Some(RtValue::Block(m)) if !m.bytes().iter().all(|b| b & 1 != 0) => Some(m.bytes()),
+            Some(RtValue::Block(m)) if !all_on(m.bytes()) => Some(m.bytes()),
             _ => None,
         };
         if let (RtValue::Affine(a), None) = (ptr, lanes) {
@@ -221,6 +221,17 @@ impl LaneScan {
         }
         s
     }
+}
+
+/// Whether every bool of a mask block is on (eight lanes a word).
+fn all_on(bytes: &[u8]) -> bool {
+    const LOW_BITS: u64 = 0x0101_0101_0101_0101;
+    let words = bytes.chunks_exact(8);
+    let tail = words.remainder().iter().all(|b| b & 1 != 0);
+    tail && words.fold(LOW_BITS, |acc, w| {
+        acc & u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))
+    }) & LOW_BITS
+        == LOW_BITS
 }
 
 fn ptr_words(ptr: &RtValue) -> Option<&[u64]> {

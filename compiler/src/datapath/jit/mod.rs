@@ -75,6 +75,9 @@ pub struct Jit {
     segment_caches: Vec<(Option<u64>, Vec<u64>)>,
     fctx: FunctionBuilderContext,
     interp: Interpreter,
+    /// Where compiled code writes outputs that are handed on as formulas
+    /// (eight bytes per element: enough for any dtype).
+    scratch: Vec<u64>,
     /// Functions compiled so far (for statistics and benchmarks).
     pub compiled_count: usize,
     /// Group outputs handed over as formulas, and group runs skipped
@@ -141,6 +144,7 @@ impl Jit {
             segment_caches: Vec::new(),
             fctx: FunctionBuilderContext::new(),
             interp: Interpreter,
+            scratch: Vec::new(),
             compiled_count: 0,
             formula_outputs: 0,
             formula_only_runs: 0,
@@ -581,21 +585,46 @@ impl DataPath for Jit {
                 }
             }
         }
+        // Outputs that will be handed on as formulas are written to
+        // scratch space the JIT keeps (one region each), not to new blocks.
+        let has_formula = |k: usize| formulas_out.get(k).is_some_and(Option::is_some);
+        let mut scratch_words = 0;
+        for (k, o) in group.outputs.iter().enumerate() {
+            if has_formula(k) {
+                scratch_words += func.ty(*o).numel().max(1) as usize;
+            }
+        }
+        if self.scratch.len() < scratch_words {
+            self.scratch.resize(scratch_words, 0);
+        }
         let mut outs: smallvec::SmallVec<[Tensor; 4]> = group
             .outputs
             .iter()
-            .map(|o| {
+            .enumerate()
+            .map(|(k, o)| {
                 let t = func.ty(*o);
                 let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
                 let elem = match kind {
                     Kind::DotF32 => Elem::Num(DType::F32),
                     _ => t.elem(),
                 };
-                Tensor::zeros(elem, if shape.is_empty() { &[1] } else { &shape })
+                match has_formula(k) {
+                    true => Tensor::zeros(elem, &[0]),
+                    false => Tensor::zeros(elem, if shape.is_empty() { &[1] } else { &shape }),
+                }
             })
             .collect();
-        for o in outs.iter_mut() {
-            words.push(o.as_mut_ptr() as u64);
+        let mut scratch_at = 0;
+        for (k, o) in outs.iter_mut().enumerate() {
+            if has_formula(k) {
+                // SAFETY: `scratch` holds at least `scratch_words` u64s;
+                // each formula output gets numel of them, eight bytes per
+                // element of at most eight.
+                words.push(unsafe { self.scratch.as_mut_ptr().add(scratch_at) } as u64);
+                scratch_at += func.ty(group.outputs[k]).numel().max(1) as usize;
+            } else {
+                words.push(o.as_mut_ptr() as u64);
+            }
         }
         // The segment caches persist from call to call while the memory
         // promises an unchanged layout; otherwise they start empty.
