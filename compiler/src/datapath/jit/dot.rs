@@ -80,7 +80,6 @@ impl Gen<'_, '_> {
         let zero = self.b.ins().iconst(types::I64, 0);
         let m4v = self.b.ins().iconst(types::I64, m4);
         let n8v = self.b.ins().iconst(types::I64, n8);
-        let kv = self.b.ins().iconst(types::I64, k);
         // Vector blocks.
         let li = self.begin_loop(zero, m4v, MR);
         let i0 = li.var;
@@ -106,39 +105,51 @@ impl Gen<'_, '_> {
                 accs.push(x);
             }
         }
-        // The k loop carries the accumulators as block parameters.
+        // The k loop carries the accumulators and two pointers: to a[i0, kk]
+        // (rows r below it at immediate offsets r·k floats) and to
+        // b[kk, j0]. Addresses recomputed from the counters each step cost
+        // a fifth of the loop.
+        let i0k = self.b.ins().imul_imm_s(i0, k);
+        let a0 = self.addr(a, i0k, 4);
+        let b0 = self.addr(b, j0, 4);
         let header = self.b.create_block();
-        self.b.append_block_param(header, types::I64);
+        for t in [types::I64, types::I64, types::I64] {
+            self.b.append_block_param(header, t);
+        }
         for _ in 0..accs.len() {
             self.b.append_block_param(header, types::F32X4);
         }
         let body = self.b.create_block();
         let exit = self.b.create_block();
-        let mut args = vec![BlockArg::Value(zero)];
+        let mut args = vec![BlockArg::Value(zero), BlockArg::Value(a0), BlockArg::Value(b0)];
         args.extend(accs.iter().map(|v| BlockArg::Value(*v)));
         self.b.ins().jump(header, &args);
         self.b.switch_to_block(header);
         let params = self.b.block_params(header).to_vec();
-        let kk = params[0];
-        let more = self.b.ins().icmp(IntCC::SignedLessThan, kk, kv);
+        let (kk, pa, pb) = (params[0], params[1], params[2]);
+        let more = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, kk, k);
         self.b.ins().brif(more, body, &[], exit, &[]);
         self.b.switch_to_block(body);
-        let kn = self.b.ins().imul_imm_s(kk, n);
-        let bidx = self.b.ins().iadd(kn, j0);
-        let bad = self.addr(b, bidx, 4);
-        let b0 = self.b.ins().load(types::F32X4, flags(), bad, 0);
-        let b1 = self.b.ins().load(types::F32X4, flags(), bad, 16);
-        let mut next = vec![BlockArg::Value(self.b.ins().iadd_imm_s(kk, 1))];
+        let b0 = self.b.ins().load(types::F32X4, flags(), pb, 0);
+        let b1 = self.b.ins().load(types::F32X4, flags(), pb, 16);
+        let mut next = vec![
+            BlockArg::Value(self.b.ins().iadd_imm_s(kk, 1)),
+            BlockArg::Value(self.b.ins().iadd_imm_s(pa, 4)),
+            BlockArg::Value(self.b.ins().iadd_imm_s(pb, n * 4)),
+        ];
         for r in 0..MR {
-            let row = self.b.ins().iadd_imm_s(i0, r);
-            let rk = self.b.ins().imul_imm_s(row, k);
-            let aidx = self.b.ins().iadd(rk, kk);
-            let aad = self.addr(a, aidx, 4);
-            let av = self.b.ins().load(types::F32, flags(), aad, 0);
+            // Row r of the block: an immediate offset when it fits one.
+            let av = match i32::try_from(r * k * 4) {
+                Ok(off) => self.b.ins().load(types::F32, flags(), pa, off),
+                Err(_) => {
+                    let row = self.b.ins().iadd_imm_s(pa, r * k * 4);
+                    self.b.ins().load(types::F32, flags(), row, 0)
+                }
+            };
             let asplat = self.b.ins().splat(types::F32X4, av);
             for (v, bv) in [b0, b1].into_iter().enumerate() {
                 let p = self.b.ins().fmul(asplat, bv);
-                let s = self.b.ins().fadd(params[1 + (r as usize) * 2 + v], p);
+                let s = self.b.ins().fadd(params[3 + (r as usize) * 2 + v], p);
                 next.push(BlockArg::Value(s));
             }
         }
@@ -151,7 +162,7 @@ impl Gen<'_, '_> {
                 let rn = self.b.ins().imul_imm_s(row, n);
                 let idx = self.b.ins().iadd(rn, col);
                 let ad = self.addr(out, idx, 4);
-                let x = params[1 + (r as usize) * 2 + v as usize];
+                let x = params[3 + (r as usize) * 2 + v as usize];
                 let x = self.canon_f32x4(x);
                 self.b.ins().store(flags(), x, ad, 0);
             }
