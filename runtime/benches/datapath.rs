@@ -149,8 +149,24 @@ fn softmax(c: &mut Criterion) {
 fn gemm(c: &mut Criterion) {
     let mut g = c.benchmark_group("gemm_f16_f32");
     g.sample_size(10);
-    for (backend, n) in [("jit_1024", 1024usize), ("jit_256", 256), ("interp_256", 256)] {
-        let func = lower("kernels/gemm.tl", "gemm", &[]);
+    // The kernel's default tiles (64×64×32), and larger ones a user would
+    // pick for this size (BLOCK_M = BLOCK_N = 128, BLOCK_K = 32: fewer,
+    // longer dot calls per loaded byte).
+    let tuned: &[(&str, i64)] = &[("BLOCK_M", 128), ("BLOCK_N", 128), ("BLOCK_K", 32)];
+    for (backend, n, defines) in [
+        ("jit_1024", 1024usize, &[][..]),
+        ("jit_1024_tiles_128x128x32", 1024, tuned),
+        ("jit_256", 256, &[][..]),
+        ("interp_256", 256, &[][..]),
+    ] {
+        let func = lower("kernels/gemm.tl", "gemm", defines);
+        let tile = |name: &str| {
+            defines
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map_or(64, |(_, v)| *v as usize)
+        };
+        let (block_m, block_n) = (tile("BLOCK_M"), tile("BLOCK_N"));
         let tensors = vec![
             Some(random_tensor(DType::F16, &[n, n], 5)),
             Some(random_tensor(DType::F16, &[n, n], 6)),
@@ -163,7 +179,7 @@ fn gemm(c: &mut Criterion) {
             func,
             all,
             &[ni, ni, ni, ni, 1, ni, 1, ni, 1],
-            ((n / 64) * (n / 64)) as u32,
+            (n.div_ceil(block_m) * n.div_ceil(block_n)) as u32,
         );
         let mut dp: Box<dyn DataPath> = if backend.starts_with("jit") {
             Box::new(Jit::new())

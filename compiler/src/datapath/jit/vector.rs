@@ -54,6 +54,11 @@ pub struct VConsts {
     one_f32: Value,
     /// The group's scalar inputs, splat.
     scalars: HashMap<ir::Value, Lanes>,
+    /// Bool values that only ever serve as load and store masks and are
+    /// built from the group's bool inputs by `broadcast`, `splat` and `&`:
+    /// a chunk tests them for "all on" from the input bytes (see
+    /// `mask_on`) and never makes their lanes.
+    lazy_masks: std::collections::HashSet<ir::Value>,
 }
 
 /// A chunk's lanes of one IR value.
@@ -70,6 +75,10 @@ enum Lanes {
     },
     /// Pointers: lane k is `base + k * stride` bytes.
     Ptr { base: Value, stride: i64 },
+    /// f16/bf16 lanes as loaded: four to an i64 word, one word per
+    /// register of the chunk. Moved as they are to outputs and stores;
+    /// widened only if something else reads them.
+    Halves { words: Regs },
 }
 
 /// The element types a register holds.
@@ -154,6 +163,7 @@ impl Gen<'_, '_> {
             };
             scalars.insert(v, lanes);
         }
+        let lazy_masks = self.lazy_masks();
         self.vconsts = Some(VConsts {
             iota,
             zero_i32,
@@ -162,7 +172,143 @@ impl Gen<'_, '_> {
             canonical_nan,
             one_f32,
             scalars,
+            lazy_masks,
         });
+    }
+
+    /// The member defining `v`, if `v` is computed in the group.
+    fn member_of(&self, v: ir::Value) -> Option<&ir::InstData> {
+        self.g
+            .insts
+            .iter()
+            .map(|&i| self.f.inst(i))
+            .find(|d| d.results.first() == Some(&v))
+    }
+
+    /// Whether "every lane of bool `v` is on" can be read from the group's
+    /// inputs without making `v`'s lanes: a bool input, a splat of one, a
+    /// broadcast of a bool block input, or `&` of such.
+    fn mask_form(&self, v: ir::Value) -> bool {
+        let is_bool = |v: ir::Value| self.f.ty(v).elem() == Elem::Num(DType::Bool);
+        if !is_bool(v) {
+            return false;
+        }
+        match self.member_of(v) {
+            None => self.inputs.contains_key(&v) && !self.affine.contains_key(&v),
+            Some(d) => match d.op {
+                Op::Splat | Op::Broadcast => {
+                    self.inputs.contains_key(&d.args[0])
+                        && self.member_of(d.args[0]).is_none()
+                        && !self.affine.contains_key(&d.args[0])
+                }
+                Op::Binary(BinaryOp::And) => self.mask_form(d.args[0]) && self.mask_form(d.args[1]),
+                _ => false,
+            },
+        }
+    }
+
+    /// The members whose lanes no chunk needs: bool values with a mask
+    /// form ([`Gen::mask_form`]) that are not outputs and are used only as
+    /// masks of loads and stores or inside other such values.
+    fn lazy_masks(&self) -> std::collections::HashSet<ir::Value> {
+        let mut lazy: std::collections::HashSet<ir::Value> = self
+            .g
+            .insts
+            .iter()
+            .filter_map(|&i| self.f.inst(i).results.first().copied())
+            .filter(|v| self.mask_form(*v) && !self.g.outputs.contains(v))
+            .collect();
+        // Drop values with another use, until nothing changes (a value
+        // used by a dropped `&` is needed as lanes too).
+        loop {
+            let needed: Vec<ir::Value> = lazy
+                .iter()
+                .copied()
+                .filter(|v| {
+                    self.g.insts.iter().any(|&i| {
+                        let d = self.f.inst(i);
+                        d.args.iter().enumerate().any(|(k, a)| {
+                            a == v
+                                && !match d.op {
+                                    Op::Load { has_mask: true, .. } => k == 1,
+                                    Op::Store { has_mask: true } => k == 2,
+                                    Op::Binary(BinaryOp::And) => d.results.first().is_some_and(|r| lazy.contains(r)),
+                                    _ => false,
+                                }
+                        })
+                    })
+                })
+                .collect();
+            if needed.is_empty() {
+                return lazy;
+            }
+            for v in needed {
+                lazy.remove(&v);
+            }
+        }
+    }
+
+    /// An i8, nonzero when the chunk's lanes of mask `m` (a value with a
+    /// mask form) are all on, read from the bytes of the group's inputs.
+    fn mask_on(&mut self, c: &mut Chunk, m: ir::Value) -> Value {
+        let lanes = c.regs as i64 * REG_LANES;
+        match self.member_of(m).cloned() {
+            Some(d) if matches!(d.op, Op::Binary(BinaryOp::And)) => {
+                let a = self.mask_on(c, d.args[0]);
+                let b = self.mask_on(c, d.args[1]);
+                self.b.ins().band(a, b)
+            }
+            Some(d) if matches!(d.op, Op::Splat) => self.byte_on(self.inputs[&d.args[0]]),
+            Some(d) => {
+                // A broadcast: one byte when the source is constant along
+                // the chunk's axis, else the chunk's run of bytes.
+                let src = d.args[0];
+                let idx = self.broadcast_index(src, &c.ivs.clone(), &c.space.clone());
+                let addr = self.b.ins().iadd(self.inputs[&src], idx);
+                if self.f.ty(src).shape().last() == Some(&1) {
+                    let x = self.b.ins().uload8(types::I32, flags(), addr, 0);
+                    self.byte_on(x)
+                } else {
+                    self.bytes_on(addr, lanes)
+                }
+            }
+            None => match self.f.ty(m) {
+                Type::Scalar(_) => self.byte_on(self.inputs[&m]),
+                _ => {
+                    let addr = self.b.ins().iadd(self.inputs[&m], c.lin);
+                    self.bytes_on(addr, lanes)
+                }
+            },
+        }
+    }
+
+    /// Whether bool `x` (any integer type) is on, as an i8.
+    fn byte_on(&mut self, x: Value) -> Value {
+        let bit = self.b.ins().band_imm_s(x, 1);
+        self.b.ins().icmp_imm_s(IntCC::NotEqual, bit, 0)
+    }
+
+    /// Whether the `n` bool bytes at `addr` (n a multiple of 4, at most 16)
+    /// are all on, as an i8: eight (or four) at a time.
+    fn bytes_on(&mut self, addr: Value, n: i64) -> Value {
+        let mut all: Option<Value> = None;
+        let mut off = 0;
+        while off < n {
+            let (t, pattern) = if n - off >= 8 {
+                (types::I64, 0x0101_0101_0101_0101_i64)
+            } else {
+                (types::I32, 0x0101_0101)
+            };
+            let w = self.b.ins().load(t, flags(), addr, off as i32);
+            let bits = self.b.ins().band_imm_s(w, pattern);
+            let on = self.b.ins().icmp_imm_s(IntCC::Equal, bits, pattern);
+            all = Some(match all {
+                Some(a) => self.b.ins().band(a, on),
+                None => on,
+            });
+            off += if t == types::I64 { 8 } else { 4 };
+        }
+        all.expect("chunks have at least four lanes")
     }
 
     fn vc(&self) -> &VConsts {
@@ -272,6 +418,7 @@ impl Gen<'_, '_> {
             fallback,
             lin: self.linear(ivs, strides),
             ivs: ivs.to_vec(),
+            space: space.to_vec(),
             vals: HashMap::new(),
             masks_on: Vec::new(),
             consecutive: HashMap::new(),
@@ -280,6 +427,9 @@ impl Gen<'_, '_> {
         for (idx, &i) in members.iter().enumerate() {
             let code = idx as u32 + 1;
             let d = self.f.inst(i).clone();
+            if d.results.first().is_some_and(|r| self.vc().lazy_masks.contains(r)) {
+                continue;
+            }
             let f = self.f;
             let arg_dt = |k: usize| dtype(f.ty(d.args[k]));
             let vec = |v| Lanes::Vec {
@@ -364,16 +514,31 @@ impl Gen<'_, '_> {
                     if *has_mask {
                         self.all_on_or(&mut c, d.args[1]);
                     }
-                    Some(vec(self.vload(&c, p, e, code)))
+                    Some(match (e, p) {
+                        (Elem::Num(t), Lanes::Ptr { base, stride }) if half_dtype(t) && stride == elem_bytes(e) => {
+                            self.vload_halves(&c, base, code)
+                        }
+                        _ => vec(self.vload(&c, p, e, code)),
+                    })
                 }
                 Op::Store { has_mask } => {
                     let e = self.f.ty(d.args[1]).elem();
                     let p = self.arg(&mut c, d.args[0]);
-                    let x = self.regs_of(&mut c, d.args[1]);
                     if *has_mask {
                         self.all_on_or(&mut c, d.args[2]);
                     }
-                    self.vstore(&c, p, e, x, code);
+                    match (self.arg(&mut c, d.args[1]), p) {
+                        (Lanes::Halves { words }, Lanes::Ptr { base, stride }) if stride == elem_bytes(e) => {
+                            let host = self.vaccess(&c, base, stride, stride * REG_LANES * c.regs as i64, code);
+                            for (q, w) in words.iter().enumerate().take(c.regs) {
+                                self.b.ins().store(flags(), *w, host, (8 * q) as i32);
+                            }
+                        }
+                        _ => {
+                            let x = self.regs_of(&mut c, d.args[1]);
+                            self.vstore(&c, p, e, x, code);
+                        }
+                    }
                     None
                 }
                 Op::Reduce { op, .. } => {
@@ -423,6 +588,7 @@ impl Gen<'_, '_> {
     fn regs_of(&mut self, c: &mut Chunk, v: ir::Value) -> Regs {
         match self.arg(c, v) {
             Lanes::Vec { v, .. } => v,
+            Lanes::Halves { words } => self.map(c.regs, |g, q| g.widen_halves(words[q])),
             Lanes::Ptr { .. } => unreachable!("vectorizable() keeps pointers to PtrAdd, Load and Store"),
         }
     }
@@ -466,6 +632,14 @@ impl Gen<'_, '_> {
     /// chunk and mask).
     fn all_on_or(&mut self, c: &mut Chunk, m: ir::Value) {
         if c.masks_on.contains(&m) {
+            return;
+        }
+        if !c.vals.contains_key(&m)
+            && (self.vc().lazy_masks.contains(&m) || (self.member_of(m).is_none() && self.mask_form(m)))
+        {
+            let on = self.mask_on(c, m);
+            self.check(c, on);
+            c.masks_on.push(m);
             return;
         }
         let regs = self.regs_of(c, m);
@@ -591,6 +765,11 @@ impl Gen<'_, '_> {
     /// Four 16-bit elements at `addr + offset`, zero-extended into i32x4.
     fn load_halves(&mut self, addr: Value, offset: i32) -> Value {
         let w = self.b.ins().load(types::I64, flags(), addr, offset);
+        self.widen_halves(w)
+    }
+
+    /// Four 16-bit elements packed in an i64, zero-extended into i32x4.
+    fn widen_halves(&mut self, w: Value) -> Value {
         let v = self.b.ins().scalar_to_vector(types::I64X2, w);
         let v = self.b.ins().bitcast(types::I16X8, le(), v);
         self.b.ins().uwiden_low(v)
@@ -614,6 +793,11 @@ impl Gen<'_, '_> {
     fn store_output(&mut self, regs: usize, out: Value, lin: Value, e: Elem, x: Lanes) {
         let addr = self.element_addr(out, lin, elem_bytes(e));
         match (x, e) {
+            (Lanes::Halves { words }, _) => {
+                for (q, w) in words.iter().enumerate().take(regs) {
+                    self.b.ins().store(flags(), *w, addr, (8 * q) as i32);
+                }
+            }
             (Lanes::Ptr { base, stride }, _) => {
                 for k in 0..regs as i64 * REG_LANES {
                     let p = self.b.ins().iadd_imm_s(base, k * stride);
@@ -917,6 +1101,16 @@ impl Gen<'_, '_> {
         })
     }
 
+    /// The chunk's f16/bf16 elements from `base` on (consecutive), as
+    /// they are in memory.
+    fn vload_halves(&mut self, c: &Chunk, base: Value, code: u32) -> Lanes {
+        let bytes = 2 * REG_LANES * c.regs as i64;
+        let host = self.vaccess(c, base, 2, bytes, code);
+        Lanes::Halves {
+            words: self.map(c.regs, |g, q| g.b.ins().load(types::I64, flags(), host, (8 * q) as i32)),
+        }
+    }
+
     fn vstore(&mut self, c: &Chunk, p: Lanes, e: Elem, x: Regs, code: u32) {
         let Lanes::Ptr { base, stride } = p else {
             unreachable!("store pointers are pointer lanes")
@@ -956,8 +1150,9 @@ struct Chunk {
     fallback: Block,
     /// The first lane's row-major index.
     lin: Value,
-    /// The first lane's coordinates.
+    /// The first lane's coordinates, and the group's space.
     ivs: Vec<Value>,
+    space: Vec<u64>,
     vals: HashMap<ir::Value, Lanes>,
     /// Masks already checked all on.
     masks_on: Vec<ir::Value>,
