@@ -266,7 +266,10 @@ impl Jit {
         if let Some(&(_, ptr)) = p.variants.iter().find(|(m, _)| *m == formulas) {
             return Some(ptr);
         }
-        let key = format!("{}|affine:{formulas:x}", p.key);
+        let key = match formulas {
+            0 => p.key.clone(),
+            _ => format!("{}|affine:{formulas:x}", p.key),
+        };
         let ptr = match self.cache.get(&key) {
             Some(c) => c.ptr,
             None => {
@@ -280,6 +283,25 @@ impl Jit {
         self.prepared[g].variants.push((formulas, ptr));
         Some(ptr)
     }
+}
+
+/// Whether compiled code for `group` may take affine inputs as formulas
+/// (an elementwise group; reductions, `trans` and `dot` get elements).
+fn takes_affine(func: &Function, group: &Group) -> bool {
+    !matches!(
+        func.inst(group.insts[0]).op,
+        Op::Reduce { .. } | Op::Trans { .. } | Op::Dot { .. } | Op::AtomicAdd { .. } | Op::Gemm { .. }
+    )
+}
+
+/// Whether some input of `group` is a block formulas describe (integers
+/// or pointers).
+fn may_get_formulas(func: &Function, group: &Group) -> bool {
+    group.inputs.iter().any(|v| match func.ty(*v) {
+        Type::Block(Elem::Ptr(_), _) => true,
+        Type::Block(Elem::Num(d), _) => matches!(d, DType::I32 | DType::U32 | DType::I64),
+        _ => false,
+    })
 }
 
 fn dtype_of(t: &Type) -> DType {
@@ -455,7 +477,10 @@ impl DataPath for Jit {
         let mut keys = Vec::new();
         for group in &plan.groups {
             let key = group_key(func, group);
-            if !self.cache.contains_key(&key) && !pending.iter().any(|p| p.0 == key) {
+            // A group that may be handed formulas is compiled on first use,
+            // for the inputs it then has (so nothing is compiled twice).
+            let deferred = takes_affine(func, group) && may_get_formulas(func, group);
+            if !deferred && !self.cache.contains_key(&key) && !pending.iter().any(|p| p.0 == key) {
                 match self.compile(func, group, 0) {
                     Ok((id, kind)) => pending.push((key.clone(), id, kind)),
                     Err(e) if e == "interp" => {
@@ -470,7 +495,7 @@ impl DataPath for Jit {
                     Err(e) => return Err(e),
                 }
             }
-            keys.push(key);
+            keys.push((key, deferred));
         }
         if !pending.is_empty() {
             self.module.finalize_definitions().map_err(|e| e.to_string())?;
@@ -482,21 +507,18 @@ impl DataPath for Jit {
         self.prepared = keys
             .into_iter()
             .zip(&plan.groups)
-            .map(|(key, group)| {
-                let (ptr, kind) = self
-                    .cache
-                    .get(&key)
-                    .map_or((std::ptr::null(), Kind::Interp), |c| (c.ptr, c.kind));
+            .map(|((key, deferred), group)| {
+                let (ptr, kind) = match self.cache.get(&key) {
+                    Some(c) => (c.ptr, c.kind),
+                    None if deferred => (std::ptr::null(), Kind::Direct),
+                    None => (std::ptr::null(), Kind::Interp),
+                };
                 Prepared {
                     ptr,
                     kind,
                     key,
                     symbolic: affine::symbolic(func, group),
-                    takes_affine: matches!(kind, Kind::Direct)
-                        && !matches!(
-                            func.inst(group.insts[0]).op,
-                            Op::Reduce { .. } | Op::Trans { .. } | Op::Dot { .. }
-                        ),
+                    takes_affine: matches!(kind, Kind::Direct) && takes_affine(func, group),
                     variants: Vec::new(),
                 }
             })
@@ -557,10 +579,22 @@ impl DataPath for Jit {
                 }
             }
         }
-        if formulas != 0 {
-            match self.variant(func, group, g, formulas) {
+        if formulas != 0 || ptr.is_null() {
+            let code = match self.variant(func, group, g, formulas) {
+                None if formulas != 0 => {
+                    formulas = 0;
+                    self.variant(func, group, g, 0)
+                }
+                code => code,
+            };
+            match code {
                 Some(v) => ptr = v,
-                None => formulas = 0,
+                None => {
+                    return Err(ExecError {
+                        inst: group.insts[0],
+                        kind: ExecErrorKind::Unsupported("the JIT cannot compile this group".into()),
+                    })
+                }
             }
         }
         // Inputs: scalars as bits, blocks as data pointers (f32 copies for
