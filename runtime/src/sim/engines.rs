@@ -182,6 +182,25 @@ impl LaneScan {
                 return s;
             }
         }
+        if let (RtValue::Affine(a), Some(on)) = (ptr, lanes) {
+            // Consecutive pointers under a mask: the active lanes' span and
+            // count from the mask bytes alone.
+            let (lo, hi) = a.range();
+            let first_k = on.iter().position(|b| b & 1 != 0);
+            let last_k = on.iter().rposition(|b| b & 1 != 0);
+            if let (true, Some(first_k), Some(last_k)) = (a.is_consecutive(size as i64), first_k, last_k) {
+                if lo >= 0 && hi + (size as i128) <= u64::MAX as i128 && on.len() == a.numel() {
+                    let count = on.iter().filter(|b| *b & 1 != 0).count() as u64;
+                    let first = (a.base() as u64).wrapping_add(first_k as u64 * size);
+                    s.count = count;
+                    s.first = Some(first);
+                    s.contiguous = (last_k - first_k + 1) as u64 == count;
+                    s.lo = first;
+                    s.hi = (a.base() as u64).wrapping_add((last_k as u64 + 1) * size);
+                    return s;
+                }
+            }
+        }
         match (ptr_words(ptr), lanes) {
             // Every lane on (the common case): consecutive addresses span
             // first..last; a vectorizable check, no per-lane branches.
