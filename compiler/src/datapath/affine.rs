@@ -71,8 +71,8 @@ impl Affine {
         let mut rest = k as u64;
         let mut v = self.base();
         for (&n, &s) in self.shape.iter().zip(self.strides()).rev() {
-            v = v.wrapping_add(((rest % n) as i64).wrapping_mul(s));
-            rest /= n;
+            v = v.wrapping_add(((rest % n.max(1)) as i64).wrapping_mul(s));
+            rest /= n.max(1);
         }
         self.truncate(v)
     }
@@ -86,6 +86,9 @@ impl Affine {
 
     /// Calls `f` with every element's bits in row-major order.
     pub fn for_each(&self, mut f: impl FnMut(Bits)) {
+        if self.numel() == 0 {
+            return;
+        }
         let (Some(&inner), Some(&step)) = (self.shape.last(), self.strides().last()) else {
             f(self.truncate(self.base()));
             return;
