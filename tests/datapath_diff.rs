@@ -899,3 +899,45 @@ def sweep(x: ptr[i32], out: ptr[i32], base: i32, stride: i32, n: i32, R: constex
     }
     assert!(formulas > 0, "no tile pointer travelled as a formula");
 }
+
+/// A mask `offs < n` whose bound falls inside a vector chunk, on buffers
+/// longer than `n`: the lanes past the bound must be neither loaded (they
+/// take `other`) nor stored, though every byte is inside the allocation
+/// (so only the mask, not the bounds check, keeps them out).
+#[test]
+fn arange_masks_stop_inside_a_chunk() {
+    let src = "@kernel
+def k(x: ptr[i32], out: ptr[i32], n: i32, lo: i32):
+    offs = lo + tl.arange(0, 64)
+    v = tl.load(x + offs, mask=offs < n, other=-5)
+    tl.store(out + offs, v + 1, mask=offs <= n)
+";
+    let func = lower(src, "k", &[]).unwrap_or_else(|e| panic!("{e}"));
+    let int = |v: i64| Arg::Scalar(elem::from_i64(DType::I32, v));
+    for (n, lo) in [(37, 0), (20, 3), (63, 0), (70, 1), (0, 0), (-1, 0)] {
+        let args = vec![
+            Arg::Tensor(random_tensor(DType::I32, &[96], 41)),
+            Arg::Tensor(Tensor::zeros(Elem::Num(DType::I32), &[96])),
+            int(n),
+            int(lo),
+        ];
+        let jit = run(&func, &args, [1, 1, 1], true).unwrap_or_else(|e| panic!("{e}"));
+        let interp = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(jit[1].bytes(), interp[1].bytes(), "n = {n}, lo = {lo}");
+        // Independent reference: out[i] = x[i] + 1 for i < n, other + 1 at
+        // i == n, untouched beyond.
+        let Arg::Tensor(x) = &args[0] else { unreachable!() };
+        for i in 0..96i64 {
+            let got = elem::to_i64(DType::I32, jit[1].get_bits(i as usize));
+            let in_block = i >= lo && i < lo + 64;
+            let want = if !in_block || i > n {
+                0
+            } else if i < n {
+                elem::to_i64(DType::I32, x.get_bits(i as usize)) + 1
+            } else {
+                -4
+            };
+            assert_eq!(got, want, "n = {n}, lo = {lo}, i = {i}");
+        }
+    }
+}

@@ -21,7 +21,7 @@
 use super::codegen::{cl_type, dtype, elem_bytes, flags, float_cc, int_cc, Gen};
 use super::runtime::transcendental_code;
 use crate::datapath::elem::CANONICAL_NAN_F32;
-use crate::ir::{self, BinaryOp, Op, Type, UnaryOp};
+use crate::ir::{self, BinaryOp, CmpOp, Op, Type, UnaryOp};
 use crate::sema::types::{DType, Elem};
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
 use cranelift_codegen::ir::{types, Block, ConstantData, Endianness, InstBuilder, MemFlagsData, Value};
@@ -642,6 +642,11 @@ impl Gen<'_, '_> {
             c.masks_on.push(m);
             return;
         }
+        if let Some(on) = self.range_below(c, m) {
+            self.check(c, on);
+            c.masks_on.push(m);
+            return;
+        }
         let regs = self.regs_of(c, m);
         let mut both = regs[0];
         for r in regs.iter().take(c.regs).skip(1) {
@@ -650,6 +655,45 @@ impl Gen<'_, '_> {
         let all = self.b.ins().vall_true(both);
         self.check(c, all);
         c.masks_on.push(m);
+    }
+
+    /// For a mask `r < s` or `r <= s` of i32 lanes where `r` is an arange
+    /// moved by scalars (lane k is `first + k`) and `s` is one scalar: an
+    /// i8 that is nonzero when every lane of the chunk is on, from the
+    /// last lane alone (`first + lanes - 1` must not wrap; if it would, the
+    /// answer is "no" and the lanes are left to the scalar code).
+    fn range_below(&mut self, c: &Chunk, m: ir::Value) -> Option<Value> {
+        let d = self.member_of(m)?.clone();
+        let Op::Cmp(op @ (CmpOp::Lt | CmpOp::Le)) = d.op else {
+            return None;
+        };
+        if dtype(self.f.ty(d.args[0])) != DType::I32 {
+            return None;
+        }
+        let (
+            Some(Lanes::Vec { first: Some(first), .. }),
+            Some(Lanes::Vec {
+                scalar: Some(bound), ..
+            }),
+        ) = (c.vals.get(&d.args[0]).copied(), c.vals.get(&d.args[1]).copied())
+        else {
+            return None;
+        };
+        let lanes = c.regs as i64 * REG_LANES;
+        let first = self.b.ins().sextend(types::I64, first);
+        let bound = self.b.ins().sextend(types::I64, bound);
+        let last = self.b.ins().iadd_imm_s(first, lanes - 1);
+        let no_wrap = self
+            .b
+            .ins()
+            .icmp_imm_s(IntCC::SignedLessThanOrEqual, last, i32::MAX as i64);
+        let cc = if op == CmpOp::Lt {
+            IntCC::SignedLessThan
+        } else {
+            IntCC::SignedLessThanOrEqual
+        };
+        let below = self.b.ins().icmp(cc, last, bound);
+        Some(self.b.ins().band(no_wrap, below))
     }
 
     /// The lanes of a value defined outside the group: a scalar input as a
