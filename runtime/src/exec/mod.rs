@@ -270,20 +270,22 @@ impl Machine<'_> {
         let d = self.func.inst(i);
         let ty = self.func.ty(d.results[0]);
         let shape: Vec<usize> = ty.shape().iter().map(|&x| x as usize).collect();
-        let src = match self.get(d.args[0]) {
+        let out = match self.get(d.args[0]) {
+            // A formula stays one where the reshape only adds or drops
+            // axes of extent 1.
             RtValue::Affine(a) => match a.reshape(ty.shape()) {
-                Some(r) => return self.set(d.results[0], RtValue::Affine(Rc::new(r))),
-                None => RtValue::Affine(a).stored(),
+                Some(r) => RtValue::Affine(Rc::new(r)),
+                None => {
+                    let mut t = a.materialize();
+                    t.shape = shape;
+                    RtValue::Block(Rc::new(t))
+                }
             },
-            v => v,
-        };
-        let out = match src {
             RtValue::Block(t) => {
                 let mut t = (*t).clone();
                 t.shape = shape;
                 RtValue::Block(Rc::new(t))
             }
-            RtValue::Affine(a) => RtValue::Affine(a),
             RtValue::Scalar(b) => {
                 let mut t = Tensor::zeros(ty.elem(), &shape);
                 t.set_bits(0, b);

@@ -23,7 +23,7 @@ use super::fabric::Endpoint;
 use super::pe::{OpKind, OpRec, Ranges, Stall, Val};
 use super::{cost, Engine, Placement, SimError};
 use crate::topology::{Backpressure, Topology};
-use kernbench_compiler::datapath::{elem_size, ExecErrorKind, MemFault, RtValue, Tensor};
+use kernbench_compiler::datapath::{affine::Affine, elem_size, ExecErrorKind, MemFault, RtValue, Tensor};
 use kernbench_compiler::ir::{Op, Type};
 use kernbench_compiler::sema::types::{DType, Elem};
 use smallvec::{smallvec, SmallVec};
@@ -169,37 +169,8 @@ impl LaneScan {
             Some(RtValue::Block(m)) if !all_on(m.bytes()) => Some(m.bytes()),
             _ => None,
         };
-        if let (RtValue::Affine(a), None) = (ptr, lanes) {
-            // A formula: the bounds from its corners, no lane visited.
-            let (lo, hi) = a.range();
-            let hi = hi + size as i128;
-            if a.numel() > 0 && lo >= 0 && hi <= u64::MAX as i128 {
-                s.count = a.numel() as u64;
-                s.first = Some(a.base() as u64);
-                s.contiguous = a.is_consecutive(size as i64);
-                s.lo = lo as u64;
-                s.hi = hi as u64;
-                return s;
-            }
-        }
-        if let (RtValue::Affine(a), Some(on)) = (ptr, lanes) {
-            // Consecutive pointers under a mask: the active lanes' span and
-            // count from the mask bytes alone.
-            let (lo, hi) = a.range();
-            let first_k = on.iter().position(|b| b & 1 != 0);
-            let last_k = on.iter().rposition(|b| b & 1 != 0);
-            if let (true, Some(first_k), Some(last_k)) = (a.is_consecutive(size as i64), first_k, last_k) {
-                if lo >= 0 && hi + (size as i128) <= u64::MAX as i128 && on.len() == a.numel() {
-                    let count = on.iter().filter(|b| *b & 1 != 0).count() as u64;
-                    let first = (a.base() as u64).wrapping_add(first_k as u64 * size);
-                    s.count = count;
-                    s.first = Some(first);
-                    s.contiguous = (last_k - first_k + 1) as u64 == count;
-                    s.lo = first;
-                    s.hi = (a.base() as u64).wrapping_add((last_k as u64 + 1) * size);
-                    return s;
-                }
-            }
+        if let Some(scan) = ptr_formula(ptr).and_then(|a| LaneScan::of_formula(a, lanes, size)) {
+            return scan;
         }
         match (ptr_words(ptr), lanes) {
             // Every lane on (the common case): consecutive addresses span
@@ -240,6 +211,41 @@ impl LaneScan {
         }
         s
     }
+
+    /// The scan of a pointer formula read off its corners and strides, no
+    /// lane visited; under a mask (`on`), consecutive pointers only, the
+    /// active lanes' span and count from the mask bytes. `None` when the
+    /// addresses would wrap, or nothing is on (the lane walk decides).
+    fn of_formula(a: &Affine, on: Option<&[u8]>, size: u64) -> Option<LaneScan> {
+        let (lo, hi) = a.range();
+        let hi = hi + size as i128;
+        if a.numel() == 0 || lo < 0 || hi > u64::MAX as i128 {
+            return None;
+        }
+        let Some(on) = on else {
+            return Some(LaneScan {
+                count: a.numel() as u64,
+                first: Some(a.base() as u64),
+                lo: lo as u64,
+                hi: hi as u64,
+                contiguous: a.is_consecutive(size as i64),
+            });
+        };
+        if !a.is_consecutive(size as i64) || on.len() != a.numel() {
+            return None;
+        }
+        let first_k = on.iter().position(|b| b & 1 != 0)? as u64;
+        let last_k = on.iter().rposition(|b| b & 1 != 0)? as u64;
+        let count = on.iter().filter(|b| *b & 1 != 0).count() as u64;
+        let first = (a.base() as u64).wrapping_add(first_k * size);
+        Some(LaneScan {
+            count,
+            first: Some(first),
+            lo: first,
+            hi: (a.base() as u64).wrapping_add((last_k + 1) * size),
+            contiguous: last_k - first_k + 1 == count,
+        })
+    }
 }
 
 /// Whether every bool of a mask block is on (eight lanes a word).
@@ -251,6 +257,13 @@ fn all_on(bytes: &[u8]) -> bool {
         acc & u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))
     }) & LOW_BITS
         == LOW_BITS
+}
+
+fn ptr_formula(ptr: &RtValue) -> Option<&Affine> {
+    match ptr {
+        RtValue::Affine(a) => Some(a),
+        _ => None,
+    }
 }
 
 fn ptr_words(ptr: &RtValue) -> Option<&[u64]> {

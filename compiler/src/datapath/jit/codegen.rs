@@ -230,7 +230,7 @@ impl<'a, 'b> Gen<'a, 'b> {
                 Type::Scalar(e) => gen.emit_from_u64(*e, raw),
                 _ => raw,
             };
-            if affine_inputs >> k & 1 != 0 {
+            if k < 64 && affine_inputs >> k & 1 != 0 {
                 let load = |gen: &mut Gen, w: usize| gen.b.ins().load(types::I64, flags(), raw, (8 * w) as i32);
                 let base = load(&mut gen, 0);
                 let strides = (0..f.ty(*v).shape().len()).map(|w| load(&mut gen, 1 + w)).collect();

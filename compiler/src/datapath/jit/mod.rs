@@ -255,9 +255,7 @@ impl Jit {
         self.compiled_count += 1;
         Ok((id, kind))
     }
-}
 
-impl Jit {
     /// The code of prepared group `g` for affine inputs `formulas`,
     /// compiled on first use (`None` if it does not compile: the caller
     /// then passes elements).
@@ -611,7 +609,7 @@ impl DataPath for Jit {
                     }
                     _ => words.push(t.as_ptr() as u64),
                 },
-                RtValue::Affine(a) if formulas >> k.min(63) & 1 != 0 => words.push(a.words.as_ptr() as u64),
+                RtValue::Affine(a) if k < 64 && formulas >> k & 1 != 0 => words.push(a.words.as_ptr() as u64),
                 RtValue::Affine(a) => {
                     let t = a.materialize();
                     words.push(t.as_ptr() as u64);
