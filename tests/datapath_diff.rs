@@ -941,3 +941,83 @@ def k(x: ptr[i32], out: ptr[i32], n: i32, lo: i32):
         }
     }
 }
+
+/// Spans: after one checked vector chunk, a probe of the row's last whole
+/// chunk lets every chunk between run with no checks. That is right only
+/// where the checks move linearly along the row, so the span must stop
+/// (and the chunks go back to being checked one by one) where a mask
+/// `s + arange < n` turns off, where `s + arange` wraps past `i32::MAX`
+/// (the lanes stop growing: on, off, then on again), and where the row's
+/// bytes leave an allocation in its last chunk only (an error that the
+/// JIT must report just as the interpreter does).
+#[test]
+fn spans_stop_where_a_chunk_would_fail_its_checks() {
+    let masked = "@kernel
+def k(x: ptr[i32], out: ptr[i32], n: i32, s: i32):
+    i = tl.arange(0, 128)
+    offs = s + i
+    v = tl.load(x + i, mask=offs < n, other=-5)
+    tl.store(out + i, v + 1)
+";
+    let func = lower(masked, "k", &[]).unwrap_or_else(|e| panic!("{e}"));
+    let int = |v: i64| Arg::Scalar(elem::from_i64(DType::I32, v));
+    let max = i32::MAX as i64;
+    let cases = [
+        (max, max - 20),
+        (max, max - 100),
+        (max - 3, max - 127),
+        (100, 0),
+        (10, -50),
+        (0, i32::MIN as i64),
+        (max, 0),
+    ];
+    for (n, s) in cases {
+        let args = vec![
+            Arg::Tensor(random_tensor(DType::I32, &[128], 43)),
+            Arg::Tensor(Tensor::zeros(Elem::Num(DType::I32), &[128])),
+            int(n),
+            int(s),
+        ];
+        let jit = run(&func, &args, [1, 1, 1], true).unwrap_or_else(|e| panic!("{e}"));
+        let interp = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(jit[1].bytes(), interp[1].bytes(), "n = {n}, s = {s}");
+        // Independent reference, with i32 wrapping.
+        let Arg::Tensor(x) = &args[0] else { unreachable!() };
+        for i in 0..128 {
+            let on = (s as i32).wrapping_add(i as i32) < n as i32;
+            let v = if on {
+                elem::to_i64(DType::I32, x.get_bits(i))
+            } else {
+                -5
+            };
+            let got = elem::to_i64(DType::I32, jit[1].get_bits(i));
+            assert_eq!(got, (v as i32).wrapping_add(1) as i64, "n = {n}, s = {s}, i = {i}");
+        }
+    }
+
+    // Loads and stores whose last chunk alone leaves the allocation.
+    let shifted = "@kernel
+def k(x: ptr[f32], out: ptr[f32], lo: i32, to: i32):
+    i = tl.arange(0, 64)
+    v = tl.load(x + lo + i)
+    tl.store(out + to + i, v * 2.0)
+";
+    let func = lower(shifted, "k", &[]).unwrap_or_else(|e| panic!("{e}"));
+    for (lo, to) in [(0, 0), (36, 0), (37, 0), (0, 36), (0, 37), (49, 0), (0, 1)] {
+        let args = vec![
+            Arg::Tensor(random_tensor(DType::F32, &[100], 44)),
+            Arg::Tensor(Tensor::zeros(Elem::Num(DType::F32), &[100])),
+            int(lo),
+            int(to),
+        ];
+        let jit = run(&func, &args, [1, 1, 1], true);
+        let interp = run(&func, &args, [1, 1, 1], false);
+        let in_bounds = lo + 64 <= 100 && to + 64 <= 100;
+        assert_eq!(jit.is_ok(), in_bounds, "lo = {lo}, to = {to}: {jit:?}");
+        match (jit, interp) {
+            (Ok(j), Ok(i)) => assert_eq!(j[1].bytes(), i[1].bytes(), "lo = {lo}, to = {to}"),
+            (Err(j), Err(i)) => assert_eq!(j, i, "lo = {lo}, to = {to}"),
+            (j, i) => panic!("lo = {lo}, to = {to}: jit {j:?}, interpreter {i:?}"),
+        }
+    }
+}

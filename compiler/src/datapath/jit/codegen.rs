@@ -15,6 +15,7 @@
 //! results match the interpreter bit for bit.
 
 use super::runtime::{dtype_code, transcendental_code, OFF_CACHES, OFF_SEG_BASE, OFF_SEG_LEN, OFF_SEG_LO};
+use super::vector::Mode;
 use crate::datapath::elem::CANONICAL_NAN_F32;
 use crate::datapath::Group;
 use crate::ir::{self, BinaryOp, CmpOp, Function, Op, ReduceOp, Type, UnaryOp};
@@ -473,9 +474,15 @@ impl<'a, 'b> Gen<'a, 'b> {
             } else {
                 0
             };
-            if vregs > 0 {
+            // The flag that allows a span probe (see `span`); unused when
+            // the group's checks are not linear.
+            let probing = (vregs > 0).then(|| {
                 self.vector_prelude(vregs);
-            }
+                let v = self.b.declare_var(types::I8);
+                let one = self.iconst(types::I8, 1);
+                self.b.def_var(v, one);
+                v
+            });
             let zero = self.iconst(types::I64, 0);
             self.b.ins().jump(headers[0], &[BlockArg::Value(zero)]);
             for dim in 0..rank {
@@ -487,6 +494,11 @@ impl<'a, 'b> Gen<'a, 'b> {
                 self.b.ins().brif(more, body, &[], exits[dim], &[]);
                 self.b.switch_to_block(body);
                 if dim + 1 < rank {
+                    if let (Some(v), true) = (probing, dim + 2 == rank) {
+                        // A new row: its span has not been probed.
+                        let one = self.iconst(types::I8, 1);
+                        self.b.def_var(v, one);
+                    }
                     let zero = self.iconst(types::I64, 0);
                     self.b.ins().jump(headers[dim + 1], &[BlockArg::Value(zero)]);
                 }
@@ -506,10 +518,23 @@ impl<'a, 'b> Gen<'a, 'b> {
                         .icmp_imm_s(IntCC::SignedLessThanOrEqual, ivs[inner], space[inner] as i64 - lanes);
                 self.b.ins().brif(room, vector, &[], scalar, &[]);
                 self.b.switch_to_block(vector);
-                self.vector_chunk(regs, &ivs, &strides, &space, scalar);
-                let next = self.b.ins().iadd_imm_s(ivs[inner], lanes);
-                self.b.ins().jump(headers[inner], &[BlockArg::Value(next)]);
+                let here = self.vector_chunk(Mode::Checked, regs, &ivs, &strides, &space, scalar);
+                // A span pays off from two trusted chunks on (and costs
+                // compile time).
+                let probing = probing.filter(|_| here.linear && space[inner] as i64 >= 3 * lanes);
+                match probing {
+                    Some(v) => self.span(v, here.ok, regs, &ivs, &strides, &space, scalar, headers[inner]),
+                    None => {
+                        let next = self.b.ins().iadd_imm_s(ivs[inner], lanes);
+                        self.b.ins().jump(headers[inner], &[BlockArg::Value(next)]);
+                    }
+                }
                 self.b.switch_to_block(scalar);
+                if let Some(v) = probing {
+                    // The scalar code may move a segment cache: probe again.
+                    let one = self.iconst(types::I8, 1);
+                    self.b.def_var(v, one);
+                }
             }
             self.element(&ivs, &strides, &space);
             // Latches: after the innermost element, and after each inner
@@ -529,6 +554,77 @@ impl<'a, 'b> Gen<'a, 'b> {
         }
         self.b.switch_to_block(done);
         self.finish_reducers();
+    }
+
+    /// After a checked chunk at `ivs` passed, in a group whose checks are
+    /// all linear (see [`Mode::Probe`]): when the flag `probing` allows,
+    /// the chunk's span conditions (`here_ok`) hold and at least one more
+    /// whole chunk fits in the row, probes the row's last whole chunk. If
+    /// it passes, every chunk between passes too, and they run as trusted
+    /// vector code with no check at all. A failed probe clears the flag,
+    /// so the row goes on chunk by chunk without probing the same span
+    /// again until the scalar code has run (it may have moved a segment
+    /// cache) or a new row starts. Ends the current block.
+    #[allow(clippy::too_many_arguments)]
+    fn span(
+        &mut self,
+        probing: Variable,
+        here_ok: Value,
+        regs: usize,
+        ivs: &[Value],
+        strides: &[i64],
+        space: &[u64],
+        scalar: cranelift_codegen::ir::Block,
+        header: cranelift_codegen::ir::Block,
+    ) {
+        let inner = ivs.len() - 1;
+        let lanes = (regs * 4) as i64;
+        let n = space[inner] as i64;
+        let next = self.b.ins().iadd_imm_s(ivs[inner], lanes);
+        // Whole chunks left after this one: (n - next) / lanes.
+        let n_v = self.iconst(types::I64, n);
+        let rest = self.b.ins().isub(n_v, next);
+        let more = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, rest, lanes);
+        let allowed = self.b.use_var(probing);
+        let allowed = self.b.ins().band(allowed, here_ok);
+        let go = self.b.ins().band(allowed, more);
+        let probe = self.b.create_block();
+        self.b.ins().brif(go, probe, &[], header, &[BlockArg::Value(next)]);
+
+        self.b.switch_to_block(probe);
+        let whole = self.b.ins().iadd_imm_s(rest, -lanes);
+        let whole = self.b.ins().udiv_imm_s(whole, lanes);
+        let whole = self.b.ins().imul_imm_s(whole, lanes);
+        let last = self.b.ins().iadd(next, whole);
+        let mut at_last = ivs.to_vec();
+        at_last[inner] = last;
+        let there = self.vector_chunk(Mode::Probe, regs, &at_last, strides, space, scalar);
+        debug_assert!(there.linear, "a probe takes the checked chunk's paths");
+        let ok = there.ok;
+        let trusted = self.b.create_block();
+        self.b.append_block_param(trusted, types::I64);
+        let failed = self.b.create_block();
+        self.b.ins().brif(ok, trusted, &[BlockArg::Value(next)], failed, &[]);
+
+        self.b.switch_to_block(failed);
+        let zero = self.iconst(types::I8, 0);
+        self.b.def_var(probing, zero);
+        self.b.ins().jump(header, &[BlockArg::Value(next)]);
+
+        self.b.switch_to_block(trusted);
+        let k = self.b.block_params(trusted)[0];
+        let mut at_k = ivs.to_vec();
+        at_k[inner] = k;
+        self.vector_chunk(Mode::Trusted, regs, &at_k, strides, space, scalar);
+        let after = self.b.ins().iadd_imm_s(k, lanes);
+        let within = self.b.ins().icmp(IntCC::SignedLessThanOrEqual, after, last);
+        self.b.ins().brif(
+            within,
+            trusted,
+            &[BlockArg::Value(after)],
+            header,
+            &[BlockArg::Value(after)],
+        );
     }
 
     /// Stores each fused reduction's result (rounded to its dtype).

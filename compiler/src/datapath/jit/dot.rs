@@ -169,11 +169,16 @@ impl Gen<'_, '_> {
         }
         self.end_loop(lj);
         self.end_loop(li);
-        // Edges: columns n8.. for the vector rows, then rows m4.. entirely.
+        // Edges: columns n8.. for the vector rows, then rows m4.. entirely
+        // (no code for an empty edge: it would only cost compile time).
         let mv = self.b.ins().iconst(types::I64, m);
         let nv = self.b.ins().iconst(types::I64, n);
-        self.dot_scalar_region(a, b, init, out, (zero, m4v), (n8v, nv), k, n);
-        self.dot_scalar_region(a, b, init, out, (m4v, mv), (zero, nv), k, n);
+        if n8 < n && m4 > 0 {
+            self.dot_scalar_region(a, b, init, out, (zero, m4v), (n8v, nv), k, n);
+        }
+        if m4 < m {
+            self.dot_scalar_region(a, b, init, out, (m4v, mv), (zero, nv), k, n);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -409,11 +409,24 @@ impl Gen<'_, '_> {
     }
 
     /// Emits one chunk starting at `ivs` (the innermost counter is the
-    /// first lane's) with `regs` registers per value; on any failed check
-    /// jumps to `fallback`, the scalar code for the first lane. Falls
-    /// through when the chunk is done.
-    pub(super) fn vector_chunk(&mut self, regs: usize, ivs: &[Value], strides: &[i64], space: &[u64], fallback: Block) {
+    /// first lane's) with `regs` registers per value; in [`Mode::Checked`]
+    /// any failed check jumps to `fallback`, the scalar code for the first
+    /// lane. Falls through when the chunk is done; a probe's findings are
+    /// returned.
+    pub(super) fn vector_chunk(
+        &mut self,
+        mode: Mode,
+        regs: usize,
+        ivs: &[Value],
+        strides: &[i64],
+        space: &[u64],
+        fallback: Block,
+    ) -> Probe {
         let mut c = Chunk {
+            mode,
+            ok: None,
+            linear: true,
+            exact: HashMap::new(),
             regs,
             fallback,
             lin: self.linear(ivs, strides),
@@ -440,6 +453,9 @@ impl Gen<'_, '_> {
             let result: Option<Lanes> = match &d.op {
                 Op::Arange { start, .. } => {
                     let j = self.b.ins().iadd_imm_s(ivs[0], *start);
+                    if let Some(r) = d.results.first() {
+                        c.exact.insert(*r, j);
+                    }
                     let j = self.b.ins().ireduce(types::I32, j);
                     let splat = self.b.ins().splat(types::I32X4, j);
                     Some(Lanes::Vec {
@@ -458,17 +474,37 @@ impl Gen<'_, '_> {
                     let (a, b) = (self.regs_of(&mut c, d.args[0]), self.regs_of(&mut c, d.args[1]));
                     let v = self.map(regs, |g, q| g.vbinary(*op, arg_dt(0), a[q], b[q]));
                     // An arange moved by a scalar is still one.
-                    let first = match (op, la, lb) {
-                        _ if arg_dt(0) == DType::F32 || arg_dt(0) == DType::Bool => None,
-                        (BinaryOp::Add, Lanes::Vec { first: Some(f), .. }, Lanes::Vec { scalar: Some(s), .. })
-                        | (BinaryOp::Add, Lanes::Vec { scalar: Some(s), .. }, Lanes::Vec { first: Some(f), .. }) => {
-                            Some(self.b.ins().iadd(f, s))
+                    // Which argument is the arange, and the scalar's sign
+                    // in the sum.
+                    let moved = match (op, la, lb) {
+                        _ if arg_dt(0) != DType::I32 => None,
+                        (BinaryOp::Add, Lanes::Vec { first: Some(f), .. }, Lanes::Vec { scalar: Some(s), .. }) => {
+                            Some((d.args[0], f, s, false))
+                        }
+                        (BinaryOp::Add, Lanes::Vec { scalar: Some(s), .. }, Lanes::Vec { first: Some(f), .. }) => {
+                            Some((d.args[1], f, s, false))
                         }
                         (BinaryOp::Sub, Lanes::Vec { first: Some(f), .. }, Lanes::Vec { scalar: Some(s), .. }) => {
-                            Some(self.b.ins().isub(f, s))
+                            Some((d.args[0], f, s, true))
                         }
                         _ => None,
                     };
+                    let first = moved.map(|(range, f, s, sub)| {
+                        if let (Some(exact), Some(r)) = (c.exact.get(&range).copied(), d.results.first()) {
+                            let wide = self.b.ins().sextend(types::I64, s);
+                            let e = if sub {
+                                self.b.ins().isub(exact, wide)
+                            } else {
+                                self.b.ins().iadd(exact, wide)
+                            };
+                            c.exact.insert(*r, e);
+                        }
+                        if sub {
+                            self.b.ins().isub(f, s)
+                        } else {
+                            self.b.ins().iadd(f, s)
+                        }
+                    });
                     Some(Lanes::Vec { v, scalar: None, first })
                 }
                 Op::Cmp(op) => {
@@ -516,9 +552,9 @@ impl Gen<'_, '_> {
                     }
                     Some(match (e, p) {
                         (Elem::Num(t), Lanes::Ptr { base, stride }) if half_dtype(t) && stride == elem_bytes(e) => {
-                            self.vload_halves(&c, base, code)
+                            self.vload_halves(&mut c, base, code)
                         }
-                        _ => vec(self.vload(&c, p, e, code)),
+                        _ => vec(self.vload(&mut c, p, e, code)),
                     })
                 }
                 Op::Store { has_mask } => {
@@ -529,18 +565,23 @@ impl Gen<'_, '_> {
                     }
                     match (self.arg(&mut c, d.args[1]), p) {
                         (Lanes::Halves { words }, Lanes::Ptr { base, stride }) if stride == elem_bytes(e) => {
-                            let host = self.vaccess(&c, base, stride, stride * REG_LANES * c.regs as i64, code);
+                            let bytes = stride * REG_LANES * c.regs as i64;
+                            let host = self.vaccess(&mut c, base, stride, bytes, code);
+                            if c.mode == Mode::Probe {
+                                continue;
+                            }
                             for (q, w) in words.iter().enumerate().take(c.regs) {
                                 self.b.ins().store(flags(), *w, host, (8 * q) as i32);
                             }
                         }
                         _ => {
                             let x = self.regs_of(&mut c, d.args[1]);
-                            self.vstore(&c, p, e, x, code);
+                            self.vstore(&mut c, p, e, x, code);
                         }
                     }
                     None
                 }
+                Op::Reduce { .. } if c.mode == Mode::Probe => None,
                 Op::Reduce { op, .. } => {
                     let x = self.regs_of(&mut c, d.args[0]);
                     let in_dt = arg_dt(0);
@@ -556,12 +597,20 @@ impl Gen<'_, '_> {
             };
             if let (Some(x), Some(r)) = (result, d.results.first()) {
                 c.vals.insert(*r, x);
+                if c.mode == Mode::Probe {
+                    continue;
+                }
                 if let Some(out) = self.outputs.get(r).copied() {
                     let e = self.f.ty(*r).elem();
                     self.store_output(regs, out, c.lin, e, x);
                 }
             }
         }
+        let ok = match c.ok {
+            Some(ok) => ok,
+            None => self.iconst(types::I8, 1),
+        };
+        Probe { ok, linear: c.linear }
     }
 
     /// `f(gen, q)` for each register `q` of a chunk.
@@ -621,11 +670,59 @@ impl Gen<'_, '_> {
         self.b.ins().vconst(t, c)
     }
 
-    /// Continues only when `cond` (an i8) holds.
-    fn check(&mut self, c: &Chunk, cond: Value) {
-        let cont = self.b.create_block();
-        self.b.ins().brif(cond, cont, &[], c.fallback, &[]);
-        self.b.switch_to_block(cont);
+    /// Continues only when `cond` (an i8) holds (see [`Mode`]).
+    fn check(&mut self, c: &mut Chunk, cond: Value) {
+        match c.mode {
+            Mode::Checked => {
+                let cont = self.b.create_block();
+                self.b.ins().brif(cond, cont, &[], c.fallback, &[]);
+                self.b.switch_to_block(cont);
+            }
+            Mode::Probe => {
+                c.ok = Some(match c.ok {
+                    Some(ok) => self.b.ins().band(ok, cond),
+                    None => cond,
+                });
+            }
+            Mode::Trusted => {}
+        }
+    }
+
+    /// A condition that only spans need (see [`Mode::Probe`]): folded into
+    /// the chunk's span flag, never branched on.
+    fn span_cond(&mut self, c: &mut Chunk, cond: Value) {
+        if c.mode != Mode::Trusted {
+            c.ok = Some(match c.ok {
+                Some(ok) => self.b.ins().band(ok, cond),
+                None => cond,
+            });
+        }
+    }
+
+    /// For i32 lanes `v` that are an arange moved by scalars (lane k is
+    /// `first + k` modulo 2^32): asks, for spans, that the exact first
+    /// lane lies in `[i32::MIN, max_first]`, so that no lane wraps and the
+    /// lanes move linearly along the row. Without the exact value the
+    /// chunk is not linear.
+    fn no_wrap_along_row(&mut self, c: &mut Chunk, v: ir::Value, max_first: i64) {
+        match c.exact.get(&v).copied() {
+            Some(exact) => {
+                let lo = self
+                    .b
+                    .ins()
+                    .icmp_imm_s(IntCC::SignedGreaterThanOrEqual, exact, i32::MIN as i64);
+                let hi = self.b.ins().icmp_imm_s(IntCC::SignedLessThanOrEqual, exact, max_first);
+                let both = self.b.ins().band(lo, hi);
+                self.span_cond(c, both);
+            }
+            None => c.linear = false,
+        }
+    }
+
+    /// A check whose condition does not move linearly along the row.
+    fn nonlinear(&mut self, c: &mut Chunk, cond: Value) {
+        c.linear = false;
+        self.check(c, cond);
     }
 
     /// Continues only when every lane of mask `m` is on (checked once per
@@ -638,7 +735,7 @@ impl Gen<'_, '_> {
             && (self.vc().lazy_masks.contains(&m) || (self.member_of(m).is_none() && self.mask_form(m)))
         {
             let on = self.mask_on(c, m);
-            self.check(c, on);
+            self.nonlinear(c, on);
             c.masks_on.push(m);
             return;
         }
@@ -653,7 +750,7 @@ impl Gen<'_, '_> {
             both = self.b.ins().band(both, *r);
         }
         let all = self.b.ins().vall_true(both);
-        self.check(c, all);
+        self.nonlinear(c, all);
         c.masks_on.push(m);
     }
 
@@ -662,7 +759,7 @@ impl Gen<'_, '_> {
     /// i8 that is nonzero when every lane of the chunk is on, from the
     /// last lane alone (`first + lanes - 1` must not wrap; if it would, the
     /// answer is "no" and the lanes are left to the scalar code).
-    fn range_below(&mut self, c: &Chunk, m: ir::Value) -> Option<Value> {
+    fn range_below(&mut self, c: &mut Chunk, m: ir::Value) -> Option<Value> {
         let d = self.member_of(m)?.clone();
         let Op::Cmp(op @ (CmpOp::Lt | CmpOp::Le)) = d.op else {
             return None;
@@ -680,8 +777,9 @@ impl Gen<'_, '_> {
             return None;
         };
         let lanes = c.regs as i64 * REG_LANES;
-        let first = self.b.ins().sextend(types::I64, first);
         let bound = self.b.ins().sextend(types::I64, bound);
+        self.no_wrap_along_row(c, d.args[0], i32::MAX as i64 - (lanes - 1));
+        let first = self.b.ins().sextend(types::I64, first);
         let last = self.b.ins().iadd_imm_s(first, lanes - 1);
         let no_wrap = self
             .b
@@ -698,7 +796,7 @@ impl Gen<'_, '_> {
 
     /// The lanes of a value defined outside the group: a scalar input as a
     /// splat, a block input read from its buffer at the chunk's index.
-    fn input_lanes(&mut self, c: &Chunk, v: ir::Value) -> Lanes {
+    fn input_lanes(&mut self, c: &mut Chunk, v: ir::Value) -> Lanes {
         let x = self.inputs[&v];
         let regs = c.regs;
         if self.affine.contains_key(&v) {
@@ -750,6 +848,8 @@ impl Gen<'_, '_> {
                                 None => ok,
                             });
                         }
+                        // p0 comes from memory: not linear along the row.
+                        c.linear = false;
                         if let Some(all) = all {
                             self.check(c, all);
                         }
@@ -1047,6 +1147,7 @@ impl Gen<'_, '_> {
                             None => (self.b.ins().extractlane(v[0], 0), None),
                         };
                         if known.is_none() {
+                            c.linear = false;
                             let splat = self.b.ins().splat(types::I32X4, first);
                             let mut diffs = None;
                             for (q, reg) in v.iter().enumerate().take(c.regs) {
@@ -1067,6 +1168,7 @@ impl Gen<'_, '_> {
                         } else {
                             u32::MAX as i64
                         } - (lanes - 1);
+                        let limit_value = limit;
                         let limit = self.iconst(types::I32, limit);
                         let cc = if od.is_signed() {
                             IntCC::SignedLessThanOrEqual
@@ -1074,6 +1176,11 @@ impl Gen<'_, '_> {
                             IntCC::UnsignedLessThanOrEqual
                         };
                         let room = self.b.ins().icmp(cc, first, limit);
+                        if od.is_signed() {
+                            self.no_wrap_along_row(c, offset, limit_value);
+                        } else {
+                            c.linear = false;
+                        }
                         let all = match ok {
                             Some(a) => self.b.ins().band(a, room),
                             None => room,
@@ -1099,7 +1206,7 @@ impl Gen<'_, '_> {
     /// chunk falls back: the scalar code for its first element looks the
     /// segment up (and caches it for the next chunk) or reports the fault.
     /// No call here, so no register is spilled around one.
-    fn vaccess(&mut self, c: &Chunk, va: Value, elem: i64, bytes: i64, code: u32) -> Value {
+    fn vaccess(&mut self, c: &mut Chunk, va: Value, elem: i64, bytes: i64, code: u32) -> Value {
         // The cache's limit is for one element: `len - elem + 1`.
         let [seg_lo, seg_limit, seg_base] = self.caches[&code];
         let lo = self.b.use_var(seg_lo);
@@ -1116,7 +1223,7 @@ impl Gen<'_, '_> {
 
     /// The chunk's elements at pointer lanes `p`: one access when they are
     /// consecutive, one element splat when they are all the same address.
-    fn vload(&mut self, c: &Chunk, p: Lanes, e: Elem, code: u32) -> Regs {
+    fn vload(&mut self, c: &mut Chunk, p: Lanes, e: Elem, code: u32) -> Regs {
         let Lanes::Ptr { base, stride } = p else {
             unreachable!("load pointers are pointer lanes")
         };
@@ -1124,6 +1231,9 @@ impl Gen<'_, '_> {
         let d = dtype(&Type::Scalar(e));
         if stride == 0 {
             let host = self.vaccess(c, base, size, size, code);
+            if c.mode == Mode::Probe {
+                return [self.zero(vec_type(d)); MAX_REGS];
+            }
             let x = if half_dtype(d) {
                 self.b.ins().uload16(types::I32, flags(), host, 0)
             } else {
@@ -1136,6 +1246,9 @@ impl Gen<'_, '_> {
         }
         let bytes = size * REG_LANES * c.regs as i64;
         let host = self.vaccess(c, base, size, bytes, code);
+        if c.mode == Mode::Probe {
+            return [self.zero(vec_type(d)); MAX_REGS];
+        }
         self.map(c.regs, |g, q| {
             if half_dtype(d) {
                 g.load_halves(host, 8 * q as i32)
@@ -1147,15 +1260,21 @@ impl Gen<'_, '_> {
 
     /// The chunk's f16/bf16 elements from `base` on (consecutive), as
     /// they are in memory.
-    fn vload_halves(&mut self, c: &Chunk, base: Value, code: u32) -> Lanes {
+    fn vload_halves(&mut self, c: &mut Chunk, base: Value, code: u32) -> Lanes {
         let bytes = 2 * REG_LANES * c.regs as i64;
         let host = self.vaccess(c, base, 2, bytes, code);
+        if c.mode == Mode::Probe {
+            let zero = self.iconst(types::I64, 0);
+            return Lanes::Halves {
+                words: [zero; MAX_REGS],
+            };
+        }
         Lanes::Halves {
             words: self.map(c.regs, |g, q| g.b.ins().load(types::I64, flags(), host, (8 * q) as i32)),
         }
     }
 
-    fn vstore(&mut self, c: &Chunk, p: Lanes, e: Elem, x: Regs, code: u32) {
+    fn vstore(&mut self, c: &mut Chunk, p: Lanes, e: Elem, x: Regs, code: u32) {
         let Lanes::Ptr { base, stride } = p else {
             unreachable!("store pointers are pointer lanes")
         };
@@ -1167,6 +1286,9 @@ impl Gen<'_, '_> {
         }
         let bytes = size * REG_LANES * c.regs as i64;
         let host = self.vaccess(c, base, size, bytes, code);
+        if c.mode == Mode::Probe {
+            return;
+        }
         let half = matches!(e, Elem::Num(d) if half_dtype(d));
         for (q, reg) in x.iter().enumerate().take(c.regs) {
             if half {
@@ -1179,16 +1301,61 @@ impl Gen<'_, '_> {
 
     /// A chunk whose pointers are not consecutive: always the scalar path.
     /// Returns a placeholder of type `t` for the unreachable rest.
-    fn give_up(&mut self, c: &Chunk, t: types::Type) -> Value {
-        self.b.ins().jump(c.fallback, &[]);
-        let dead = self.b.create_block();
-        self.b.switch_to_block(dead);
+    fn give_up(&mut self, c: &mut Chunk, t: types::Type) -> Value {
+        c.linear = false;
+        if c.mode == Mode::Checked {
+            self.b.ins().jump(c.fallback, &[]);
+            let dead = self.b.create_block();
+            self.b.switch_to_block(dead);
+        } else {
+            let no = self.iconst(types::I8, 0);
+            self.nonlinear(c, no);
+        }
         self.zero(t)
     }
 }
 
+/// How a chunk's code treats what makes its vector form valid.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Mode {
+    /// Each check branches to the scalar code for the chunk's first
+    /// element when it fails.
+    Checked,
+    /// No memory access, no output, no reduction: the chunk's checks are
+    /// only folded into its span flag.
+    ///
+    /// In this mode and in `Checked`, a chunk notes whether every check
+    /// is *linear*: a condition on values that move linearly with the
+    /// chunk's position along the row (masks `arange + s < n`,
+    /// consecutive pointers from formulas and aranges, segment bounds of
+    /// such pointers), so that holding at two chunks of a row means
+    /// holding at every chunk between them. The span flag also asks that
+    /// aranges moved by scalars do not wrap (which would make them
+    /// non-linear).
+    Probe,
+    /// Checks are known to hold (a probe of the span's first and last
+    /// chunks passed): straight-line vector code.
+    Trusted,
+}
+
+/// What a chunk found out for spans (see [`Mode::Probe`]).
+pub(super) struct Probe {
+    /// Nonzero i8 when the span conditions hold, and in a probe every
+    /// check too.
+    pub ok: Value,
+    /// Every check is linear.
+    pub linear: bool,
+}
+
 /// What one chunk's code has computed and checked so far.
 struct Chunk {
+    mode: Mode,
+    /// Probe mode: the checks so far, and whether all are linear.
+    ok: Option<Value>,
+    linear: bool,
+    /// Exact (i64) first lanes of values whose lanes are an arange moved
+    /// by scalars (`Lanes::Vec::first` is that modulo 2^32).
+    exact: HashMap<ir::Value, Value>,
     regs: usize,
     /// The scalar code for the chunk's first element.
     fallback: Block,
