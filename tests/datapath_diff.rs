@@ -341,10 +341,32 @@ fn every_operation_and_dtype_agree() {
 }
 
 /// `dot` on every operand dtype, edge shapes included (not multiples of
-/// the 4×8 vector blocks), with and without an accumulator.
+/// the vector blocks: 4×8 for the generated kernel, 6×16 then 8 columns
+/// for the AVX kernel), with and without an accumulator, on both float
+/// kernels (the AVX one where the host has it). Small shapes get NaN/Inf
+/// and signed zeros often; the larger ones clean data with one planted
+/// special value, so that most of their outputs are ordinary sums.
 #[test]
 fn dot_agrees() {
+    use kernbench_compiler::datapath::{jit::Jit, Fusion};
+    use kernbench_tests::exec::run_on;
     let mut failures = Vec::new();
+    let mut jits = vec![("generated", Jit::verifying().generated_dot())];
+    let native = Jit::verifying();
+    if native.native_dot() {
+        jits.push(("avx", native));
+    }
+    let shapes = [
+        (4, 8, 8),
+        (5, 3, 9),
+        (1, 1, 1),
+        (8, 16, 24),
+        (7, 5, 11),
+        (13, 7, 27),
+        (6, 32, 16),
+        (12, 4, 40),
+        (3, 9, 8),
+    ];
     for (t, out) in [
         (DType::F32, DType::F32),
         (DType::F16, DType::F32),
@@ -352,7 +374,7 @@ fn dot_agrees() {
         (DType::I8, DType::I32),
         (DType::F16, DType::F16),
     ] {
-        for (m, k, n) in [(4, 8, 8), (5, 3, 9), (1, 1, 1), (8, 16, 24), (7, 5, 11)] {
+        for (m, k, n) in shapes {
             for with_acc in [false, true] {
                 let acc_expr = if with_acc { ", acc" } else { "" };
                 let acc_decl = if with_acc {
@@ -365,25 +387,57 @@ fn dot_agrees() {
                     "@kernel\ndef k(a: ptr[{t}], b: ptr[{t}], c: ptr[{out}], out: ptr[{out}]):\n    ta = tl.load(a + tl.arange(0, {m})[:, None] * {k} + tl.arange(0, {k})[None, :])\n    tb = tl.load(b + tl.arange(0, {k})[:, None] * {n} + tl.arange(0, {n})[None, :])\n{acc_decl}    r = tl.dot(ta, tb{acc_expr}{out_dtype})\n    tl.store(out + tl.arange(0, {m})[:, None] * {n} + tl.arange(0, {n})[None, :], r)\n"
                 );
                 let func = lower(&src, "k", &[]).unwrap_or_else(|e| panic!("{e}\n{src}"));
+                let large = m * n > 100;
+                let data = |d: DType, dims: &[usize], seed: u64| {
+                    if large && d.is_float() {
+                        clean_tensor(d, dims, seed)
+                    } else {
+                        random_tensor(d, dims, seed)
+                    }
+                };
+                let mut a = data(t, &[m, k], 7);
+                if large && t.is_float() {
+                    // One NaN and one infinity: a row of NaNs, and a row
+                    // that is ±Inf or NaN (Inf·0, Inf − Inf) by column.
+                    a.set_bits(k + 1, elem::from_f32(t, f32::NAN));
+                    a.set_bits(2 * k, elem::from_f32(t, f32::INFINITY));
+                }
                 let args = vec![
-                    Arg::Tensor(random_tensor(t, &[m, k], 7)),
-                    Arg::Tensor(random_tensor(t, &[k, n], 8)),
-                    Arg::Tensor(random_tensor(out, &[m, n], 9)),
+                    Arg::Tensor(a),
+                    Arg::Tensor(data(t, &[k, n], 8)),
+                    Arg::Tensor(data(out, &[m, n], 9)),
                     Arg::Tensor(Tensor::zeros(Elem::Num(out), &[m, n])),
                 ];
-                let (j, i) = (run(&func, &args, [1, 1, 1], true), run(&func, &args, [1, 1, 1], false));
-                match (j, i) {
-                    (Ok(a), Ok(b)) if a[3].bytes() == b[3].bytes() => {}
-                    (a, b) => failures.push(format!(
-                        "dot {t}->{out} {m}x{k}x{n} acc={with_acc}: {:?} vs {:?}",
-                        a.map(|v| v[3].clone()),
-                        b.map(|v| v[3].clone())
-                    )),
+                let want = run(&func, &args, [1, 1, 1], false);
+                for (name, jit) in jits.iter_mut() {
+                    let got = run_on(&func, &args, [1, 1, 1], jit, Fusion::Full);
+                    match (got, &want) {
+                        (Ok(a), Ok(b)) if a[3].bytes() == b[3].bytes() => {}
+                        (a, b) => failures.push(format!(
+                            "{name} dot {t}->{out} {m}x{k}x{n} acc={with_acc}: {:?} vs {:?}",
+                            a.map(|v| v[3].clone()).map_err(|e| e.error.kind.to_string()),
+                            b.as_ref().map(|v| v[3].clone())
+                        )),
+                    }
                 }
             }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Floats uniform in [-4, 4), no special values.
+fn clean_tensor(d: DType, dims: &[usize], seed: u64) -> Tensor {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut t = Tensor::zeros(Elem::Num(d), dims);
+    for i in 0..t.numel() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let x = ((state >> 11) as f64 / (1u64 << 53) as f64 * 8.0 - 4.0) as f32;
+        t.set_bits(i, elem::from_f32(d, x));
+    }
+    t
 }
 
 fn cases() -> u32 {

@@ -34,6 +34,8 @@ pub struct HelperRefs {
     pub f32_to_bf16: FuncRef,
     pub cast: FuncRef,
     pub fma_f32: FuncRef,
+    /// `dot_avx::kb_dot_f32`, called by `dot` groups when `native_dot`.
+    pub dot_f32: FuncRef,
     /// exp, exp2, log, log2, sin, cos, sigmoid (in `transcendental_code` order).
     pub math: [FuncRef; 7],
 }
@@ -73,6 +75,7 @@ pub fn helper_signatures(call_conv: cranelift_codegen::isa::CallConv) -> Vec<(&'
         ("kb_sinf", sig(&[F32], &[F32])),
         ("kb_cosf", sig(&[F32], &[F32])),
         ("kb_sigmoidf", sig(&[F32], &[F32])),
+        ("kb_dot_f32", sig(&[I64, I64, I64, I64, I64, I64, I64], &[])),
     ]
 }
 
@@ -166,6 +169,9 @@ pub struct Gen<'a, 'b> {
     /// `JitCtx::caches`, and the cache variables of each slot in it.
     cache_ptr: Option<Value>,
     cache_slots: Vec<[Variable; 3]>,
+    /// Float `dot` calls the 256-bit kernel (`dot_avx`) instead of
+    /// generated loops.
+    pub native_dot: bool,
 }
 
 impl<'a, 'b> Gen<'a, 'b> {
@@ -222,6 +228,7 @@ impl<'a, 'b> Gen<'a, 'b> {
             outputs: HashMap::new(),
             reducers: HashMap::new(),
             vconsts: None,
+            native_dot: false,
             cache_ptr,
             cache_slots,
         };

@@ -5,7 +5,8 @@
 //! rounded to f32 (the interpreter's definition): vectors run across
 //! columns, never across the sum. NaN sums are stored canonical. f16/bf16
 //! operands are widened to f32 before the call; integer products use a
-//! scalar loop with wrapping sums.
+//! scalar loop with wrapping sums. On hosts with AVX the float product is
+//! a call to `dot_avx`'s 256-bit kernel instead (same sums, same order).
 
 use super::codegen::Gen;
 use crate::datapath::elem::CANONICAL_NAN_F32;
@@ -76,6 +77,14 @@ impl Gen<'_, '_> {
     /// `out[M,N] = init + a[M,K] @ b[K,N]` over f32 buffers; `init` is the
     /// accumulator buffer (or zeros when absent).
     pub fn dot_f32(&mut self, a: Value, b: Value, init: Option<Value>, out: Value, (m, n, k): (i64, i64, i64)) {
+        if self.native_dot {
+            // The same sums at twice the vector width (see `dot_avx`).
+            let zero = self.b.ins().iconst(types::I64, 0);
+            let dims = [m, n, k].map(|d| self.b.ins().iconst(types::I64, d));
+            let args = [a, b, init.unwrap_or(zero), out, dims[0], dims[1], dims[2]];
+            self.b.ins().call(self.h.dot_f32, &args);
+            return;
+        }
         let (m4, n8) = (m / MR * MR, n / NR * NR);
         let zero = self.b.ins().iconst(types::I64, 0);
         let m4v = self.b.ins().iconst(types::I64, m4);

@@ -11,6 +11,7 @@
 
 mod codegen;
 mod dot;
+mod dot_avx;
 mod runtime;
 mod vector;
 
@@ -84,6 +85,9 @@ pub struct Jit {
     /// because every output was one (statistics, and for the tests).
     pub formula_outputs: usize,
     pub formula_only_runs: usize,
+    /// Float `dot` groups call the 256-bit kernel of `dot_avx` (hosts with
+    /// AVX) rather than Cranelift's 128-bit loops.
+    native_dot: bool,
 }
 
 impl Default for Jit {
@@ -148,7 +152,22 @@ impl Jit {
             compiled_count: 0,
             formula_outputs: 0,
             formula_only_runs: 0,
+            native_dot: dot_avx::available(),
         }
+    }
+
+    /// This JIT with float `dot` compiled to Cranelift loops even where
+    /// the AVX kernel is available (the tests check both against the
+    /// interpreter).
+    pub fn generated_dot(mut self) -> Jit {
+        self.native_dot = false;
+        self.cache.clear();
+        self
+    }
+
+    /// Whether float `dot` groups call the AVX kernel.
+    pub fn native_dot(&self) -> bool {
+        self.native_dot
     }
 
     fn helper(&self, name: &str) -> Option<FuncId> {
@@ -194,6 +213,7 @@ impl Jit {
                 f32_to_bf16: get("kb_f32_to_bf16")?,
                 cast: get("kb_cast")?,
                 fma_f32: get("kb_fma_f32")?,
+                dot_f32: get("kb_dot_f32")?,
                 math: [
                     get(codegen::MATH_HELPERS[0])?,
                     get(codegen::MATH_HELPERS[1])?,
@@ -209,6 +229,7 @@ impl Jit {
         {
             let builder = FunctionBuilder::new(&mut ctx.func, &mut self.fctx);
             let mut gen = Gen::new(func, group, builder, refs, affine_inputs);
+            gen.native_dot = self.native_dot;
             match &first.op {
                 Op::Reduce { op, axis, .. } => gen.reduce(*op, *axis),
                 Op::Trans { perm } => gen.trans(perm),

@@ -176,5 +176,6 @@ pub fn symbols() -> Vec<(&'static str, *const u8)> {
         ("kb_sinf", jit_sinf as *const u8),
         ("kb_cosf", jit_cosf as *const u8),
         ("kb_sigmoidf", jit_sigmoidf as *const u8),
+        ("kb_dot_f32", super::dot_avx::kb_dot_f32 as *const u8),
     ]
 }
