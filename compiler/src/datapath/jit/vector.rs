@@ -678,12 +678,7 @@ impl Gen<'_, '_> {
                 self.b.ins().brif(cond, cont, &[], c.fallback, &[]);
                 self.b.switch_to_block(cont);
             }
-            Mode::Probe => {
-                c.ok = Some(match c.ok {
-                    Some(ok) => self.b.ins().band(ok, cond),
-                    None => cond,
-                });
-            }
+            Mode::Probe => self.span_cond(c, cond),
             Mode::Trusted => {}
         }
     }
