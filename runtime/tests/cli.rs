@@ -571,7 +571,7 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         &cfg,
         format!(
             "algorithms:\n  big_ring:\n    collective: all_reduce\n    module: {}\n    kernel: ring_allreduce\n    \
-             topology: ring\n    slot_size_bytes: 65536\n    constexprs: {{CHUNK: 16384}}\n",
+             topology: ring\n    slot_size_bytes: 262144\n    constexprs: {{CHUNK: 65536}}\n",
             ring.display()
         ),
     )

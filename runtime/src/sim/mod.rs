@@ -195,38 +195,62 @@ pub enum SimError {
 
 /// The kernel's peak bytes of live blocks, a static estimate: a block is
 /// live from its definition to its last use in program order, and a value
-/// used inside a loop lives until the loop ends.
+/// used inside a loop that does not define it lives until that loop ends
+/// (every iteration needs it). A value defined in a loop's body and used
+/// later in the same body lives from one to the other; one carried to the
+/// next iteration is an operand of the body's yield, its last use.
 pub fn peak_live_bytes(func: &Function) -> u64 {
-    fn walk(f: &Function, r: Region, order: &mut Vec<kernbench_compiler::ir::Inst>, loops: &mut Vec<(usize, usize)>) {
+    /// Instructions in program order (each followed by its regions'),
+    /// and where each instruction's regions end in that order.
+    fn walk(f: &Function, r: Region, order: &mut Vec<kernbench_compiler::ir::Inst>, ends: &mut Vec<usize>) {
         for &i in &f.region(r).insts {
-            let start = order.len();
+            let at = order.len();
             order.push(i);
+            ends.push(at + 1);
             for &sub in &f.inst(i).regions {
-                walk(f, sub, order, loops);
+                walk(f, sub, order, ends);
             }
-            if matches!(f.inst(i).op, Op::For | Op::While) {
-                loops.push((start, order.len()));
-            }
+            ends[at] = order.len();
         }
     }
     let mut order = Vec::new();
-    let mut loops = Vec::new();
-    walk(func, func.body, &mut order, &mut loops);
+    let mut ends = Vec::new();
+    walk(func, func.body, &mut order, &mut ends);
+    // Loop bodies: positions start + 1 .. end of a `for` or `while` at
+    // start.
+    let loops: Vec<(usize, usize)> = order
+        .iter()
+        .enumerate()
+        .filter(|(_, &i)| matches!(func.inst(i).op, Op::For | Op::While))
+        .map(|(k, _)| (k, ends[k]))
+        .collect();
     let mut last_use: HashMap<Value, usize> = HashMap::new();
     let mut def_at: HashMap<Value, usize> = HashMap::new();
     for (k, &i) in order.iter().enumerate() {
-        let end = loops
-            .iter()
-            .filter(|(s, e)| *s <= k && k < *e)
-            .map(|(_, e)| *e)
-            .max()
-            .unwrap_or(k);
-        for a in &func.inst(i).args {
-            let slot = last_use.entry(*a).or_insert(0);
-            *slot = (*slot).max(end);
+        // Region parameters (loop counters, carried values) exist from the
+        // region instruction on; its results once its regions are done.
+        for &sub in &func.inst(i).regions {
+            for p in &func.region(sub).params {
+                def_at.insert(*p, k);
+            }
         }
         for r in &func.inst(i).results {
-            def_at.insert(*r, k);
+            def_at.insert(*r, ends[k] - 1);
+        }
+    }
+    for (k, &i) in order.iter().enumerate() {
+        for a in &func.inst(i).args {
+            let def = def_at.get(a).copied();
+            // The outermost loop whose body holds this use but not the
+            // definition: every iteration needs the value.
+            let end = loops
+                .iter()
+                .filter(|(s, e)| *s < k && k < *e && def.is_none_or(|d| d < *s || d >= *e))
+                .map(|(_, e)| *e)
+                .max()
+                .unwrap_or(k);
+            let slot = last_use.entry(*a).or_insert(0);
+            *slot = (*slot).max(end);
         }
     }
     let mut delta = vec![0i64; order.len() + 2];
