@@ -53,6 +53,7 @@ pub unsafe extern "C" fn kb_dot_f32(
 }
 
 /// The operands of one product (see [`kb_dot_f32`]).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 struct Panel {
     a: *const f32,
     b: *const f32,
@@ -62,6 +63,7 @@ struct Panel {
     k: usize,
 }
 
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 impl Panel {
     /// Output element `(i, j)` the plain way: the edges of the vector
     /// blocks.
