@@ -19,7 +19,7 @@ pub mod jit;
 mod tensor;
 
 pub use fuse::{plan, plan_with, Fusion, Group, GroupId, Plan, Step};
-pub use tensor::{elem_size, Tensor};
+pub use tensor::{elem_size, first_off_lane, Tensor};
 
 use crate::ir::{Function, Inst};
 use std::fmt;

@@ -22,6 +22,27 @@ pub fn elem_size(e: Elem) -> usize {
     }
 }
 
+/// The first lane of a bool block (one byte per lane, its low bit the
+/// bool) that is off, or `bytes.len()` when all are on: eight lanes a
+/// word.
+pub fn first_off_lane(bytes: &[u8]) -> usize {
+    const LOW_BITS: u64 = 0x0101_0101_0101_0101;
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for w in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(w);
+        let on = u64::from_le_bytes(word) & LOW_BITS;
+        if on != LOW_BITS {
+            // Lane k's bit is bit 8k (little-endian bytes).
+            return at + ((!on & LOW_BITS).trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    let tail = words.remainder();
+    at + tail.iter().position(|b| b & 1 == 0).unwrap_or(tail.len())
+}
+
 impl std::fmt::Debug for Tensor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Tensor({} {:?}, {} bytes)", self.elem, self.shape, self.nbytes)
@@ -114,6 +135,29 @@ impl Tensor {
         match self.elem {
             Elem::Num(d) => d,
             Elem::Ptr(_) => DType::I64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_off_lane;
+
+    /// Against a lane-by-lane scan: every length up to three words and a
+    /// tail, the off lane anywhere, bytes whose low bit alone decides.
+    #[test]
+    fn first_off_lane_agrees_with_a_plain_scan() {
+        for len in 0..27 {
+            for off in 0..=len {
+                for on_byte in [1u8, 3, 0xff] {
+                    let mut b = vec![on_byte; len];
+                    if off < len {
+                        b[off] = if on_byte == 1 { 0 } else { 2 };
+                    }
+                    let plain = b.iter().position(|x| x & 1 == 0).unwrap_or(len);
+                    assert_eq!(first_off_lane(&b), plain, "{b:?}");
+                }
+            }
         }
     }
 }

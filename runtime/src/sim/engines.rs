@@ -23,7 +23,9 @@ use super::fabric::Endpoint;
 use super::pe::{OpKind, OpRec, Ranges, Stall, Val};
 use super::{cost, Engine, Placement, SimError};
 use crate::topology::{Backpressure, Topology};
-use kernbench_compiler::datapath::{affine::Affine, elem_size, ExecErrorKind, MemFault, RtValue, Tensor};
+use kernbench_compiler::datapath::{
+    affine::Affine, elem_size, first_off_lane, ExecErrorKind, MemFault, RtValue, Tensor,
+};
 use kernbench_compiler::ir::{Op, Type};
 use kernbench_compiler::sema::types::{DType, Elem};
 use smallvec::{smallvec, SmallVec};
@@ -248,15 +250,9 @@ impl LaneScan {
     }
 }
 
-/// Whether every bool of a mask block is on (eight lanes a word).
+/// Whether every bool of a mask block is on.
 fn all_on(bytes: &[u8]) -> bool {
-    const LOW_BITS: u64 = 0x0101_0101_0101_0101;
-    let words = bytes.chunks_exact(8);
-    let tail = words.remainder().iter().all(|b| b & 1 != 0);
-    tail && words.fold(LOW_BITS, |acc, w| {
-        acc & u64::from_le_bytes(w.try_into().unwrap_or([0; 8]))
-    }) & LOW_BITS
-        == LOW_BITS
+    first_off_lane(bytes) == bytes.len()
 }
 
 fn ptr_formula(ptr: &RtValue) -> Option<&Affine> {

@@ -392,15 +392,9 @@ fn prefix_lanes(mask: Option<&RtValue>, n: usize) -> Option<usize> {
         Some(RtValue::Scalar(m)) => Some(if m & 1 != 0 { n } else { 0 }),
         Some(RtValue::Affine(_)) => None,
         Some(RtValue::Block(t)) => {
-            // Bools are one byte, 0 or 1: eight lanes per word.
             let b = t.bytes();
-            let on = |c: &[u8]| c.iter().fold(0u8, |a, x| a | (x ^ 1)) == 0;
-            let off = |c: &[u8]| c.iter().fold(0u8, |a, x| a | x) & 1 == 0;
-            let k = b.chunks(8).position(|c| !on(c)).map_or(b.len(), |w| {
-                let c = &b[w * 8..(w * 8 + 8).min(b.len())];
-                w * 8 + c.iter().position(|x| x & 1 == 0).unwrap_or(c.len())
-            });
-            off(&b[k..]).then_some(k.min(n))
+            let k = crate::datapath::first_off_lane(b);
+            b[k..].iter().all(|x| x & 1 == 0).then_some(k.min(n))
         }
     }
 }
