@@ -181,6 +181,14 @@ fn templates() -> Vec<Template> {
 }
 
 /// Random bits for dtype `d`, with special values mixed in for floats.
+/// One program of `func` on `args`, run on the JIT and on the
+/// interpreter (each from the same inputs); panics if either fails.
+fn jit_and_interp(func: &kernbench_compiler::ir::Function, args: &[Arg]) -> (Vec<Tensor>, Vec<Tensor>) {
+    let jit = run(func, args, [1, 1, 1], true).unwrap_or_else(|e| panic!("jit: {e}"));
+    let interp = run(func, args, [1, 1, 1], false).unwrap_or_else(|e| panic!("interpreter: {e}"));
+    (jit, interp)
+}
+
 fn random_tensor(d: DType, dims: &[usize], seed: u64) -> Tensor {
     let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     let mut next = || {
@@ -617,8 +625,7 @@ def k(x: ptr[f32], y: ptr[f32], out: ptr[f32], n: i32):
         Arg::Tensor(Tensor::zeros(Elem::Num(DType::F32), &[64])),
         Arg::Scalar(50),
     ];
-    let jit = run(&func, &args, [1, 1, 1], true).unwrap_or_else(|e| panic!("{e}"));
-    let interp = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("{e}"));
+    let (jit, interp) = jit_and_interp(&func, &args);
     assert_eq!(jit[0].bytes(), interp[0].bytes());
     assert_eq!(jit[2].bytes(), interp[2].bytes());
     // Reference: every load happened before the shifting store.
@@ -675,8 +682,7 @@ def k(x: ptr[{t}], y: ptr[{t}], rows: i32, cols: i32):
                 Arg::Scalar(rows),
                 Arg::Scalar(cols),
             ];
-            let jit = run(&func, &args, [1, 1, 1], true).unwrap_or_else(|e| panic!("{e}"));
-            let interp = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("{e}"));
+            let (jit, interp) = jit_and_interp(&func, &args);
             assert_eq!(jit[1].bytes(), interp[1].bytes(), "{t} {rows}x{cols}");
             if rows == 8 && cols == 24 {
                 assert_eq!(jit[1].bytes(), jit[0].bytes(), "{t}: a full copy");
@@ -778,8 +784,7 @@ def k(x: ptr[f32], y: ptr[f32], hi: ptr[f32], lo: ptr[f32]):
         Arg::Tensor(Tensor::zeros(Elem::Num(DType::F32), &[19])),
         Arg::Tensor(Tensor::zeros(Elem::Num(DType::F32), &[19])),
     ];
-    let jit = run(&func, &args, [1, 1, 1], true).unwrap_or_else(|e| panic!("{e}"));
-    let interp = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("{e}"));
+    let (jit, interp) = jit_and_interp(&func, &args);
     for (k, op) in [
         (2, kernbench_compiler::ir::BinaryOp::Max),
         (3, kernbench_compiler::ir::BinaryOp::Min),
@@ -975,8 +980,7 @@ def k(x: ptr[i32], out: ptr[i32], n: i32, lo: i32):
             int(n),
             int(lo),
         ];
-        let jit = run(&func, &args, [1, 1, 1], true).unwrap_or_else(|e| panic!("{e}"));
-        let interp = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("{e}"));
+        let (jit, interp) = jit_and_interp(&func, &args);
         assert_eq!(jit[1].bytes(), interp[1].bytes(), "n = {n}, lo = {lo}");
         // Independent reference: out[i] = x[i] + 1 for i < n, other + 1 at
         // i == n, untouched beyond.
@@ -1032,8 +1036,7 @@ def k(x: ptr[i32], out: ptr[i32], n: i32, s: i32):
             int(n),
             int(s),
         ];
-        let jit = run(&func, &args, [1, 1, 1], true).unwrap_or_else(|e| panic!("{e}"));
-        let interp = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("{e}"));
+        let (jit, interp) = jit_and_interp(&func, &args);
         assert_eq!(jit[1].bytes(), interp[1].bytes(), "n = {n}, s = {s}");
         // Independent reference, with i32 wrapping.
         let Arg::Tensor(x) = &args[0] else { unreachable!() };

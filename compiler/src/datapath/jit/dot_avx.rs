@@ -11,7 +11,7 @@
 //! are stored canonical. No GEMM crate can be used here: their summation
 //! orders (blocked, fused) differ from this one bit for bit.
 
-use crate::datapath::elem::CANONICAL_NAN_F32;
+use crate::datapath::elem;
 
 /// Whether compiled `dot` groups should call [`kb_dot_f32`] on this host.
 pub fn available() -> bool {
@@ -83,18 +83,15 @@ impl Panel {
             for kk in 0..k {
                 s += *self.a.add(i * k + kk) * *self.b.add(kk * n + j);
             }
-            *self.out.add(i * n + j) = if s.is_nan() {
-                f32::from_bits(CANONICAL_NAN_F32)
-            } else {
-                s
-            };
+            *self.out.add(i * n + j) = elem::canon(s);
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx {
-    use super::{Panel, CANONICAL_NAN_F32};
+    use super::Panel;
+    use crate::datapath::elem::CANONICAL_NAN_F32;
     use std::arch::x86_64::*;
 
     /// Rows per register block: 6 rows × 2 registers of accumulators, two

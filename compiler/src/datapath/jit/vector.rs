@@ -1304,7 +1304,7 @@ impl Gen<'_, '_> {
             self.b.switch_to_block(dead);
         } else {
             let no = self.iconst(types::I8, 0);
-            self.nonlinear(c, no);
+            self.check(c, no);
         }
         self.zero(t)
     }
@@ -1345,7 +1345,8 @@ pub(super) struct Probe {
 /// What one chunk's code has computed and checked so far.
 struct Chunk {
     mode: Mode,
-    /// Probe mode: the checks so far, and whether all are linear.
+    /// The span flag: the conditions only spans need, and in a probe the
+    /// checks too; and whether every check so far is linear.
     ok: Option<Value>,
     linear: bool,
     /// Exact (i64) first lanes of values whose lanes are an arange moved
