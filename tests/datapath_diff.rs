@@ -959,6 +959,75 @@ def sweep(x: ptr[i32], out: ptr[i32], base: i32, stride: i32, n: i32, R: constex
     assert!(formulas > 0, "no tile pointer travelled as a formula");
 }
 
+/// Masks made of comparisons of affine blocks with scalars, and `&` of
+/// those, travel as formulas (`datapath::affine::Mask`): read off as a box
+/// by the copy fast path and the simulator, stored as elements where a
+/// compiled group takes them. Every comparison, signed and unsigned, on
+/// one and two axes, including a `!=` that switches off one inner lane, a
+/// condition on both axes (not a box), lanes that wrap in i32 (no formula
+/// then), a mask reshaped, and a mask stored as data: the JIT must give
+/// the interpreter's bits at bounds before, inside and past the block, and
+/// the formulas must be used.
+#[test]
+fn mask_formulas_agree_with_elements() {
+    use kernbench_compiler::datapath::{jit::Jit, Fusion};
+    use kernbench_tests::exec::run_on;
+    let src = "@kernel
+def masks(x: ptr[i32], out: ptr[i32], n: i32, k: i32, u: u32):
+    r = tl.arange(0, 4)
+    c = tl.arange(0, 16)
+    lanes = tl.arange(0, 64)
+    p = x + r[:, None] * 16 + c[None, :]
+    o = out + r[:, None] * 16 + c[None, :]
+    tl.store(o, tl.load(p, mask=(r[:, None] < k) & (c[None, :] >= n), other=-1))
+    tl.store(o + 64, tl.load(p, mask=(r[:, None] * 16 + c[None, :]) < n, other=-2))
+    tl.store(o + 128, tl.load(p, mask=(c[None, :] != n) & (r[:, None] == k), other=-3))
+    tl.store(out + 192 + lanes, tl.load(x + lanes, mask=lanes <= n, other=-4), mask=lanes > k)
+    tl.store(out + 256 + lanes, tl.load(x + lanes, mask=(lanes + 2147483600) < n + 2147483600, other=-5))
+    tl.store(out + 320 + lanes, tl.load(x + lanes, mask=lanes.to(u32) < u, other=-6))
+    tl.store(o + 384, (tl.reshape(c[None, :] < n, [16])[None, :] | (r[:, None] > k)).to(i32))
+    tl.store(out + 448 + lanes, (lanes * -1 > -n).to(i32), mask=lanes < n + k)
+";
+    let func = lower(src, "masks", &[]).unwrap_or_else(|e| panic!("{e}"));
+    let int = |v: i64| Arg::Scalar(elem::from_i64(DType::I32, v));
+    let mut formulas = 0;
+    for (n, k) in [
+        (-1i64, -1i64),
+        (0, 0),
+        (5, 2),
+        (15, 3),
+        (16, 1),
+        (40, 4),
+        (63, 70),
+        (64, 0),
+        (2000, 10),
+    ] {
+        let args = vec![
+            Arg::Tensor(random_tensor(DType::I32, &[64], (n + 100) as u64)),
+            Arg::Tensor(Tensor::zeros(Elem::Num(DType::I32), &[512])),
+            int(n),
+            int(k),
+            Arg::Scalar(elem::from_i64(DType::U32, n.max(0))),
+        ];
+        let want = run(&func, &args, [1, 1, 1], false).unwrap_or_else(|e| panic!("{e}"));
+        for fusion in [Fusion::Full, Fusion::Compute] {
+            let mut jit = Jit::verifying();
+            let got = run_on(&func, &args, [1, 1, 1], &mut jit, fusion)
+                .unwrap_or_else(|e| panic!("n {n} k {k}: {} at {:?}", e.error.kind, e.error.inst));
+            for part in 0..8 {
+                let bytes = |t: &Tensor| t.bytes()[part * 256..(part + 1) * 256].to_vec();
+                assert_eq!(
+                    bytes(&got[1]),
+                    bytes(&want[1]),
+                    "n {n} k {k} ({fusion:?}): store {part} differs from the interpreter"
+                );
+            }
+            formulas += jit.mask_formula_outputs;
+        }
+    }
+    assert!(formulas > 0, "no mask travelled as a formula");
+}
+
 /// A mask `offs < n` whose bound falls inside a vector chunk, on buffers
 /// longer than `n`: the lanes past the bound must be neither loaded (they
 /// take `other`) nor stored, though every byte is inside the allocation

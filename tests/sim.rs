@@ -109,6 +109,66 @@ fn one_dma_from_own_hbm_matches_the_closed_form() {
     assert_eq!(run.tensors[1], run.tensors[0]);
 }
 
+/// A masked store moves its active lanes only: its time is the closed
+/// form for those bytes, whether the mask is a prefix of a 1-D block or
+/// the first rows of a 2-D one (masks the simulator reads off as a
+/// formula), and only those bytes change.
+#[test]
+fn masked_dma_moves_only_its_active_lanes() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def prefix(src: ptr[i32], dst: ptr[i32], n: i32):
+    offs = tl.arange(0, 4096)
+    tl.store(dst + offs, tl.load(src + offs), mask=offs < n)
+
+@kernel
+def rows(src: ptr[i32], dst: ptr[i32], n: i32):
+    r = tl.arange(0, 8)
+    c = tl.arange(0, 512)
+    offs = r[:, None] * 512 + c[None, :]
+    tl.store(dst + offs, tl.load(src + offs), mask=(r[:, None] < n) & (c[None, :] < 512))
+";
+    let s = &topo.spec;
+    for (kernel, n, active) in [
+        ("prefix", 4096usize, 4096usize),
+        ("prefix", 2500, 2500),
+        ("prefix", 1, 1),
+        ("rows", 3, 1536),
+    ] {
+        let (func, _) = lower(src, kernel, &[]);
+        let data = i32s(&[4096], |k| k as i32 + 1);
+        let run = simulate(
+            &topo,
+            vec![pe(0, 0, 0)],
+            &func,
+            vec![
+                tensor("src", data.clone(), &[]),
+                tensor("dst", Tensor::zeros(Elem::Num(DType::I32), &[4096]), &["tcm"]),
+                scalar_i32(n as i64),
+            ],
+            None,
+            true,
+        )
+        .expect("runs");
+        let bytes = 4.0 * active as f64;
+        let want = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0
+            + s.pe.tcm.latency_ns.0
+            + bytes / s.pe.tcm.write_bandwidth_bytes_per_ns.0);
+        let store = slice_of(&run, &func, "store");
+        let got = (store.done_ps - store.start_ps) as f64;
+        // Within rounding to whole picoseconds (one lane is 8 ps).
+        assert!(
+            (got - want).abs() <= 2.0,
+            "{kernel} n = {n}: store took {got} ps, closed form {want} ps"
+        );
+        for k in 0..4096 {
+            let want = if k < active { k as u64 + 1 } else { 0 };
+            assert_eq!(run.tensors[1].get_bits(k), want, "{kernel} n = {n}: element {k}");
+        }
+    }
+}
+
 #[test]
 fn remote_cube_dma_is_latency_sum_plus_bytes_over_the_bottleneck() {
     let topo = Topology::default_machine();

@@ -20,10 +20,18 @@
 //! not commute with truncation, so it stays symbolic only when every lane's
 //! `E` fits the offset dtype. Pointer formulas are taken modulo 2^64, like
 //! the addresses they describe.
+//!
+//! Masks. A bool block made by comparing such blocks and scalars, and by
+//! `&` of those, is kept as a [`Mask`]: the conjunction of conditions
+//! `E(idx) op 0`, `E` the exact difference of the two sides. A comparison
+//! is symbolic only when every lane of both sides is its exact value (no
+//! lane wraps in its dtype), so comparing exact values is comparing the
+//! lanes. A mask whose conditions each depend on one axis is a box, whose
+//! active lanes (count, first and last) are found without visiting them.
 
 use super::elem::{self, Bits};
 use super::{Group, RtValue, Tensor};
-use crate::ir::{BinaryOp, Function, Op, Type};
+use crate::ir::{BinaryOp, CmpOp, Function, Op, Type};
 use crate::sema::types::{DType, Elem};
 use smallvec::SmallVec;
 use std::rc::Rc;
@@ -183,6 +191,199 @@ impl Affine {
     }
 }
 
+/// A bool block whose lane at `idx` is on when every condition
+/// `E(idx) op 0` holds, `E` an exact integer formula (elem `i64`, never
+/// past i64) of the mask's shape. No conditions: every lane on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mask {
+    pub shape: Axes<u64>,
+    pub conds: SmallVec<[(Affine, CmpOp); 2]>,
+}
+
+/// The active lanes of a mask in row-major order: how many, and the
+/// positions of the first and the last (both 0 when none is on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LanesOn {
+    pub count: u64,
+    pub first: u64,
+    pub last: u64,
+}
+
+fn holds(op: CmpOp, v: i128) -> bool {
+    match op {
+        CmpOp::Eq => v == 0,
+        CmpOp::Ne => v != 0,
+        CmpOp::Lt => v < 0,
+        CmpOp::Le => v <= 0,
+        CmpOp::Gt => v > 0,
+        CmpOp::Ge => v >= 0,
+    }
+}
+
+/// The `i` in `[0, n)` where `b + s·i op 0` holds, when they form one
+/// interval `[lo, hi)` (empty as `lo == hi`); `None` when they do not.
+fn interval(b: i64, s: i64, n: u64, op: CmpOp) -> Option<(u64, u64)> {
+    let at = |i: u64| holds(op, b as i128 + s as i128 * i as i128);
+    if n == 0 {
+        return Some((0, 0));
+    }
+    if s == 0 {
+        return Some(if at(0) { (0, n) } else { (0, 0) });
+    }
+    match op {
+        CmpOp::Eq | CmpOp::Ne => {
+            // The one i with b + s·i = 0, if it is an integer in range.
+            let root = (b % s == 0).then(|| -(b / s)).filter(|&i| i >= 0 && (i as u64) < n);
+            match (op, root) {
+                (CmpOp::Eq, Some(i)) => Some((i as u64, i as u64 + 1)),
+                (CmpOp::Eq, None) => Some((0, 0)),
+                (_, None) => Some((0, n)),
+                (_, Some(0)) => Some((1, n)),
+                (_, Some(i)) if i as u64 == n - 1 => Some((0, n - 1)),
+                _ => None,
+            }
+        }
+        _ => {
+            // Monotone in i: true on a prefix or on a suffix. Binary search
+            // for the first i where the answer differs from i = 0's.
+            let first = at(0);
+            let (mut lo, mut hi) = (0u64, n);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if at(mid) == first {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            Some(if first { (0, lo) } else { (lo, n) })
+        }
+    }
+}
+
+impl Mask {
+    /// Every lane of `shape` on (`on`) or off.
+    fn constant(shape: &[u64], on: bool) -> Mask {
+        let mut conds = SmallVec::new();
+        if !on {
+            // 1 == 0 never holds.
+            let zeros: Axes<i64> = smallvec::smallvec![0; shape.len()];
+            conds.push((Affine::new(Elem::Num(DType::I64), shape, 1, &zeros), CmpOp::Eq));
+        }
+        Mask {
+            shape: shape.iter().copied().collect(),
+            conds,
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product::<u64>() as usize
+    }
+
+    /// Lane `k` (row-major) as bool bits.
+    pub fn get_bits(&self, k: usize) -> Bits {
+        self.conds
+            .iter()
+            .all(|(e, op)| holds(*op, e.get_bits(k) as i64 as i128)) as Bits
+    }
+
+    /// The box the mask is, when each condition depends on one axis at
+    /// most: per axis the on interval `[lo, hi)`.
+    pub fn boxed(&self) -> Option<Axes<(u64, u64)>> {
+        if self.shape.is_empty() {
+            return None;
+        }
+        let mut b: Axes<(u64, u64)> = self.shape.iter().map(|&n| (0, n)).collect();
+        for (e, op) in &self.conds {
+            let mut axes = e.strides().iter().enumerate().filter(|(_, s)| **s != 0);
+            let (axis, stride) = match (axes.next(), axes.next()) {
+                (None, _) => (0, 0),
+                (Some((k, s)), None) => (k, *s),
+                _ => return None,
+            };
+            let (lo, hi) = interval(e.base(), stride, self.shape[axis], *op)?;
+            let cur = &mut b[axis];
+            *cur = (cur.0.max(lo), cur.1.min(hi).max(cur.0.max(lo)));
+        }
+        Some(b)
+    }
+
+    /// The active lanes of a box mask; `None` when it is not a box.
+    pub fn lanes_on(&self) -> Option<LanesOn> {
+        if self.shape.is_empty() {
+            return Some(LanesOn {
+                count: self.get_bits(0),
+                first: 0,
+                last: 0,
+            });
+        }
+        let b = self.boxed()?;
+        let count: u64 = b.iter().map(|(lo, hi)| hi - lo).product();
+        if count == 0 {
+            return Some(LanesOn {
+                count: 0,
+                first: 0,
+                last: 0,
+            });
+        }
+        let index =
+            |corner: &mut dyn Iterator<Item = u64>| corner.zip(&self.shape).fold(0u64, |acc, (i, &n)| acc * n + i);
+        Some(LanesOn {
+            count,
+            first: index(&mut b.iter().map(|(lo, _)| *lo)),
+            last: index(&mut b.iter().map(|(_, hi)| hi - 1)),
+        })
+    }
+
+    /// The elements, stored as a bool block.
+    pub fn materialize(&self) -> Tensor {
+        let shape: Vec<usize> = self.shape.iter().map(|&d| d as usize).collect();
+        let mut t = Tensor::zeros(Elem::Num(DType::Bool), if shape.is_empty() { &[1] } else { &shape });
+        let bytes = t.bytes_mut();
+        bytes.fill(1);
+        for (e, op) in &self.conds {
+            let mut k = 0;
+            e.for_each(|v| {
+                if !holds(*op, v as i64 as i128) {
+                    bytes[k] = 0;
+                }
+                k += 1;
+            });
+        }
+        t
+    }
+
+    /// The same lanes under `shape`, when that only adds or removes axes
+    /// of extent 1.
+    pub fn reshape(&self, shape: &[u64]) -> Option<Mask> {
+        let conds = self
+            .conds
+            .iter()
+            .map(|(e, op)| Some((e.reshape(shape)?, *op)))
+            .collect::<Option<_>>()?;
+        Some(Mask {
+            shape: shape.iter().copied().collect(),
+            conds,
+        })
+    }
+
+    /// Broadcast to `shape` (same rank, extent-1 axes stretched).
+    fn broadcast(&self, shape: &[u64]) -> Option<Mask> {
+        if self.shape.len() != shape.len() {
+            return None;
+        }
+        let conds = self
+            .conds
+            .iter()
+            .map(|(e, op)| (Affine::new(e.elem, shape, e.base(), e.strides()), *op))
+            .collect();
+        Some(Mask {
+            shape: shape.iter().copied().collect(),
+            conds,
+        })
+    }
+}
+
 /// How much of a group [`eval_group`] can do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Symbolic {
@@ -201,6 +402,18 @@ pub enum Symbolic {
 pub fn symbolic(func: &Function, group: &Group) -> Symbolic {
     let has_form = |i: &crate::ir::Inst| {
         let d = func.inst(*i);
+        if let [r] = d.results[..] {
+            if let Type::Block(Elem::Num(DType::Bool), _) = func.ty(r) {
+                return match d.op {
+                    Op::Cmp(_) => matches!(
+                        func.ty(d.args[0]).elem(),
+                        Elem::Num(DType::I32 | DType::U32 | DType::I64)
+                    ),
+                    Op::Binary(BinaryOp::And) | Op::Splat | Op::Broadcast | Op::Reshape => true,
+                    _ => false,
+                };
+            }
+        }
         let op_ok = matches!(
             d.op,
             Op::Arange { .. }
@@ -237,11 +450,12 @@ fn affine_elem(t: &Type) -> bool {
 }
 
 /// One value during symbolic evaluation: a scalar (exact integer, or a
-/// pointer's bits) or an affine block.
+/// pointer's bits), an affine block or a mask.
 #[derive(Clone)]
 enum Sym {
     Scalar(i64),
     Block(Rc<Affine>),
+    Mask(Rc<Mask>),
 }
 
 /// The values known so far (groups are small: a linear search beats
@@ -253,10 +467,11 @@ fn lookup(env: &Env, v: crate::ir::Value) -> Option<&Sym> {
 }
 
 /// Evaluates `group` symbolically as far as it goes: for each output, its
-/// formula, or `None` where the value is not affine (a product of two
-/// varying blocks, a reshape that mixes axes, an overflow, a comparison,
-/// a stored input…) and must come from running the group.
-pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Option<Rc<Affine>>> {
+/// formula ([`RtValue::Affine`] or [`RtValue::Mask`]), or `None` where the
+/// value has none (a product of two varying blocks, a reshape that mixes
+/// axes, an overflow, a comparison of lanes that wrap, a stored input…)
+/// and must come from running the group.
+pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Option<RtValue>> {
     let mut env = Env::new();
     for (v, x) in group.inputs.iter().zip(inputs) {
         let s = match x {
@@ -265,6 +480,7 @@ pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Op
                 Elem::Num(d) => elem::to_i64(d, *b),
             }),
             RtValue::Affine(a) => Sym::Block(a.clone()),
+            RtValue::Mask(m) => Sym::Mask(m.clone()),
             RtValue::Block(_) => continue,
         };
         env.push((*v, s));
@@ -272,23 +488,105 @@ pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Op
     for &i in &group.insts {
         let d = func.inst(i);
         let Some(&r) = d.results.first() else { continue };
-        if let Some(a) = eval_inst(func, d, func.ty(r), &env) {
-            env.push((r, Sym::Block(Rc::new(a))));
+        if let Some(x) = eval_inst(func, d, func.ty(r), &env) {
+            env.push((r, x));
         }
     }
     group
         .outputs
         .iter()
         .map(|o| match lookup(&env, *o) {
-            Some(Sym::Block(a)) => Some(a.clone()),
+            Some(Sym::Block(a)) => Some(RtValue::Affine(a.clone())),
+            Some(Sym::Mask(m)) => Some(RtValue::Mask(m.clone())),
             _ => None,
         })
         .collect()
 }
 
+/// The mask instruction `d` makes (of shape `shape`) from the formulas of
+/// its operands in `env`, if it has one.
+fn eval_mask(func: &Function, d: &crate::ir::InstData, shape: &[u64], env: &Env) -> Option<Mask> {
+    let arg = |k: usize| lookup(env, *d.args.get(k)?).cloned();
+    // Operand `k` as a mask of the result's shape (a bool scalar: constant).
+    let mask_at = |k: usize| -> Option<Mask> {
+        match arg(k)? {
+            Sym::Scalar(x) => Some(Mask::constant(shape, x & 1 != 0)),
+            Sym::Mask(m) if m.shape.as_slice() == shape => Some((*m).clone()),
+            _ => None,
+        }
+    };
+    match &d.op {
+        Op::Splat => mask_at(0),
+        Op::Broadcast => match arg(0)? {
+            Sym::Mask(m) => m.broadcast(shape),
+            _ => None,
+        },
+        Op::Reshape => match arg(0)? {
+            Sym::Mask(m) => m.reshape(shape),
+            _ => None,
+        },
+        Op::Binary(BinaryOp::And) => {
+            let (mut a, b) = (mask_at(0)?, mask_at(1)?);
+            a.conds.extend(b.conds);
+            Some(a)
+        }
+        Op::Cmp(op) => {
+            let dt = match func.ty(d.args[0]).elem() {
+                Elem::Num(dt @ (DType::I32 | DType::U32 | DType::I64)) => dt,
+                _ => return None,
+            };
+            // Each side at the result's shape, every lane its exact value.
+            let side = |k: usize| -> Option<Affine> {
+                let e = match arg(k)? {
+                    Sym::Scalar(x) => {
+                        Affine::new(Elem::Num(DType::I64), shape, x, &Axes::<i64>::from_elem(0, shape.len()))
+                    }
+                    Sym::Block(a) if a.shape.as_slice() == shape => {
+                        Affine::new(Elem::Num(DType::I64), shape, a.base(), a.strides())
+                    }
+                    _ => return None,
+                };
+                let (lo, hi) = e.range();
+                let fits = match dt {
+                    DType::I32 => lo >= i32::MIN as i128 && hi <= i32::MAX as i128,
+                    DType::U32 => lo >= 0 && hi <= u32::MAX as i128,
+                    _ => true,
+                };
+                fits.then_some(e)
+            };
+            let (a, b) = (side(0)?, side(1)?);
+            let base = a.base().checked_sub(b.base())?;
+            let strides = a
+                .strides()
+                .iter()
+                .zip(b.strides())
+                .map(|(x, y)| x.checked_sub(*y))
+                .collect::<Option<Axes<i64>>>()?;
+            let diff = Affine::new(Elem::Num(DType::I64), shape, base, &strides);
+            let (lo, hi) = diff.range();
+            if lo < i64::MIN as i128 || hi > i64::MAX as i128 {
+                return None;
+            }
+            Some(Mask {
+                shape: shape.iter().copied().collect(),
+                conds: smallvec::smallvec![(diff, *op)],
+            })
+        }
+        _ => None,
+    }
+}
+
 /// The formula of instruction `d`'s result (of type `ty`) from those of
 /// its operands in `env`, if it has one.
-fn eval_inst(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -> Option<Affine> {
+fn eval_inst(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -> Option<Sym> {
+    if let Type::Block(Elem::Num(DType::Bool), shape) = ty {
+        return eval_mask(func, d, shape, env).map(|m| Sym::Mask(Rc::new(m)));
+    }
+    eval_affine(func, d, ty, env).map(|a| Sym::Block(Rc::new(a)))
+}
+
+/// The affine formula of an integer or pointer instruction's result.
+fn eval_affine(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -> Option<Affine> {
     if !matches!(ty, Type::Block(..)) || !affine_elem(ty) {
         return None;
     }
@@ -299,7 +597,7 @@ fn eval_inst(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -> 
         match arg(k)? {
             Sym::Scalar(x) => Some((x, smallvec::smallvec![0; shape.len()])),
             Sym::Block(a) if a.shape.as_slice() == shape => Some((a.base(), a.strides().iter().copied().collect())),
-            Sym::Block(_) => None,
+            Sym::Block(_) | Sym::Mask(_) => None,
         }
     };
     let is_ptr = matches!(ty.elem(), Elem::Ptr(_));
@@ -422,6 +720,74 @@ mod tests {
             (0..6).map(|k| a.get_bits(k)).collect::<Vec<_>>(),
             (0..6).map(|k| t.get_bits(k)).collect::<Vec<_>>()
         );
+    }
+
+    /// Masks against lane-by-lane evaluation: every comparison, strides
+    /// of both signs and zero, bases on both sides of every boundary, one
+    /// and two conditions, on one or two axes. Where `lanes_on` answers it
+    /// must be the count and the first and last on lanes; it may decline
+    /// only where the lanes are not a box.
+    #[test]
+    fn masks_match_their_lanes() {
+        let ops = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+        let shape = [3u64, 5];
+        let i64e = Elem::Num(DType::I64);
+        let mut declined_boxes = 0;
+        for op in ops {
+            for s0 in -2i64..=2 {
+                for s1 in -2i64..=2 {
+                    for b in -12i64..=12 {
+                        for second in [None, Some((CmpOp::Lt, 2i64, 0i64, -1i64)), Some((CmpOp::Ge, -1, 1, 0))] {
+                            let mut m = Mask {
+                                shape: shape.iter().copied().collect(),
+                                conds: smallvec::smallvec![(Affine::new(i64e, &shape, b, &[s0, s1]), op)],
+                            };
+                            if let Some((op2, b2, t0, t1)) = second {
+                                m.conds.push((Affine::new(i64e, &shape, b2, &[t0, t1]), op2));
+                            }
+                            let lanes: Vec<bool> = (0..15)
+                                .map(|k| {
+                                    let (i, j) = ((k / 5) as i64, (k % 5) as i64);
+                                    m.conds.iter().all(|(e, op)| {
+                                        let v = e.base() + i * e.strides()[0] + j * e.strides()[1];
+                                        holds(*op, v as i128)
+                                    })
+                                })
+                                .collect();
+                            let t = m.materialize();
+                            for (k, &on) in lanes.iter().enumerate() {
+                                assert_eq!(t.get_bits(k), on as u64, "materialize {m:?} lane {k}");
+                                assert_eq!(m.get_bits(k), on as u64, "get_bits {m:?} lane {k}");
+                            }
+                            let count = lanes.iter().filter(|x| **x).count() as u64;
+                            let first = lanes.iter().position(|x| *x).unwrap_or(0) as u64;
+                            let last = lanes.iter().rposition(|x| *x).unwrap_or(0) as u64;
+                            match m.lanes_on() {
+                                Some(on) => {
+                                    assert_eq!(on.count, count, "{m:?}");
+                                    if count > 0 {
+                                        assert_eq!((on.first, on.last), (first, last), "{m:?}");
+                                    }
+                                }
+                                None => {
+                                    // Declined: a condition on two axes, or
+                                    // `!=` with its one off lane inside.
+                                    let two_axes = m.conds.iter().any(|(e, _)| e.strides().iter().all(|s| *s != 0));
+                                    assert!(two_axes || op == CmpOp::Ne, "declined a box: {m:?}");
+                                    declined_boxes += two_axes as u32;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(declined_boxes > 0);
+        // A 0-d mask and an empty one.
+        let zero_d = Mask::constant(&[], false);
+        assert_eq!(zero_d.lanes_on().map(|o| o.count), Some(0));
+        assert_eq!(Mask::constant(&[], true).lanes_on().map(|o| o.count), Some(1));
+        assert_eq!(Mask::constant(&[4, 0], true).lanes_on().map(|o| o.count), Some(0));
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub fn to_array(v: &RtValue) -> ArrayD<Bits> {
         RtValue::Scalar(b) => ArrayD::from_elem(IxDyn(&[]), *b),
         RtValue::Block(t) => t.to_array(),
         RtValue::Affine(a) => a.materialize().to_array(),
+        RtValue::Mask(m) => m.materialize().to_array(),
     }
 }
 

@@ -32,6 +32,8 @@ pub enum RtValue {
     Block(std::rc::Rc<Tensor>),
     /// A block kept as a formula (the JIT makes these; see [`affine`]).
     Affine(std::rc::Rc<affine::Affine>),
+    /// A bool block kept as a formula (see [`affine::Mask`]).
+    Mask(std::rc::Rc<affine::Mask>),
 }
 
 impl RtValue {
@@ -40,6 +42,7 @@ impl RtValue {
             RtValue::Scalar(b) => *b,
             RtValue::Block(t) => t.get_bits(0),
             RtValue::Affine(a) => a.get_bits(0),
+            RtValue::Mask(m) => m.get_bits(0),
         }
     }
 
@@ -50,13 +53,15 @@ impl RtValue {
             RtValue::Scalar(_) => None,
             RtValue::Block(t) => Some(std::borrow::Cow::Borrowed(t)),
             RtValue::Affine(a) => Some(std::borrow::Cow::Owned(a.materialize())),
+            RtValue::Mask(m) => Some(std::borrow::Cow::Owned(m.materialize())),
         }
     }
 
-    /// The same value with any affine block stored as elements.
+    /// The same value with any formula stored as elements.
     pub fn stored(&self) -> RtValue {
         match self {
             RtValue::Affine(a) => RtValue::Block(std::rc::Rc::new(a.materialize())),
+            RtValue::Mask(m) => RtValue::Block(std::rc::Rc::new(m.materialize())),
             v => v.clone(),
         }
     }

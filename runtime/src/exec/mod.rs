@@ -70,15 +70,23 @@ pub enum Scalar {
     Communication(&'static str),
 }
 
-/// Executes one executor (non-data-path) instruction on its argument values.
-pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) -> Result<Scalar, ExecErrorKind> {
+/// Computes a pure scalar instruction (constants, built-ins, arithmetic,
+/// comparisons, casts, `select`, `fma`, pointer offsets) from its
+/// operands' bits, `a(k)` being operand `k`; `None` for any other
+/// instruction. The simulator's issue unit calls it directly on the bits
+/// it holds; [`scalar_op`] wraps it.
+pub fn pure_scalar(
+    func: &Function,
+    i: Inst,
+    a: impl Fn(usize) -> elem::Bits,
+    ctx: &ScalarCtx,
+) -> Option<Result<elem::Bits, ExecErrorKind>> {
     let d = func.inst(i);
-    let rt = d.results.first().map(|r| dtype(func.ty(*r)));
+    let rt = || d.results.first().map(|r| dtype(func.ty(*r)));
     let arg_dt = |k: usize| dtype(func.ty(d.args[k]));
-    let a = |k: usize| args[k].scalar();
-    Ok(Scalar::Value(match &d.op {
+    Some(Ok(match &d.op {
         Op::Const(c) => {
-            let t = rt.unwrap_or(DType::I32);
+            let t = rt().unwrap_or(DType::I32);
             match c {
                 ConstVal::Int(v) => elem::const_int(t, *v),
                 ConstVal::Float(v) => elem::const_float(t, *v),
@@ -90,11 +98,14 @@ pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) ->
         Op::WorldSize => ctx.world as u64,
         Op::MeshId(x) => ctx.mesh_id[*x as usize % 2] as u64,
         Op::MeshSize(x) => ctx.mesh_size[*x as usize % 2] as u64,
-        Op::Binary(op) => elem::binary(*op, arg_dt(0), a(0), a(1)).map_err(|_| ExecErrorKind::DivisionByZero)?,
+        Op::Binary(op) => match elem::binary(*op, arg_dt(0), a(0), a(1)) {
+            Ok(v) => v,
+            Err(_) => return Some(Err(ExecErrorKind::DivisionByZero)),
+        },
         Op::Cmp(op) => elem::compare(*op, arg_dt(0), a(0), a(1)) as u64,
         Op::Unary(op) => elem::unary(*op, arg_dt(0), a(0)),
         Op::Cast { bitcast } => {
-            let (from, to) = (arg_dt(0), rt.unwrap_or(DType::I32));
+            let (from, to) = (arg_dt(0), rt().unwrap_or(DType::I32));
             if *bitcast {
                 elem::bitcast(to, a(0))
             } else {
@@ -111,6 +122,17 @@ pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) ->
             let off = elem::to_i64(arg_dt(1), a(1));
             a(0).wrapping_add((off as u64).wrapping_mul(size))
         }
+        _ => return None,
+    }))
+}
+
+/// Executes one executor (non-data-path) instruction on its argument values.
+pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) -> Result<Scalar, ExecErrorKind> {
+    if let Some(r) = pure_scalar(func, i, |k| args[k].scalar(), ctx) {
+        return r.map(Scalar::Value);
+    }
+    let d = func.inst(i);
+    match &d.op {
         Op::Assert { message } => {
             let ok = match &args[0] {
                 RtValue::Scalar(b) => b & 1 != 0,
@@ -121,7 +143,7 @@ pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) ->
             if !ok {
                 return Err(ExecErrorKind::AssertionFailed(message.clone()));
             }
-            return Ok(Scalar::Done);
+            Ok(Scalar::Done)
         }
         Op::Print { prefix } => {
             let vals: Vec<String> = d
@@ -142,19 +164,17 @@ pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) ->
                 ctx.pid[2],
                 vals.join(" ")
             );
-            return Ok(Scalar::Done);
+            Ok(Scalar::Done)
         }
-        Op::Barrier => return Ok(Scalar::Communication("tl.barrier")),
-        Op::Send(_) => return Ok(Scalar::Communication("tl.send")),
-        Op::Recv { .. } | Op::Wait => return Ok(Scalar::Communication("tl.recv")),
-        Op::SymmAt | Op::Notify | Op::WaitUntil => return Ok(Scalar::Communication("symmetric memory")),
-        other => {
-            return Err(ExecErrorKind::Unsupported(format!(
-                "`{}` cannot run on the executor",
-                other.mnemonic()
-            )))
-        }
-    }))
+        Op::Barrier => Ok(Scalar::Communication("tl.barrier")),
+        Op::Send(_) => Ok(Scalar::Communication("tl.send")),
+        Op::Recv { .. } | Op::Wait => Ok(Scalar::Communication("tl.recv")),
+        Op::SymmAt | Op::Notify | Op::WaitUntil => Ok(Scalar::Communication("symmetric memory")),
+        other => Err(ExecErrorKind::Unsupported(format!(
+            "`{}` cannot run on the executor",
+            other.mnemonic()
+        ))),
+    }
 }
 
 /// How a region ended.
@@ -277,6 +297,14 @@ impl Machine<'_> {
                 Some(r) => RtValue::Affine(Rc::new(r)),
                 None => {
                     let mut t = a.materialize();
+                    t.shape = shape;
+                    RtValue::Block(Rc::new(t))
+                }
+            },
+            RtValue::Mask(m) => match m.reshape(ty.shape()) {
+                Some(r) => RtValue::Mask(Rc::new(r)),
+                None => {
+                    let mut t = m.materialize();
                     t.shape = shape;
                     RtValue::Block(Rc::new(t))
                 }

@@ -61,6 +61,10 @@ pub(super) fn fit(ty: &Type, v: &RtValue) -> RtValue {
             Some(r) => RtValue::Affine(Rc::new(r)),
             None => fit(ty, &v.stored()),
         },
+        (Type::Block(_, s), RtValue::Mask(m)) if m.shape.iter().ne(s.iter()) => match m.reshape(s) {
+            Some(r) => RtValue::Mask(Rc::new(r)),
+            None => fit(ty, &v.stored()),
+        },
         (Type::Block(e, s), RtValue::Scalar(b)) => {
             let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();
             let mut t = Tensor::zeros(*e, &shape);
@@ -107,6 +111,7 @@ fn lane_on(mask: Option<&RtValue>, k: usize) -> bool {
         Some(RtValue::Scalar(m)) => m & 1 != 0,
         Some(RtValue::Block(t)) => t.bytes().get(k).is_some_and(|b| b & 1 != 0),
         Some(RtValue::Affine(a)) => k < a.numel() && a.get_bits(k) & 1 != 0,
+        Some(RtValue::Mask(m)) => k < m.numel() && m.get_bits(k) & 1 != 0,
     }
 }
 
@@ -143,6 +148,14 @@ fn for_each_active(ptr: &RtValue, mask: Option<&RtValue>, mut f: impl FnMut(u64)
                 k += 1;
             });
         }
+        // Not a pointer type; total for completeness.
+        RtValue::Mask(m) => {
+            for k in 0..m.numel() {
+                if lane_on(mask, k) {
+                    f(m.get_bits(k))
+                }
+            }
+        }
     }
 }
 
@@ -165,10 +178,30 @@ impl LaneScan {
             hi: 0,
             contiguous: true,
         };
-        // Which lanes are on: all, none, or as the mask block says.
+        // Which lanes are on: all, none, or as the mask block says (a mask
+        // formula: read off its box against a pointer formula, else
+        // stored).
+        let stored;
+        let mut mask = mask;
         let lanes: Option<&[u8]> = match mask {
             Some(RtValue::Scalar(m)) if m & 1 == 0 => return s,
             Some(RtValue::Block(m)) if !all_on(m.bytes()) => Some(m.bytes()),
+            Some(RtValue::Mask(m)) => {
+                if let (Some(a), Some(on)) = (ptr_formula(ptr), m.lanes_on()) {
+                    if on.count == 0 {
+                        return s;
+                    }
+                    if let Some(scan) = LaneScan::of_formula_span(a, on.count, on.first, on.last, size) {
+                        return scan;
+                    }
+                }
+                stored = RtValue::Block(Rc::new(m.materialize()));
+                mask = Some(&stored);
+                match &stored {
+                    RtValue::Block(t) if !all_on(t.bytes()) => Some(t.bytes()),
+                    _ => None,
+                }
+            }
             _ => None,
         };
         if let Some(scan) = ptr_formula(ptr).and_then(|a| LaneScan::of_formula(a, lanes, size)) {
@@ -233,12 +266,24 @@ impl LaneScan {
                 contiguous: a.is_consecutive(size as i64),
             });
         };
-        if !a.is_consecutive(size as i64) || on.len() != a.numel() {
+        if on.len() != a.numel() {
             return None;
         }
         let first_k = on.iter().position(|b| b & 1 != 0)? as u64;
         let last_k = on.iter().rposition(|b| b & 1 != 0)? as u64;
         let count = on.iter().filter(|b| *b & 1 != 0).count() as u64;
+        LaneScan::of_formula_span(a, count, first_k, last_k, size)
+    }
+
+    /// The scan of consecutive pointers (a formula) of which `count` lanes
+    /// are on, the first at position `first_k` and the last at `last_k`
+    /// (`count >= 1`); `None` when the pointers are not consecutive or
+    /// would wrap.
+    fn of_formula_span(a: &Affine, count: u64, first_k: u64, last_k: u64, size: u64) -> Option<LaneScan> {
+        let (lo, hi) = a.range();
+        if a.numel() == 0 || lo < 0 || hi + size as i128 > u64::MAX as i128 || !a.is_consecutive(size as i64) {
+            return None;
+        }
         let first = (a.base() as u64).wrapping_add(first_k * size);
         Some(LaneScan {
             count,
@@ -265,7 +310,7 @@ fn ptr_formula(ptr: &RtValue) -> Option<&Affine> {
 fn ptr_words(ptr: &RtValue) -> Option<&[u64]> {
     match ptr {
         RtValue::Block(t) => t.words(),
-        RtValue::Scalar(_) | RtValue::Affine(_) => None,
+        RtValue::Scalar(_) | RtValue::Affine(_) | RtValue::Mask(_) => None,
     }
 }
 

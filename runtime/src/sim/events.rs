@@ -193,7 +193,16 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
                     end: programs,
                 }
             };
-            pes.push(PeState::new(r, mine, func.values.len(), start));
+            let (row, col) = c.mesh_pos(r);
+            let ctx = crate::exec::ScalarCtx {
+                pid: [0; 3],
+                grid: l.grid,
+                rank: r,
+                world,
+                mesh_id: [row, col],
+                mesh_size: c.mesh,
+            };
+            pes.push(PeState::new(ctx, mine, func.values.len(), start));
             group_of.push(g as u32);
         }
     }
@@ -299,6 +308,7 @@ impl Sim<'_> {
         let pe = &mut self.pes[p];
         let (g0, g1) = (g0.max(1) as u64, g1.max(1) as u64);
         pe.pid = [(idx % g0) as u32, ((idx / g0) % g1) as u32, (idx / (g0 * g1)) as u32];
+        pe.ctx.pid = pe.pid;
         pe.frames = vec![super::pe::Frame {
             region: func.body,
             idx: 0,

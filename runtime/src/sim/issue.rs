@@ -10,7 +10,7 @@
 use super::events::Sim;
 use super::pe::{Args, Frame, FrameKind, OpKind, OpRec, Slot, Stall, Val};
 use super::{Engine, SimError};
-use crate::exec::{scalar_op, Scalar, ScalarCtx};
+use crate::exec::{pure_scalar, scalar_op, Scalar};
 use kernbench_compiler::datapath::{elem, ExecErrorKind, RtValue, Step};
 use kernbench_compiler::ir::{Inst, Op, Peer, Region, Value};
 use kernbench_compiler::sema::types::{DType, Elem};
@@ -112,20 +112,6 @@ impl Sim<'_> {
         Ok(())
     }
 
-    fn ctx(&self, p: usize) -> ScalarCtx {
-        let pe = &self.pes[p];
-        let comm = self.comm(p);
-        let (row, col) = comm.mesh_pos(pe.rank);
-        ScalarCtx {
-            pid: pe.pid,
-            grid: self.l.grid,
-            rank: pe.rank,
-            world: comm.world(),
-            mesh_id: [row, col],
-            mesh_size: comm.mesh,
-        }
-    }
-
     /// The values of `args` for the issue unit to compute with, and when
     /// the last is ready; `None` when one is not produced yet.
     fn operands(&self, p: usize, args: &[Value]) -> Option<(SmallVec<[RtValue; 4]>, u64)> {
@@ -163,12 +149,14 @@ impl Sim<'_> {
             Op::WaitUntil => return self.wait_until(p, i),
             _ => {}
         }
+        if let Some(go) = self.issue_pure_scalar(p, i)? {
+            return Ok(go);
+        }
         let Some((args, ready)) = self.operands(p, &d.args) else {
             return Ok(self.stall(p, Stall::Data));
         };
         let t0 = self.pes[p].issue_ps.max(ready);
-        let ctx = self.ctx(p);
-        match scalar_op(func, i, &args, &ctx).map_err(|kind| self.exec_error(p, i, kind))? {
+        match scalar_op(func, i, &args, &self.pes[p].ctx).map_err(|kind| self.exec_error(p, i, kind))? {
             Scalar::Value(b) => {
                 let at = t0 + self.dispatch_ps;
                 if let Some(r) = d.results.first() {
@@ -193,6 +181,52 @@ impl Sim<'_> {
         self.dispatch(p, t0);
         self.advance(p);
         Ok(true)
+    }
+
+    /// The fast path of scalar arithmetic: a pure scalar instruction whose
+    /// operands are all scalars already produced is computed from their
+    /// bits, with no copies of values. `None` when it does not apply (the
+    /// general path then decides, and stalls if an operand is missing).
+    fn issue_pure_scalar(&mut self, p: usize, i: Inst) -> Result<Option<bool>, SimError> {
+        let d = self.l.func.inst(i);
+        if d.args.len() > 3 {
+            return Ok(None);
+        }
+        let pe = &self.pes[p];
+        let mut bits = [0u64; 3];
+        let mut ready = 0;
+        for (k, a) in d.args.iter().enumerate() {
+            let (b, at) = match pe.get(*a) {
+                Val::Ready {
+                    v: RtValue::Scalar(b),
+                    at,
+                } => (*b, *at),
+                Val::Pending(s) => match (s.data.get(), s.ready_ps.get()) {
+                    (Some(RtValue::Scalar(b)), at) if at != super::pe::UNKNOWN => (*b, at),
+                    _ => return Ok(None),
+                },
+                _ => return Ok(None),
+            };
+            bits[k] = b;
+            ready = ready.max(at);
+        }
+        let Some(r) = pure_scalar(self.l.func, i, |k| bits[k], &pe.ctx) else {
+            return Ok(None);
+        };
+        let b = r.map_err(|kind| self.exec_error(p, i, kind))?;
+        let t0 = self.pes[p].issue_ps.max(ready);
+        let at = self.dispatch(p, t0);
+        if let Some(r) = d.results.first() {
+            self.pes[p].set(
+                *r,
+                Val::Ready {
+                    v: RtValue::Scalar(b),
+                    at,
+                },
+            );
+        }
+        self.advance(p);
+        Ok(Some(true))
     }
 
     /// Runs a pure group on known operands now (the data does not depend

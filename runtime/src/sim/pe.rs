@@ -215,6 +215,9 @@ pub struct PeState {
     /// Programs still to run (flattened grid indices).
     pub programs: Programs,
     pub pid: [u32; 3],
+    /// What the built-ins (`tl.program_id`, `tl.rank`, …) answer for the
+    /// current program.
+    pub ctx: crate::exec::ScalarCtx,
     pub frames: Vec<Frame>,
     pub env: Vec<Val>,
     /// The issue unit's own clock (never behind the global clock when it
@@ -244,11 +247,12 @@ pub struct PeState {
 }
 
 impl PeState {
-    pub fn new(rank: u32, programs: Programs, nvals: usize, t0: u64) -> PeState {
+    pub fn new(ctx: crate::exec::ScalarCtx, programs: Programs, nvals: usize, t0: u64) -> PeState {
         PeState {
-            rank,
+            rank: ctx.rank,
             programs,
-            pid: [0; 3],
+            pid: ctx.pid,
+            ctx,
             frames: Vec::new(),
             env: vec![Val::Unset; nvals],
             issue_ps: t0,

@@ -85,6 +85,8 @@ pub struct Jit {
     /// because every output was one (statistics, and for the tests).
     pub formula_outputs: usize,
     pub formula_only_runs: usize,
+    /// Of `formula_outputs`, the masks.
+    pub mask_formula_outputs: usize,
     /// Float `dot` groups call the 256-bit kernel of `dot_avx` (hosts with
     /// AVX) rather than Cranelift's 128-bit loops.
     native_dot: bool,
@@ -152,6 +154,7 @@ impl Jit {
             compiled_count: 0,
             formula_outputs: 0,
             formula_only_runs: 0,
+            mask_formula_outputs: 0,
             native_dot: dot_avx::available(),
         }
     }
@@ -391,6 +394,11 @@ fn prefix_lanes(mask: Option<&RtValue>, n: usize) -> Option<usize> {
         None => Some(n),
         Some(RtValue::Scalar(m)) => Some(if m & 1 != 0 { n } else { 0 }),
         Some(RtValue::Affine(_)) => None,
+        Some(RtValue::Mask(m)) => match m.lanes_on()? {
+            on if on.count == 0 => Some(0),
+            on if on.first == 0 && on.last + 1 == on.count => Some((on.count as usize).min(n)),
+            _ => None,
+        },
         Some(RtValue::Block(t)) => {
             let b = t.bytes();
             let k = crate::datapath::first_off_lane(b);
@@ -574,9 +582,13 @@ impl DataPath for Jit {
         if p.symbolic != affine::Symbolic::Nothing {
             formulas_out = affine::eval_group(func, group, inputs);
             self.formula_outputs += formulas_out.iter().flatten().count();
+            self.mask_formula_outputs += formulas_out
+                .iter()
+                .filter(|f| matches!(f, Some(RtValue::Mask(_))))
+                .count();
             if p.symbolic == affine::Symbolic::All && formulas_out.iter().all(Option::is_some) {
                 self.formula_only_runs += 1;
-                return Ok(formulas_out.into_iter().flatten().map(RtValue::Affine).collect());
+                return Ok(formulas_out.into_iter().flatten().collect());
             }
         }
         if let Some(r) = contiguous_copy(func, group, inputs, mem) {
@@ -627,6 +639,11 @@ impl DataPath for Jit {
                 RtValue::Affine(a) if k < 64 && formulas >> k & 1 != 0 => words.push(a.words.as_ptr() as u64),
                 RtValue::Affine(a) => {
                     let t = a.materialize();
+                    words.push(t.as_ptr() as u64);
+                    keep.push(t);
+                }
+                RtValue::Mask(m) => {
+                    let t = m.materialize();
                     words.push(t.as_ptr() as u64);
                     keep.push(t);
                 }
@@ -716,7 +733,7 @@ impl DataPath for Jit {
         let mut results = Vec::with_capacity(outs.len());
         for (k, (o, t)) in group.outputs.iter().zip(outs).enumerate() {
             if let Some(Some(a)) = formulas_out.get_mut(k).map(Option::take) {
-                results.push(RtValue::Affine(a));
+                results.push(a);
                 continue;
             }
             let ty = func.ty(*o);
