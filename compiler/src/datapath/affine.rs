@@ -340,6 +340,35 @@ impl Mask {
         let shape: Vec<usize> = self.shape.iter().map(|&d| d as usize).collect();
         let mut t = Tensor::zeros(Elem::Num(DType::Bool), if shape.is_empty() { &[1] } else { &shape });
         let bytes = t.bytes_mut();
+        if let Some(b) = self.boxed() {
+            // A box: one run of ones per row of its outer axes.
+            let (&(lo, hi), outer) = b.split_last().unwrap_or((&(0, 0), &[]));
+            if lo >= hi || outer.iter().any(|(l, h)| l >= h) {
+                return t;
+            }
+            let inner = *self.shape.last().unwrap_or(&1) as usize;
+            let mut idx: Axes<u64> = outer.iter().map(|(l, _)| *l).collect();
+            loop {
+                let row = idx
+                    .iter()
+                    .zip(&self.shape)
+                    .fold(0usize, |acc, (i, &n)| acc * n as usize + *i as usize);
+                bytes[row * inner + lo as usize..row * inner + hi as usize].fill(1);
+                // The next row inside the box, last outer axis fastest.
+                let mut k = outer.len();
+                loop {
+                    if k == 0 {
+                        return t;
+                    }
+                    k -= 1;
+                    idx[k] += 1;
+                    if idx[k] < outer[k].1 {
+                        break;
+                    }
+                    idx[k] = outer[k].0;
+                }
+            }
+        }
         bytes.fill(1);
         for (e, op) in &self.conds {
             let mut k = 0;
@@ -783,6 +812,23 @@ mod tests {
             }
         }
         assert!(declined_boxes > 0);
+        // Boxes in three dimensions: stored row by row.
+        let shape3 = [2u64, 3, 4];
+        for (b0, b1, b2) in [(1i64, -1i64, 2i64), (2, 0, 4), (0, 3, 1), (-1, -2, -3), (1, 2, 0)] {
+            let m = Mask {
+                shape: shape3.iter().copied().collect(),
+                conds: smallvec::smallvec![
+                    (Affine::new(i64e, &shape3, -b0, &[1, 0, 0]), CmpOp::Lt),
+                    (Affine::new(i64e, &shape3, b1, &[0, 1, 0]), CmpOp::Ge),
+                    (Affine::new(i64e, &shape3, b2, &[0, 0, -1]), CmpOp::Gt),
+                ],
+            };
+            assert!(m.boxed().is_some());
+            let t = m.materialize();
+            for k in 0..24 {
+                assert_eq!(t.get_bits(k), m.get_bits(k), "{m:?} lane {k}");
+            }
+        }
         // A 0-d mask and an empty one.
         let zero_d = Mask::constant(&[], false);
         assert_eq!(zero_d.lanes_on().map(|o| o.count), Some(0));
