@@ -5,14 +5,14 @@
 use super::fabric::Endpoint;
 use super::ipcq::Queues;
 use super::pe::{PeState, Programs, Stall};
+use super::queue::EventQueue;
 use super::report::{Blocked, LinkStat, PeStat, Report, Slice, WaitReason};
 use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Communicator, Engine, Launch, Machine, Placement, SimError};
 use crate::topology::schema::Ipcq;
 use crate::topology::PeCoord;
 use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind, Fusion, GroupId, Plan};
 use kernbench_compiler::ir::{Function, Inst, Op, Value};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::HashSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Ev {
@@ -52,8 +52,7 @@ pub(super) struct Sim<'a> {
     /// The launch's plan ([`Fusion::Compute`]: each group on one engine).
     pub plan: &'a Plan,
     pub pes: Vec<PeState>,
-    events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
-    seq: u64,
+    events: EventQueue<Ev>,
     pub now: u64,
     pub queues: Queues,
     pub groups: Vec<GroupInfo>,
@@ -222,8 +221,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         coords,
         group_of,
         group_base,
-        events: BinaryHeap::new(),
-        seq: 0,
+        events: EventQueue::default(),
         now: start,
         groups,
         barrier_arrived: vec![0; n_groups],
@@ -248,8 +246,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
 
 impl Sim<'_> {
     pub fn schedule(&mut self, t: u64, ev: Ev) {
-        self.seq += 1;
-        self.events.push(Reverse((t, self.seq, ev)));
+        self.events.push(t, ev);
     }
 
     /// Makes sure PE `p`'s issue unit runs at `max(now, its clock)`.
@@ -325,7 +322,7 @@ impl Sim<'_> {
     }
 
     fn run_events(&mut self) -> Result<(), SimError> {
-        while let Some(Reverse((t, _, ev))) = self.events.pop() {
+        while let Some((t, ev)) = self.events.pop() {
             self.now = t;
             self.events_run += 1;
             match ev {

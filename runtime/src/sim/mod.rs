@@ -33,6 +33,7 @@ mod memory;
 mod pe;
 pub mod place;
 pub mod probe;
+mod queue;
 mod report;
 
 pub use comm::{mesh_dims, ring_order, select_pes, Communicator};
