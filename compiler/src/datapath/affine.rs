@@ -52,12 +52,16 @@ pub struct Affine {
 
 impl Affine {
     fn new(elem: Elem, shape: &[u64], base: i64, strides: &[i64]) -> Affine {
-        let mut words = SmallVec::new();
+        // Built in place: this runs for every formula of every address
+        // computation the simulator makes.
+        let mut words: SmallVec<[i64; 5]> = SmallVec::with_capacity(shape.len() + 1);
         words.push(base);
-        words.extend(shape.iter().zip(strides).map(|(&n, &s)| if n == 1 { 0 } else { s }));
+        for (&n, &s) in shape.iter().zip(strides) {
+            words.push(if n == 1 { 0 } else { s });
+        }
         Affine {
             elem,
-            shape: shape.iter().copied().collect(),
+            shape: SmallVec::from_slice(shape),
             words,
         }
     }
@@ -142,17 +146,11 @@ impl Affine {
     /// The smallest and largest `E(idx)`, exactly (for pointers, the
     /// addresses before any wrap past 2^64).
     pub fn range(&self) -> (i128, i128) {
-        let mut lo = match self.elem {
+        let base = match self.elem {
             Elem::Ptr(_) => self.base() as u64 as i128,
             Elem::Num(_) => self.base() as i128,
         };
-        let mut hi = lo;
-        for (&n, &s) in self.shape.iter().zip(self.strides()) {
-            let span = (n.saturating_sub(1)) as i128 * s as i128;
-            lo += span.min(0);
-            hi += span.max(0);
-        }
-        (lo, hi)
+        exact_range(base, self.strides(), &self.shape)
     }
 
     /// The same elements under `shape`, when that only adds or removes
@@ -191,6 +189,17 @@ impl Affine {
     }
 }
 
+/// The smallest and largest `base + Σ idx_k·strides[k]` over `shape`.
+fn exact_range(base: i128, strides: &[i64], shape: &[u64]) -> (i128, i128) {
+    let (mut lo, mut hi) = (base, base);
+    for (&n, &s) in shape.iter().zip(strides) {
+        let span = (n.saturating_sub(1)) as i128 * s as i128;
+        lo += span.min(0);
+        hi += span.max(0);
+    }
+    (lo, hi)
+}
+
 /// A bool block whose lane at `idx` is on when every condition
 /// `E(idx) op 0` holds, `E` an exact integer formula (elem `i64`, never
 /// past i64) of the mask's shape. No conditions: every lane on.
@@ -221,7 +230,8 @@ fn holds(op: CmpOp, v: i128) -> bool {
 }
 
 /// The `i` in `[0, n)` where `b + s·i op 0` holds, when they form one
-/// interval `[lo, hi)` (empty as `lo == hi`); `None` when they do not.
+/// interval `[lo, hi)` (empty as `lo == hi`); `None` when they do not
+/// (`!=` whose one false `i` is inside). Closed forms, in i128.
 fn interval(b: i64, s: i64, n: u64, op: CmpOp) -> Option<(u64, u64)> {
     let at = |i: u64| holds(op, b as i128 + s as i128 * i as i128);
     if n == 0 {
@@ -233,6 +243,7 @@ fn interval(b: i64, s: i64, n: u64, op: CmpOp) -> Option<(u64, u64)> {
     match op {
         CmpOp::Eq | CmpOp::Ne => {
             // The one i with b + s·i = 0, if it is an integer in range.
+            let (b, s) = (b as i128, s as i128);
             let root = (b % s == 0).then(|| -(b / s)).filter(|&i| i >= 0 && (i as u64) < n);
             match (op, root) {
                 (CmpOp::Eq, Some(i)) => Some((i as u64, i as u64 + 1)),
@@ -243,21 +254,37 @@ fn interval(b: i64, s: i64, n: u64, op: CmpOp) -> Option<(u64, u64)> {
                 _ => None,
             }
         }
-        _ => {
-            // Monotone in i: true on a prefix or on a suffix. Binary search
-            // for the first i where the answer differs from i = 0's.
-            let first = at(0);
-            let (mut lo, mut hi) = (0u64, n);
-            while lo < hi {
-                let mid = lo + (hi - lo) / 2;
-                if at(mid) == first {
-                    lo = mid + 1;
-                } else {
-                    hi = mid;
-                }
-            }
-            Some(if first { (0, lo) } else { (lo, n) })
-        }
+        CmpOp::Lt => Some(below_zero(b as i128, s as i128, n)),
+        // b + s·i <= 0  <=>  (b - 1) + s·i < 0, and so on.
+        CmpOp::Le => Some(below_zero(b as i128 - 1, s as i128, n)),
+        CmpOp::Gt => Some(below_zero(-(b as i128), -(s as i128), n)),
+        CmpOp::Ge => Some(below_zero(-(b as i128) - 1, -(s as i128), n)),
+    }
+}
+
+/// The `i` in `[0, n)` with `b + s·i < 0` (`s != 0`): a prefix when `s`
+/// is positive, a suffix when it is negative.
+fn below_zero(b: i128, s: i128, n: u64) -> (u64, u64) {
+    const SMALL: i128 = 1 << 62;
+    if b.abs() < SMALL && s.abs() < SMALL {
+        // The same in i64, whose division is a machine instruction (i128's
+        // is a library call).
+        let (b, s) = (b as i64, s as i64);
+        let clamp = |i: i64| i.clamp(0, n.min(i64::MAX as u64) as i64) as u64;
+        return if s > 0 {
+            (0, clamp((-b).div_euclid(s) + ((-b).rem_euclid(s) != 0) as i64))
+        } else {
+            (clamp(b.div_euclid(-s) + 1), n)
+        };
+    }
+    let clamp = |i: i128| i.clamp(0, n as i128) as u64;
+    if s > 0 {
+        // i < -b / s, i.e. i < ceil(-b / s).
+        let hi = (-b).div_euclid(s) + ((-b).rem_euclid(s) != 0) as i128;
+        (0, clamp(hi))
+    } else {
+        // -s·i > b, i.e. i > b / -s, i.e. i >= floor(b / -s) + 1.
+        (clamp(b.div_euclid(-s) + 1), n)
     }
 }
 
@@ -535,12 +562,12 @@ pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Op
 /// The mask instruction `d` makes (of shape `shape`) from the formulas of
 /// its operands in `env`, if it has one.
 fn eval_mask(func: &Function, d: &crate::ir::InstData, shape: &[u64], env: &Env) -> Option<Mask> {
-    let arg = |k: usize| lookup(env, *d.args.get(k)?).cloned();
+    let arg = |k: usize| lookup(env, *d.args.get(k)?);
     // Operand `k` as a mask of the result's shape (a bool scalar: constant).
     let mask_at = |k: usize| -> Option<Mask> {
         match arg(k)? {
             Sym::Scalar(x) => Some(Mask::constant(shape, x & 1 != 0)),
-            Sym::Mask(m) if m.shape.as_slice() == shape => Some((*m).clone()),
+            Sym::Mask(m) if m.shape.as_slice() == shape => Some((**m).clone()),
             _ => None,
         }
     };
@@ -564,38 +591,34 @@ fn eval_mask(func: &Function, d: &crate::ir::InstData, shape: &[u64], env: &Env)
                 Elem::Num(dt @ (DType::I32 | DType::U32 | DType::I64)) => dt,
                 _ => return None,
             };
-            // Each side at the result's shape, every lane its exact value.
-            let side = |k: usize| -> Option<Affine> {
-                let e = match arg(k)? {
-                    Sym::Scalar(x) => {
-                        Affine::new(Elem::Num(DType::I64), shape, x, &Axes::<i64>::from_elem(0, shape.len()))
-                    }
-                    Sym::Block(a) if a.shape.as_slice() == shape => {
-                        Affine::new(Elem::Num(DType::I64), shape, a.base(), a.strides())
-                    }
+            // Each side at the result's shape as (base, strides), every
+            // lane its exact value.
+            let side = |k: usize| -> Option<(i64, Axes<i64>)> {
+                let (base, strides) = match arg(k)? {
+                    Sym::Scalar(x) => (*x, Axes::from_elem(0, shape.len())),
+                    Sym::Block(a) if a.shape.as_slice() == shape => (a.base(), a.strides().iter().copied().collect()),
                     _ => return None,
                 };
-                let (lo, hi) = e.range();
+                let (lo, hi) = exact_range(base as i128, &strides, shape);
                 let fits = match dt {
                     DType::I32 => lo >= i32::MIN as i128 && hi <= i32::MAX as i128,
                     DType::U32 => lo >= 0 && hi <= u32::MAX as i128,
                     _ => true,
                 };
-                fits.then_some(e)
+                fits.then_some((base, strides))
             };
-            let (a, b) = (side(0)?, side(1)?);
-            let base = a.base().checked_sub(b.base())?;
-            let strides = a
-                .strides()
+            let ((ab, a_s), (bb, b_s)) = (side(0)?, side(1)?);
+            let base = ab.checked_sub(bb)?;
+            let strides = a_s
                 .iter()
-                .zip(b.strides())
+                .zip(&b_s)
                 .map(|(x, y)| x.checked_sub(*y))
                 .collect::<Option<Axes<i64>>>()?;
-            let diff = Affine::new(Elem::Num(DType::I64), shape, base, &strides);
-            let (lo, hi) = diff.range();
+            let (lo, hi) = exact_range(base as i128, &strides, shape);
             if lo < i64::MIN as i128 || hi > i64::MAX as i128 {
                 return None;
             }
+            let diff = Affine::new(Elem::Num(DType::I64), shape, base, &strides);
             Some(Mask {
                 shape: shape.iter().copied().collect(),
                 conds: smallvec::smallvec![(diff, *op)],
@@ -620,11 +643,11 @@ fn eval_affine(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -
         return None;
     }
     let shape = ty.shape();
-    let arg = |k: usize| lookup(env, *d.args.get(k)?).cloned();
+    let arg = |k: usize| lookup(env, *d.args.get(k)?);
     // The operand `k` at the result's shape (a scalar as a splat).
     let at_shape = |k: usize| -> Option<(i64, Axes<i64>)> {
         match arg(k)? {
-            Sym::Scalar(x) => Some((x, smallvec::smallvec![0; shape.len()])),
+            Sym::Scalar(x) => Some((*x, smallvec::smallvec![0; shape.len()])),
             Sym::Block(a) if a.shape.as_slice() == shape => Some((a.base(), a.strides().iter().copied().collect())),
             Sym::Block(_) | Sym::Mask(_) => None,
         }
@@ -667,7 +690,7 @@ fn eval_affine(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -
                         .iter()
                         .zip(&b_s)
                         .map(|(x, y)| combine(*x, *y))
-                        .collect::<Option<Vec<_>>>()?;
+                        .collect::<Option<Axes<i64>>>()?;
                     Affine::new(ty.elem(), shape, base, &strides)
                 }
                 BinaryOp::Mul => {
@@ -680,7 +703,7 @@ fn eval_affine(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -
                         return None;
                     };
                     let base = vb.checked_mul(k)?;
-                    let strides = vs.iter().map(|s| s.checked_mul(k)).collect::<Option<Vec<_>>>()?;
+                    let strides = vs.iter().map(|s| s.checked_mul(k)).collect::<Option<Axes<i64>>>()?;
                     Affine::new(ty.elem(), shape, base, &strides)
                 }
                 _ => return None,
@@ -711,7 +734,7 @@ fn eval_affine(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -
                 return None;
             }
             let base = pb.wrapping_add(ob.wrapping_mul(size));
-            let strides: Vec<i64> = ps
+            let strides: Axes<i64> = ps
                 .iter()
                 .zip(&os)
                 .map(|(p, o)| p.wrapping_add(o.wrapping_mul(size)))
@@ -834,6 +857,28 @@ mod tests {
         assert_eq!(zero_d.lanes_on().map(|o| o.count), Some(0));
         assert_eq!(Mask::constant(&[], true).lanes_on().map(|o| o.count), Some(1));
         assert_eq!(Mask::constant(&[4, 0], true).lanes_on().map(|o| o.count), Some(0));
+    }
+
+    /// Intervals with bases and strides at the ends of i64 (no overflow,
+    /// the same lanes as evaluating each one).
+    #[test]
+    fn intervals_at_the_extremes() {
+        let vals = [i64::MIN, i64::MIN + 1, -7, -1, 0, 1, 7, i64::MAX - 1, i64::MAX];
+        for op in [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
+            for &b in &vals {
+                for &s in &vals {
+                    for n in [0u64, 1, 2, 5] {
+                        let on: Vec<bool> = (0..n).map(|i| holds(op, b as i128 + s as i128 * i as i128)).collect();
+                        if let Some((lo, hi)) = interval(b, s, n, op) {
+                            let want: Vec<bool> = (0..n).map(|i| i >= lo && i < hi).collect();
+                            assert_eq!(on, want, "{b} + {s}·i {op:?} 0, n = {n}");
+                        } else {
+                            assert_eq!(op, CmpOp::Ne, "only != may split: {b} + {s}·i, n = {n}");
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
