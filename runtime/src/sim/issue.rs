@@ -20,6 +20,9 @@ use smallvec::SmallVec;
 /// result does not depend on it; it bounds one event's work).
 const ISSUE_BUDGET: usize = 512;
 
+/// Values carried into a region or out of it.
+type Carried = SmallVec<[Val; 8]>;
+
 impl Sim<'_> {
     pub(super) fn issue(&mut self, p: usize) -> Result<(), SimError> {
         {
@@ -639,22 +642,24 @@ impl Sim<'_> {
 
     // ----- control flow -----
 
-    fn bind(&mut self, p: usize, region: Region, vals: &[Val]) {
+    fn bind(&mut self, p: usize, region: Region, vals: impl IntoIterator<Item = Val>) {
         let params = &self.l.func.region(region).params;
         let pe = &mut self.pes[p];
         for (v, x) in params.iter().zip(vals) {
-            pe.set(*v, x.clone());
+            pe.set(*v, x);
         }
     }
 
-    fn set_results(&mut self, p: usize, results: &[Value], vals: &[Val]) {
+    fn set_results(&mut self, p: usize, results: &[Value], vals: Carried) {
         let pe = &mut self.pes[p];
         for (r, x) in results.iter().zip(vals) {
-            pe.set(*r, x.clone());
+            pe.set(*r, x);
         }
     }
 
-    fn vals(&self, p: usize, args: &[Value]) -> Vec<Val> {
+    /// The values of `args`, to be moved into a region's parameters or an
+    /// instruction's results (no allocation for up to eight).
+    fn vals(&self, p: usize, args: &[Value]) -> Carried {
         args.iter().map(|a| self.pes[p].get(*a).clone()).collect()
     }
 
@@ -702,7 +707,7 @@ impl Sim<'_> {
                 let carried = self.vals(p, &d.args[3..]);
                 if (step > 0 && lb < ub) || (step < 0 && lb > ub) {
                     let region = d.regions[0];
-                    self.enter_loop(p, region, dt, lb, &carried);
+                    self.enter_loop(p, region, dt, lb, carried);
                     self.pes[p].frames.push(Frame {
                         region,
                         idx: 0,
@@ -715,14 +720,14 @@ impl Sim<'_> {
                         },
                     });
                 } else {
-                    self.set_results(p, &d.results, &carried);
+                    self.set_results(p, &d.results, carried);
                 }
             }
             Op::While => {
                 self.advance(p);
                 let carried = self.vals(p, &d.args);
                 let region = d.regions[0];
-                self.bind(p, region, &carried);
+                self.bind(p, region, carried);
                 self.pes[p].frames.push(Frame {
                     region,
                     idx: 0,
@@ -731,11 +736,11 @@ impl Sim<'_> {
             }
             Op::Yield | Op::Continue => {
                 let carried = self.vals(p, &d.args);
-                self.loop_next(p, &carried, d.op == Op::Continue);
+                self.loop_next(p, carried, d.op == Op::Continue);
             }
             Op::Break => {
                 let carried = self.vals(p, &d.args);
-                self.loop_break(p, &carried);
+                self.loop_break(p, carried);
             }
             Op::Condition => {
                 let Some(Frame {
@@ -750,14 +755,14 @@ impl Sim<'_> {
                 let w = func.inst(inst);
                 if vals[0].scalar() & 1 != 0 {
                     let body = w.regions[1];
-                    self.bind(p, body, &carried);
+                    self.bind(p, body, carried);
                     self.pes[p].frames.push(Frame {
                         region: body,
                         idx: 0,
                         kind: FrameKind::WhileBody { inst },
                     });
                 } else {
-                    self.set_results(p, &w.results, &carried);
+                    self.set_results(p, &w.results, carried);
                 }
             }
             Op::Return => self.pes[p].frames.clear(),
@@ -766,19 +771,17 @@ impl Sim<'_> {
         Ok(true)
     }
 
-    fn enter_loop(&mut self, p: usize, region: Region, dt: DType, iv: i64, carried: &[Val]) {
+    fn enter_loop(&mut self, p: usize, region: Region, dt: DType, iv: i64, carried: Carried) {
         let at = self.pes[p].issue_ps;
-        let mut vals = Vec::with_capacity(carried.len() + 1);
-        vals.push(Val::Ready {
+        let iv = Val::Ready {
             v: RtValue::Scalar(elem::from_i64(dt, iv)),
             at,
-        });
-        vals.extend(carried.iter().cloned());
-        self.bind(p, region, &vals);
+        };
+        self.bind(p, region, std::iter::once(iv).chain(carried));
     }
 
     /// `yield`/`continue`: end an `if`, or start a loop's next iteration.
-    fn loop_next(&mut self, p: usize, carried: &[Val], is_continue: bool) {
+    fn loop_next(&mut self, p: usize, carried: Carried, is_continue: bool) {
         let func = self.l.func;
         if is_continue {
             // `continue` may sit inside `if`s: leave them first.
@@ -821,7 +824,7 @@ impl Sim<'_> {
         }
     }
 
-    fn loop_break(&mut self, p: usize, carried: &[Val]) {
+    fn loop_break(&mut self, p: usize, carried: Carried) {
         let func = self.l.func;
         while let Some(frame) = self.pes[p].frames.pop() {
             if let FrameKind::For { inst, .. } | FrameKind::WhileBody { inst } = frame.kind {

@@ -8,7 +8,10 @@ use super::{
     color_mode, default_stdlib, lower_kernel, parse_defines, read_source, usage_error, Backend, Color, Format,
 };
 use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
-use kernbench_compiler::sema::{self, types::Elem};
+use kernbench_compiler::sema::{
+    self,
+    types::{DType, Elem},
+};
 use kernbench_runtime::args::{self, HostArg};
 use kernbench_runtime::exec::{render_run_error, run_grid, FlatMemory};
 use kernbench_runtime::sim::place::{self, LaunchArg, Layout};
@@ -79,18 +82,34 @@ fn summary_line(name: &str, t: &Tensor) -> String {
     let d = t.dtype();
     let size = d.size_bytes() as usize;
     let (mut sum, mut lo, mut hi) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY);
-    for c in t.bytes().chunks_exact(size) {
-        let mut w = [0u8; 8];
-        w[..size].copy_from_slice(c);
-        let b = u64::from_le_bytes(w);
-        let v = if d.is_float() {
-            elem::to_f32(d, b) as f64
-        } else {
-            elem::to_i64(d, b) as f64
-        };
+    let mut add = |v: f64| {
         sum += v;
         lo = lo.min(v);
         hi = hi.max(v);
+    };
+    // The common dtypes without a per-element dispatch (outputs of a
+    // many-PE run are hundreds of MiB); the same values in the same order.
+    match d {
+        DType::I32 => t
+            .bytes()
+            .chunks_exact(4)
+            .for_each(|c| add(i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)),
+        DType::F32 => t
+            .bytes()
+            .chunks_exact(4)
+            .for_each(|c| add(f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)),
+        _ => {
+            for c in t.bytes().chunks_exact(size) {
+                let mut w = [0u8; 8];
+                w[..size].copy_from_slice(c);
+                let b = u64::from_le_bytes(w);
+                add(if d.is_float() {
+                    elem::to_f32(d, b) as f64
+                } else {
+                    elem::to_i64(d, b) as f64
+                });
+            }
+        }
     }
     format!("  {name}: {d}{:?}  sum {sum:.6}  min {lo:.6}  max {hi:.6}", t.shape)
 }
