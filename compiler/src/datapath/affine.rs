@@ -203,11 +203,22 @@ fn exact_range(base: i128, strides: &[i64], shape: &[u64]) -> (i128, i128) {
 /// A bool block whose lane at `idx` is on when every condition
 /// `E(idx) op 0` holds, `E` an exact integer formula (elem `i64`, never
 /// past i64) of the mask's shape. No conditions: every lane on.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Mask {
-    pub shape: Axes<u64>,
-    pub conds: SmallVec<[(Affine, CmpOp); 2]>,
+    shape: Axes<u64>,
+    conds: SmallVec<[(Affine, CmpOp); 2]>,
+    /// `lanes_on()`, once asked (a mask is read by the copy fast path and
+    /// by the simulator's lane scan, and reused while its inputs stay).
+    on: std::cell::OnceCell<Option<LanesOn>>,
 }
+
+impl PartialEq for Mask {
+    fn eq(&self, other: &Mask) -> bool {
+        self.shape == other.shape && self.conds == other.conds
+    }
+}
+
+impl Eq for Mask {}
 
 /// The active lanes of a mask in row-major order: how many, and the
 /// positions of the first and the last (both 0 when none is on).
@@ -289,6 +300,18 @@ fn below_zero(b: i128, s: i128, n: u64) -> (u64, u64) {
 }
 
 impl Mask {
+    fn new(shape: &[u64], conds: SmallVec<[(Affine, CmpOp); 2]>) -> Mask {
+        Mask {
+            shape: SmallVec::from_slice(shape),
+            conds,
+            on: std::cell::OnceCell::new(),
+        }
+    }
+
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
+    }
+
     /// Every lane of `shape` on (`on`) or off.
     fn constant(shape: &[u64], on: bool) -> Mask {
         let mut conds = SmallVec::new();
@@ -297,10 +320,7 @@ impl Mask {
             let zeros: Axes<i64> = smallvec::smallvec![0; shape.len()];
             conds.push((Affine::new(Elem::Num(DType::I64), shape, 1, &zeros), CmpOp::Eq));
         }
-        Mask {
-            shape: shape.iter().copied().collect(),
-            conds,
-        }
+        Mask::new(shape, conds)
     }
 
     pub fn numel(&self) -> usize {
@@ -337,6 +357,10 @@ impl Mask {
 
     /// The active lanes of a box mask; `None` when it is not a box.
     pub fn lanes_on(&self) -> Option<LanesOn> {
+        *self.on.get_or_init(|| self.find_lanes_on())
+    }
+
+    fn find_lanes_on(&self) -> Option<LanesOn> {
         if self.shape.is_empty() {
             return Some(LanesOn {
                 count: self.get_bits(0),
@@ -417,10 +441,7 @@ impl Mask {
             .iter()
             .map(|(e, op)| Some((e.reshape(shape)?, *op)))
             .collect::<Option<_>>()?;
-        Some(Mask {
-            shape: shape.iter().copied().collect(),
-            conds,
-        })
+        Some(Mask::new(shape, conds))
     }
 
     /// Broadcast to `shape` (same rank, extent-1 axes stretched).
@@ -433,10 +454,7 @@ impl Mask {
             .iter()
             .map(|(e, op)| (Affine::new(e.elem, shape, e.base(), e.strides()), *op))
             .collect();
-        Some(Mask {
-            shape: shape.iter().copied().collect(),
-            conds,
-        })
+        Some(Mask::new(shape, conds))
     }
 }
 
@@ -582,9 +600,10 @@ fn eval_mask(func: &Function, d: &crate::ir::InstData, shape: &[u64], env: &Env)
             _ => None,
         },
         Op::Binary(BinaryOp::And) => {
-            let (mut a, b) = (mask_at(0)?, mask_at(1)?);
-            a.conds.extend(b.conds);
-            Some(a)
+            let (a, b) = (mask_at(0)?, mask_at(1)?);
+            let mut conds = a.conds;
+            conds.extend(b.conds);
+            Some(Mask::new(shape, conds))
         }
         Op::Cmp(op) => {
             let dt = match func.ty(d.args[0]).elem() {
@@ -619,10 +638,7 @@ fn eval_mask(func: &Function, d: &crate::ir::InstData, shape: &[u64], env: &Env)
                 return None;
             }
             let diff = Affine::new(Elem::Num(DType::I64), shape, base, &strides);
-            Some(Mask {
-                shape: shape.iter().copied().collect(),
-                conds: smallvec::smallvec![(diff, *op)],
-            })
+            Some(Mask::new(shape, smallvec::smallvec![(diff, *op)]))
         }
         _ => None,
     }
@@ -790,13 +806,12 @@ mod tests {
                 for s1 in -2i64..=2 {
                     for b in -12i64..=12 {
                         for second in [None, Some((CmpOp::Lt, 2i64, 0i64, -1i64)), Some((CmpOp::Ge, -1, 1, 0))] {
-                            let mut m = Mask {
-                                shape: shape.iter().copied().collect(),
-                                conds: smallvec::smallvec![(Affine::new(i64e, &shape, b, &[s0, s1]), op)],
-                            };
+                            let mut conds: SmallVec<[(Affine, CmpOp); 2]> =
+                                smallvec::smallvec![(Affine::new(i64e, &shape, b, &[s0, s1]), op)];
                             if let Some((op2, b2, t0, t1)) = second {
-                                m.conds.push((Affine::new(i64e, &shape, b2, &[t0, t1]), op2));
+                                conds.push((Affine::new(i64e, &shape, b2, &[t0, t1]), op2));
                             }
+                            let m = Mask::new(&shape, conds);
                             let lanes: Vec<bool> = (0..15)
                                 .map(|k| {
                                     let (i, j) = ((k / 5) as i64, (k % 5) as i64);
@@ -838,14 +853,14 @@ mod tests {
         // Boxes in three dimensions: stored row by row.
         let shape3 = [2u64, 3, 4];
         for (b0, b1, b2) in [(1i64, -1i64, 2i64), (2, 0, 4), (0, 3, 1), (-1, -2, -3), (1, 2, 0)] {
-            let m = Mask {
-                shape: shape3.iter().copied().collect(),
-                conds: smallvec::smallvec![
+            let m = Mask::new(
+                &shape3,
+                smallvec::smallvec![
                     (Affine::new(i64e, &shape3, -b0, &[1, 0, 0]), CmpOp::Lt),
                     (Affine::new(i64e, &shape3, b1, &[0, 1, 0]), CmpOp::Ge),
                     (Affine::new(i64e, &shape3, b2, &[0, 0, -1]), CmpOp::Gt),
                 ],
-            };
+            );
             assert!(m.boxed().is_some());
             let t = m.materialize();
             for k in 0..24 {

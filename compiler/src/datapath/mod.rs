@@ -134,6 +134,13 @@ impl fmt::Display for ExecErrorKind {
 pub trait DataPath {
     fn name(&self) -> &'static str;
 
+    /// Whether it hands blocks on as formulas ([`affine`]): then a caller
+    /// may evaluate groups with [`affine::eval_group`] itself. The
+    /// interpreter does not, which keeps it an independent oracle.
+    fn formulas(&self) -> bool {
+        false
+    }
+
     /// Prepares every group of `plan` (compiling them, for the JIT).
     fn prepare(&mut self, func: &Function, plan: &Plan) -> Result<(), String>;
 

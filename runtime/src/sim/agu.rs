@@ -16,6 +16,7 @@
 //! an index block that is also stored, or an address computed from loaded
 //! data — runs on the MATH engine at its cost.
 
+use kernbench_compiler::datapath::{affine, Group};
 use kernbench_compiler::ir::{BinaryOp, Function, Inst, Op, Region, UnaryOp, Value};
 use kernbench_compiler::sema::types::Elem;
 use std::collections::HashSet;
@@ -241,4 +242,51 @@ pub fn address_values(func: &Function) -> HashSet<Value> {
         .keys()
         .filter(|v| candidate[v.as_u32() as usize] && ok[uf.find(v.as_u32()) as usize])
         .collect()
+}
+
+/// One output of an address-generation group with only the instructions
+/// and inputs it depends on. Evaluated symbolically on its own, its result
+/// can be reused while those inputs stay the same: the mask `lanes < n`
+/// of a ring step keeps its bound while the pointer beside it moves.
+pub(super) struct Cone {
+    pub group: Group,
+    /// Positions of `group.inputs` among the whole group's inputs.
+    pub inputs: Vec<usize>,
+}
+
+/// The cones of `group`, one per output, when every member has a symbolic
+/// form (`affine::symbolic` is `All`); `None` otherwise.
+pub(super) fn cones(func: &Function, group: &Group) -> Option<Vec<Cone>> {
+    if affine::symbolic(func, group) != affine::Symbolic::All {
+        return None;
+    }
+    let cones = group
+        .outputs
+        .iter()
+        .map(|&out| {
+            // Walk back from the output, keeping what it reads.
+            let mut needed: HashSet<Value> = HashSet::from([out]);
+            let mut insts = Vec::new();
+            for &i in group.insts.iter().rev() {
+                let d = func.inst(i);
+                if d.results.iter().any(|r| needed.contains(r)) {
+                    insts.push(i);
+                    needed.extend(d.args.iter().copied());
+                }
+            }
+            insts.reverse();
+            let inputs: Vec<usize> = (0..group.inputs.len())
+                .filter(|&k| needed.contains(&group.inputs[k]))
+                .collect();
+            Cone {
+                group: Group {
+                    insts,
+                    inputs: inputs.iter().map(|&k| group.inputs[k]).collect(),
+                    outputs: vec![out],
+                },
+                inputs,
+            }
+        })
+        .collect();
+    Some(cones)
 }

@@ -61,7 +61,7 @@ pub(super) fn fit(ty: &Type, v: &RtValue) -> RtValue {
             Some(r) => RtValue::Affine(Rc::new(r)),
             None => fit(ty, &v.stored()),
         },
-        (Type::Block(_, s), RtValue::Mask(m)) if m.shape.iter().ne(s.iter()) => match m.reshape(s) {
+        (Type::Block(_, s), RtValue::Mask(m)) if m.shape().iter().ne(s.iter()) => match m.reshape(s) {
             Some(r) => RtValue::Mask(Rc::new(r)),
             None => fit(ty, &v.stored()),
         },

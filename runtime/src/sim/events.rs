@@ -56,6 +56,12 @@ pub(super) struct Sim<'a> {
     pub now: u64,
     pub queues: Queues,
     pub groups: Vec<GroupInfo>,
+    /// Per address-generation group, its outputs' cones (see
+    /// [`super::agu::cones`]), and the index of its first cone in each
+    /// PE's `cone_memo`.
+    pub cones: Vec<Option<Vec<super::agu::Cone>>>,
+    pub cone_base: Vec<usize>,
+    pub n_cones: usize,
     pub dispatch_ps: u64,
     pub dma_setup_ps: u64,
     pub queue_depth: usize,
@@ -149,9 +155,21 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
     dp.prepare(func, &plan)
         .map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
     let address = super::agu::address_values(func);
-    let groups = (0..plan.groups.len())
+    let groups: Vec<GroupInfo> = (0..plan.groups.len())
         .map(|g| group_info(m, func, &plan, g, &address))
         .collect();
+    let cones: Vec<Option<Vec<super::agu::Cone>>> = (0..plan.groups.len())
+        .map(|g| match groups[g].address {
+            true => super::agu::cones(func, &plan.groups[g]),
+            false => None,
+        })
+        .collect();
+    let mut cone_base = Vec::with_capacity(cones.len());
+    let mut n_cones = 0;
+    for c in &cones {
+        cone_base.push(n_cones);
+        n_cones += c.as_ref().map_or(0, Vec::len);
+    }
     let start = m.now_ps + m.launch_latency_ps(&coords);
     m.fabric.reset_stats();
     if l.trace {
@@ -224,6 +242,9 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         events: EventQueue::default(),
         now: start,
         groups,
+        cones,
+        cone_base,
+        n_cones,
         barrier_arrived: vec![0; n_groups],
         barrier_latest_ps: vec![0; n_groups],
         barrier_latency_ps: vec![None; n_groups],

@@ -244,6 +244,9 @@ pub struct PeState {
     /// Loads that have started but not sampled memory yet: their
     /// footprint, by in-flight slot.
     pub sample_ranges: rustc_hash::FxHashMap<u32, Ranges>,
+    /// Per address-generation cone (`Sim::cones`), the inputs it last saw
+    /// and the formula they gave.
+    pub cone_memo: Vec<Option<(SmallVec<[RtValue; 4]>, RtValue)>>,
 }
 
 impl PeState {
@@ -270,6 +273,7 @@ impl PeState {
             at_barrier: false,
             wait_for: None,
             sample_ranges: Default::default(),
+            cone_memo: Vec::new(),
         }
     }
 

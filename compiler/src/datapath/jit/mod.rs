@@ -493,6 +493,10 @@ impl DataPath for Jit {
         "jit"
     }
 
+    fn formulas(&self) -> bool {
+        true
+    }
+
     fn prepare(&mut self, func: &Function, plan: &Plan) -> Result<(), String> {
         let mut pending: Vec<(String, FuncId, Kind)> = Vec::new();
         let mut keys = Vec::new();
