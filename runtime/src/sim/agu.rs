@@ -15,6 +15,10 @@
 //! issued (its operands being known), at no engine time. Anything else —
 //! an index block that is also stored, or an address computed from loaded
 //! data — runs on the MATH engine at its cost.
+//!
+//! [`cones`] splits such a group, when every member has a formula, into
+//! one cone per output: the issue unit evaluates each symbolically and
+//! reuses it while its inputs stay the same.
 
 use kernbench_compiler::datapath::{affine, Group};
 use kernbench_compiler::ir::{BinaryOp, Function, Inst, Op, Region, UnaryOp, Value};
