@@ -242,7 +242,8 @@ fn holds(op: CmpOp, v: i128) -> bool {
 
 /// The `i` in `[0, n)` where `b + s·i op 0` holds, when they form one
 /// interval `[lo, hi)` (empty as `lo == hi`); `None` when they do not
-/// (`!=` whose one false `i` is inside). Closed forms, in i128.
+/// (`!=` whose one false `i` is inside). Closed forms, exact (in i128
+/// where i64 could overflow).
 fn interval(b: i64, s: i64, n: u64, op: CmpOp) -> Option<(u64, u64)> {
     let at = |i: u64| holds(op, b as i128 + s as i128 * i as i128);
     if n == 0 {
