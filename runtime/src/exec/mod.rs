@@ -9,7 +9,7 @@ mod memory;
 pub use memory::{FlatMemory, Segment};
 
 use kernbench_compiler::datapath::{elem, DataPath, ExecError, ExecErrorKind, Memory, Plan, RtValue, Step, Tensor};
-use kernbench_compiler::ir::{ConstVal, Function, Inst, Op, Region, Type, Value};
+use kernbench_compiler::ir::{BinaryOp, CmpOp, ConstVal, Function, Inst, Op, Region, Type, UnaryOp, Value};
 use kernbench_compiler::sema::types::{DType, Elem};
 use smallvec::SmallVec;
 use std::rc::Rc;
@@ -70,66 +70,111 @@ pub enum Scalar {
     Communication(&'static str),
 }
 
-/// Computes a pure scalar instruction (constants, built-ins, arithmetic,
-/// comparisons, casts, `select`, `fma`, pointer offsets) from its
-/// operands' bits, `a(k)` being operand `k`; `None` for any other
-/// instruction. The simulator's issue unit calls it directly on the bits
-/// it holds; [`scalar_op`] wraps it.
-pub fn pure_scalar(
-    func: &Function,
-    i: Inst,
-    a: impl Fn(usize) -> elem::Bits,
-    ctx: &ScalarCtx,
-) -> Option<Result<elem::Bits, ExecErrorKind>> {
-    let d = func.inst(i);
-    let rt = || d.results.first().map(|r| dtype(func.ty(*r)));
-    let arg_dt = |k: usize| dtype(func.ty(d.args[k]));
-    Some(Ok(match &d.op {
-        Op::Const(c) => {
-            let t = rt().unwrap_or(DType::I32);
-            match c {
-                ConstVal::Int(v) => elem::const_int(t, *v),
-                ConstVal::Float(v) => elem::const_float(t, *v),
+/// A pure scalar instruction (a constant, a built-in, arithmetic, a
+/// comparison, a cast, `select`, `fma`, a pointer offset) decoded once:
+/// the operation and the dtypes it works in. [`PureScalar::eval`] computes
+/// it from its operands' bits; the simulator's issue unit decodes every
+/// instruction at launch and evaluates on the bits it holds, and
+/// [`scalar_op`] decodes and evaluates in one go.
+#[derive(Clone, Copy, Debug)]
+pub enum PureScalar {
+    Const(elem::Bits),
+    ProgramId(usize),
+    NumPrograms(usize),
+    Rank,
+    WorldSize,
+    MeshId(usize),
+    MeshSize(usize),
+    Binary(BinaryOp, DType),
+    Cmp(CmpOp, DType),
+    Unary(UnaryOp, DType),
+    Cast {
+        from: DType,
+        to: DType,
+        bitcast: bool,
+    },
+    Select,
+    Fma(DType),
+    /// The pointee's size and the offset's dtype.
+    PtrAdd {
+        size: u64,
+        offset: DType,
+    },
+}
+
+impl PureScalar {
+    /// The decoded form of `i`; `None` when it is not a pure scalar
+    /// instruction.
+    pub fn decode(func: &Function, i: Inst) -> Option<PureScalar> {
+        let d = func.inst(i);
+        let rt = || d.results.first().map(|r| dtype(func.ty(*r))).unwrap_or(DType::I32);
+        let arg_dt = |k: usize| d.args.get(k).map(|a| dtype(func.ty(*a)));
+        Some(match &d.op {
+            Op::Const(c) => PureScalar::Const(match c {
+                ConstVal::Int(v) => elem::const_int(rt(), *v),
+                ConstVal::Float(v) => elem::const_float(rt(), *v),
+            }),
+            Op::ProgramId(x) => PureScalar::ProgramId(*x as usize % 3),
+            Op::NumPrograms(x) => PureScalar::NumPrograms(*x as usize % 3),
+            Op::Rank => PureScalar::Rank,
+            Op::WorldSize => PureScalar::WorldSize,
+            Op::MeshId(x) => PureScalar::MeshId(*x as usize % 2),
+            Op::MeshSize(x) => PureScalar::MeshSize(*x as usize % 2),
+            Op::Binary(op) => PureScalar::Binary(*op, arg_dt(0)?),
+            Op::Cmp(op) => PureScalar::Cmp(*op, arg_dt(0)?),
+            Op::Unary(op) => PureScalar::Unary(*op, arg_dt(0)?),
+            Op::Cast { bitcast } => PureScalar::Cast {
+                from: arg_dt(0)?,
+                to: rt(),
+                bitcast: *bitcast,
+            },
+            Op::Select => PureScalar::Select,
+            Op::Fma => PureScalar::Fma(arg_dt(0)?),
+            Op::PtrAdd => PureScalar::PtrAdd {
+                size: match func.ty(*d.args.first()?).elem() {
+                    Elem::Ptr(p) => p.size_bytes(),
+                    Elem::Num(_) => 1,
+                },
+                offset: arg_dt(1)?,
+            },
+            _ => return None,
+        })
+    }
+
+    /// The result from the operands' bits, `a(k)` being operand `k`.
+    pub fn eval(self, a: impl Fn(usize) -> elem::Bits, ctx: &ScalarCtx) -> Result<elem::Bits, ExecErrorKind> {
+        Ok(match self {
+            PureScalar::Const(b) => b,
+            PureScalar::ProgramId(x) => ctx.pid[x] as u64,
+            PureScalar::NumPrograms(x) => ctx.grid[x] as u64,
+            PureScalar::Rank => ctx.rank as u64,
+            PureScalar::WorldSize => ctx.world as u64,
+            PureScalar::MeshId(x) => ctx.mesh_id[x] as u64,
+            PureScalar::MeshSize(x) => ctx.mesh_size[x] as u64,
+            PureScalar::Binary(op, t) => elem::binary(op, t, a(0), a(1)).map_err(|_| ExecErrorKind::DivisionByZero)?,
+            PureScalar::Cmp(op, t) => elem::compare(op, t, a(0), a(1)) as u64,
+            PureScalar::Unary(op, t) => elem::unary(op, t, a(0)),
+            PureScalar::Cast { from, to, bitcast } => {
+                if bitcast {
+                    elem::bitcast(to, a(0))
+                } else {
+                    elem::cast(from, to, a(0))
+                }
             }
-        }
-        Op::ProgramId(x) => ctx.pid[*x as usize % 3] as u64,
-        Op::NumPrograms(x) => ctx.grid[*x as usize % 3] as u64,
-        Op::Rank => ctx.rank as u64,
-        Op::WorldSize => ctx.world as u64,
-        Op::MeshId(x) => ctx.mesh_id[*x as usize % 2] as u64,
-        Op::MeshSize(x) => ctx.mesh_size[*x as usize % 2] as u64,
-        Op::Binary(op) => match elem::binary(*op, arg_dt(0), a(0), a(1)) {
-            Ok(v) => v,
-            Err(_) => return Some(Err(ExecErrorKind::DivisionByZero)),
-        },
-        Op::Cmp(op) => elem::compare(*op, arg_dt(0), a(0), a(1)) as u64,
-        Op::Unary(op) => elem::unary(*op, arg_dt(0), a(0)),
-        Op::Cast { bitcast } => {
-            let (from, to) = (arg_dt(0), rt().unwrap_or(DType::I32));
-            if *bitcast {
-                elem::bitcast(to, a(0))
-            } else {
-                elem::cast(from, to, a(0))
+            PureScalar::Select => a(if a(0) & 1 != 0 { 1 } else { 2 }),
+            PureScalar::Fma(t) => elem::fma(t, a(0), a(1), a(2)),
+            PureScalar::PtrAdd { size, offset } => {
+                let off = elem::to_i64(offset, a(1));
+                a(0).wrapping_add((off as u64).wrapping_mul(size))
             }
-        }
-        Op::Select => a(if a(0) & 1 != 0 { 1 } else { 2 }),
-        Op::Fma => elem::fma(arg_dt(0), a(0), a(1), a(2)),
-        Op::PtrAdd => {
-            let size = match func.ty(d.args[0]).elem() {
-                Elem::Ptr(p) => p.size_bytes(),
-                Elem::Num(_) => 1,
-            };
-            let off = elem::to_i64(arg_dt(1), a(1));
-            a(0).wrapping_add((off as u64).wrapping_mul(size))
-        }
-        _ => return None,
-    }))
+        })
+    }
 }
 
 /// Executes one executor (non-data-path) instruction on its argument values.
 pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) -> Result<Scalar, ExecErrorKind> {
-    if let Some(r) = pure_scalar(func, i, |k| args[k].scalar(), ctx) {
-        return r.map(Scalar::Value);
+    if let Some(op) = PureScalar::decode(func, i) {
+        return op.eval(|k| args[k].scalar(), ctx).map(Scalar::Value);
     }
     let d = func.inst(i);
     match &d.op {

@@ -56,6 +56,9 @@ pub(super) struct Sim<'a> {
     pub now: u64,
     pub queues: Queues,
     pub groups: Vec<GroupInfo>,
+    /// Per instruction (by index), its decoded form when it is pure
+    /// scalar arithmetic.
+    pub scalar_ops: Vec<Option<crate::exec::PureScalar>>,
     /// Per address-generation group, its outputs' cones (see
     /// [`super::agu::cones`]), and the index of its first cone in each
     /// PE's `cone_memo`.
@@ -242,6 +245,11 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         events: EventQueue::default(),
         now: start,
         groups,
+        scalar_ops: func
+            .insts
+            .keys()
+            .map(|i| crate::exec::PureScalar::decode(func, i))
+            .collect(),
         cones,
         cone_base,
         n_cones,

@@ -10,7 +10,7 @@
 use super::events::Sim;
 use super::pe::{Args, Frame, FrameKind, OpKind, OpRec, Slot, Stall, Val};
 use super::{Engine, SimError};
-use crate::exec::{pure_scalar, scalar_op, Scalar};
+use crate::exec::{scalar_op, Scalar};
 use kernbench_compiler::datapath::{elem, ExecErrorKind, RtValue, Step};
 use kernbench_compiler::ir::{Inst, Op, Peer, Region, Value};
 use kernbench_compiler::sema::types::{DType, Elem};
@@ -191,6 +191,9 @@ impl Sim<'_> {
     /// bits, with no copies of values. `None` when it does not apply (the
     /// general path then decides, and stalls if an operand is missing).
     fn issue_pure_scalar(&mut self, p: usize, i: Inst) -> Result<Option<bool>, SimError> {
+        let Some(op) = self.scalar_ops.get(i.as_u32() as usize).copied().flatten() else {
+            return Ok(None);
+        };
         let d = self.l.func.inst(i);
         if d.args.len() > 3 {
             return Ok(None);
@@ -213,10 +216,9 @@ impl Sim<'_> {
             bits[k] = b;
             ready = ready.max(at);
         }
-        let Some(r) = pure_scalar(self.l.func, i, |k| bits[k], &pe.ctx) else {
-            return Ok(None);
-        };
-        let b = r.map_err(|kind| self.exec_error(p, i, kind))?;
+        let b = op
+            .eval(|k| bits[k], &pe.ctx)
+            .map_err(|kind| self.exec_error(p, i, kind))?;
         let t0 = self.pes[p].issue_ps.max(ready);
         let at = self.dispatch(p, t0);
         if let Some(r) = d.results.first() {
