@@ -57,6 +57,26 @@ impl RtValue {
         }
     }
 
+    /// A formula's shape; `None` for stored values.
+    pub fn formula_shape(&self) -> Option<&[u64]> {
+        match self {
+            RtValue::Affine(a) => Some(&a.shape),
+            RtValue::Mask(m) => Some(m.shape()),
+            RtValue::Scalar(_) | RtValue::Block(_) => None,
+        }
+    }
+
+    /// A formula under `shape`, still a formula: `None` for stored values
+    /// and for reshapes that mix axes (only adding or dropping axes of
+    /// extent 1 keeps one formula).
+    pub fn reshaped_formula(&self, shape: &[u64]) -> Option<RtValue> {
+        match self {
+            RtValue::Affine(a) => a.reshape(shape).map(|r| RtValue::Affine(std::rc::Rc::new(r))),
+            RtValue::Mask(m) => m.reshape(shape).map(|r| RtValue::Mask(std::rc::Rc::new(r))),
+            RtValue::Scalar(_) | RtValue::Block(_) => None,
+        }
+    }
+
     /// The same value with any formula stored as elements.
     pub fn stored(&self) -> RtValue {
         match self {

@@ -335,27 +335,16 @@ impl Machine<'_> {
         let d = self.func.inst(i);
         let ty = self.func.ty(d.results[0]);
         let shape: Vec<usize> = ty.shape().iter().map(|&x| x as usize).collect();
-        let out = match self.get(d.args[0]) {
-            // A formula stays one where the reshape only adds or drops
-            // axes of extent 1.
-            RtValue::Affine(a) => match a.reshape(ty.shape()) {
-                Some(r) => RtValue::Affine(Rc::new(r)),
-                None => {
-                    let mut t = a.materialize();
-                    t.shape = shape;
-                    RtValue::Block(Rc::new(t))
-                }
-            },
-            RtValue::Mask(m) => match m.reshape(ty.shape()) {
-                Some(r) => RtValue::Mask(Rc::new(r)),
-                None => {
-                    let mut t = m.materialize();
-                    t.shape = shape;
-                    RtValue::Block(Rc::new(t))
-                }
-            },
+        let v = self.get(d.args[0]);
+        // A formula stays one where the reshape only adds or drops axes of
+        // extent 1.
+        if let Some(r) = v.reshaped_formula(ty.shape()) {
+            self.set(d.results[0], r);
+            return;
+        }
+        let out = match v.stored() {
             RtValue::Block(t) => {
-                let mut t = (*t).clone();
+                let mut t = Rc::unwrap_or_clone(t);
                 t.shape = shape;
                 RtValue::Block(Rc::new(t))
             }
@@ -364,6 +353,8 @@ impl Machine<'_> {
                 t.set_bits(0, b);
                 RtValue::Block(Rc::new(t))
             }
+            // `stored` leaves no formula.
+            formula => formula,
         };
         self.set(d.results[0], out);
     }

@@ -57,14 +57,9 @@ pub(super) fn fit(ty: &Type, v: &RtValue) -> RtValue {
             let t = Tensor::from_bytes(*e, &shape, t.bytes()).unwrap_or_else(|| Tensor::zeros(*e, &shape));
             RtValue::Block(Rc::new(t))
         }
-        (Type::Block(_, s), RtValue::Affine(a)) if a.shape.iter().ne(s.iter()) => match a.reshape(s) {
-            Some(r) => RtValue::Affine(Rc::new(r)),
-            None => fit(ty, &v.stored()),
-        },
-        (Type::Block(_, s), RtValue::Mask(m)) if m.shape().iter().ne(s.iter()) => match m.reshape(s) {
-            Some(r) => RtValue::Mask(Rc::new(r)),
-            None => fit(ty, &v.stored()),
-        },
+        (Type::Block(_, s), RtValue::Affine(_) | RtValue::Mask(_)) if v.formula_shape() != Some(s.as_slice()) => {
+            v.reshaped_formula(s).unwrap_or_else(|| fit(ty, &v.stored()))
+        }
         (Type::Block(e, s), RtValue::Scalar(b)) => {
             let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();
             let mut t = Tensor::zeros(*e, &shape);

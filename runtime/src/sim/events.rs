@@ -14,7 +14,7 @@ use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind
 use kernbench_compiler::ir::{Function, Inst, Op, Value};
 use std::collections::HashSet;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Ev {
     /// Run PE `p`'s issue unit.
     Issue(u32),
