@@ -133,7 +133,7 @@ impl Affine {
 
     /// The elements, stored.
     pub fn materialize(&self) -> Tensor {
-        let shape: Vec<usize> = self.shape.iter().map(|&d| d as usize).collect();
+        let shape: Axes<usize> = self.shape.iter().map(|&d| d as usize).collect();
         let mut t = Tensor::zeros(self.elem, if shape.is_empty() { &[1] } else { &shape });
         let mut k = 0;
         self.for_each(|b| {
@@ -389,7 +389,7 @@ impl Mask {
 
     /// The elements, stored as a bool block.
     pub fn materialize(&self) -> Tensor {
-        let shape: Vec<usize> = self.shape.iter().map(|&d| d as usize).collect();
+        let shape: Axes<usize> = self.shape.iter().map(|&d| d as usize).collect();
         let mut t = Tensor::zeros(Elem::Num(DType::Bool), if shape.is_empty() { &[1] } else { &shape });
         let bytes = t.bytes_mut();
         if let Some(b) = self.boxed() {
@@ -547,6 +547,32 @@ fn lookup(env: &Env, v: crate::ir::Value) -> Option<&Sym> {
 /// axes, an overflow, a comparison of lanes that wrap, a stored input…)
 /// and must come from running the group.
 pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Option<RtValue>> {
+    let env = eval_env(func, group, inputs);
+    group
+        .outputs
+        .iter()
+        .map(|o| match lookup(&env, *o) {
+            Some(Sym::Block(a)) => Some(RtValue::Affine(a.clone())),
+            Some(Sym::Mask(m)) => Some(RtValue::Mask(m.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// [`eval_group`] for one output, `out`, of `group`: its formula, if it
+/// has one.
+pub fn eval_output(func: &Function, group: &Group, inputs: &[&RtValue], out: crate::ir::Value) -> Option<RtValue> {
+    let env = eval_env(func, group, inputs);
+    let (_, sym) = env.into_iter().rev().find(|(k, _)| *k == out)?;
+    match sym {
+        Sym::Block(a) => Some(RtValue::Affine(a)),
+        Sym::Mask(m) => Some(RtValue::Mask(m)),
+        Sym::Scalar(_) => None,
+    }
+}
+
+/// The formulas of `group`'s inputs and of every member that has one.
+fn eval_env(func: &Function, group: &Group, inputs: &[&RtValue]) -> Env {
     let mut env = Env::new();
     for (v, x) in group.inputs.iter().zip(inputs) {
         let s = match x {
@@ -567,15 +593,7 @@ pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Op
             env.push((r, x));
         }
     }
-    group
-        .outputs
-        .iter()
-        .map(|o| match lookup(&env, *o) {
-            Some(Sym::Block(a)) => Some(RtValue::Affine(a.clone())),
-            Some(Sym::Mask(m)) => Some(RtValue::Mask(m.clone())),
-            _ => None,
-        })
-        .collect()
+    env
 }
 
 /// The mask instruction `d` makes (of shape `shape`) from the formulas of

@@ -37,6 +37,7 @@ pub enum RtValue {
 }
 
 impl RtValue {
+    #[inline]
     pub fn scalar(&self) -> elem::Bits {
         match self {
             RtValue::Scalar(b) => *b,

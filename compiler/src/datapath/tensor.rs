@@ -9,7 +9,9 @@ use ndarray::{ArrayD, IxDyn};
 #[derive(Clone, PartialEq)]
 pub struct Tensor {
     pub elem: Elem,
-    pub shape: Vec<usize>,
+    /// Inline up to four axes: a block is made for every operation the
+    /// simulator runs, and its shape should not cost an allocation.
+    pub shape: smallvec::SmallVec<[usize; 4]>,
     words: Vec<u64>,
     nbytes: usize,
 }
@@ -55,31 +57,36 @@ impl Tensor {
         let nbytes = n * elem_size(elem);
         Tensor {
             elem,
-            shape: shape.to_vec(),
+            shape: smallvec::SmallVec::from_slice(shape),
             words: vec![0; nbytes.div_ceil(8)],
             nbytes,
         }
     }
 
+    #[inline]
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
 
+    #[inline]
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `words` owns at least `nbytes` initialized bytes; u8 has no
         // alignment or validity requirements.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr() as *const u8, self.nbytes) }
     }
 
+    #[inline]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `bytes`, with exclusive access through `&mut self`.
         unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr() as *mut u8, self.nbytes) }
     }
 
+    #[inline]
     pub fn as_ptr(&self) -> *const u8 {
         self.words.as_ptr() as *const u8
     }
 
+    #[inline]
     pub fn as_mut_ptr(&mut self) -> *mut u8 {
         self.words.as_mut_ptr() as *mut u8
     }

@@ -50,6 +50,7 @@ pub enum Type {
 }
 
 impl Type {
+    #[inline]
     pub fn elem(&self) -> Elem {
         match self {
             Type::Scalar(e) | Type::Block(e, _) => *e,
@@ -58,6 +59,7 @@ impl Type {
     }
 
     /// `[]` for scalars.
+    #[inline]
     pub fn shape(&self) -> &[u64] {
         match self {
             Type::Scalar(_) => &[],
@@ -65,10 +67,12 @@ impl Type {
         }
     }
 
+    #[inline]
     pub fn numel(&self) -> u64 {
         self.shape().iter().product()
     }
 
+    #[inline]
     pub fn is_block(&self) -> bool {
         matches!(self, Type::Block(..))
     }
@@ -441,14 +445,17 @@ pub struct Function {
 }
 
 impl Function {
+    #[inline]
     pub fn ty(&self, v: Value) -> &Type {
         &self.values[v].ty
     }
 
+    #[inline]
     pub fn inst(&self, i: Inst) -> &InstData {
         &self.insts[i]
     }
 
+    #[inline]
     pub fn region(&self, r: Region) -> &RegionData {
         &self.regions[r]
     }

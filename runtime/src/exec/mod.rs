@@ -345,7 +345,7 @@ impl Machine<'_> {
         let out = match v.stored() {
             RtValue::Block(t) => {
                 let mut t = Rc::unwrap_or_clone(t);
-                t.shape = shape;
+                t.shape = shape.as_slice().into();
                 RtValue::Block(Rc::new(t))
             }
             RtValue::Scalar(b) => {

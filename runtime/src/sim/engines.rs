@@ -29,6 +29,7 @@ use kernbench_compiler::datapath::{
 use kernbench_compiler::ir::{Op, Type};
 use kernbench_compiler::sema::types::{DType, Elem};
 use smallvec::{smallvec, SmallVec};
+use std::borrow::Cow;
 use std::rc::Rc;
 
 /// What a memory operation touches.
@@ -49,17 +50,18 @@ fn pointee(ty: &Type) -> DType {
     }
 }
 
-/// The same elements under the IR type's shape (a reshape's consumers).
-pub(super) fn fit(ty: &Type, v: &RtValue) -> RtValue {
-    match (ty, v) {
+/// The same elements under the IR type's shape (a reshape's consumers);
+/// borrowed when the value has that shape already (nearly always).
+pub(super) fn fit<'v>(ty: &Type, v: &'v RtValue) -> Cow<'v, RtValue> {
+    Cow::Owned(match (ty, v) {
         (Type::Block(e, s), RtValue::Block(t)) if t.shape.iter().map(|&d| d as u64).ne(s.iter().copied()) => {
             let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();
             let t = Tensor::from_bytes(*e, &shape, t.bytes()).unwrap_or_else(|| Tensor::zeros(*e, &shape));
             RtValue::Block(Rc::new(t))
         }
-        (Type::Block(_, s), RtValue::Affine(_) | RtValue::Mask(_)) if v.formula_shape() != Some(s.as_slice()) => {
-            v.reshaped_formula(s).unwrap_or_else(|| fit(ty, &v.stored()))
-        }
+        (Type::Block(_, s), RtValue::Affine(_) | RtValue::Mask(_)) if v.formula_shape() != Some(s.as_slice()) => v
+            .reshaped_formula(s)
+            .unwrap_or_else(|| fit(ty, &v.stored()).into_owned()),
         (Type::Block(e, s), RtValue::Scalar(b)) => {
             let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();
             let mut t = Tensor::zeros(*e, &shape);
@@ -68,8 +70,8 @@ pub(super) fn fit(ty: &Type, v: &RtValue) -> RtValue {
             }
             RtValue::Block(Rc::new(t))
         }
-        _ => v.clone(),
-    }
+        _ => return Cow::Borrowed(v),
+    })
 }
 
 /// A received message's bytes as a value of the receiver's type.
@@ -620,12 +622,13 @@ impl Sim<'_> {
     /// Runs a data-path group on the operation's captured operands.
     fn run_group(&mut self, p: usize, op: &OpRec, g: usize) -> Result<Vec<RtValue>, SimError> {
         let func = self.l.func;
-        let inputs: SmallVec<[RtValue; 4]> = op
+        const UNSET: RtValue = RtValue::Scalar(0);
+        let inputs: SmallVec<[Cow<RtValue>; 4]> = op
             .args
             .iter()
-            .map(|(v, x)| fit(func.ty(*v), x.data().unwrap_or(&RtValue::Scalar(0))))
+            .map(|(v, x)| fit(func.ty(*v), x.data().unwrap_or(&UNSET)))
             .collect();
-        let refs: SmallVec<[&RtValue; 4]> = inputs.iter().collect();
+        let refs: SmallVec<[&RtValue; 4]> = inputs.iter().map(|x| &**x).collect();
         let r = self.dp.run(func, self.plan, g, &refs, &mut self.m.mem);
         r.map_err(|e| self.fail(p, e))
     }
@@ -921,8 +924,15 @@ impl Sim<'_> {
                 let q = &mut self.queues.queues[queue as usize];
                 let slots = q.msg(msg).map_or(0, |m| m.slots);
                 q.consume(msg);
-                let (src, dst) = (q.src, q.dst);
-                let back = self.core_latency_ps(dst as usize, src as usize);
+                let (src, dst, known) = (q.src, q.dst, q.credit_latency_ps);
+                let back = match known {
+                    Some(t) => t,
+                    None => {
+                        let t = self.core_latency_ps(dst as usize, src as usize);
+                        self.queues.queues[queue as usize].credit_latency_ps = Some(t);
+                        t
+                    }
+                };
                 self.schedule(now + back, Ev::Credit(queue, slots));
             }
             _ => {}

@@ -28,6 +28,35 @@ pub(super) enum Ev {
     Credit(u32, u32),
 }
 
+/// A pure scalar instruction of at most three operands, decoded with its
+/// operands and result for the issue unit's fast path (which then needs
+/// nothing else of the instruction).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ScalarStep {
+    pub op: crate::exec::PureScalar,
+    pub args: [Value; 3],
+    pub n_args: u8,
+    pub result: Option<Value>,
+}
+
+impl ScalarStep {
+    fn decode(func: &Function, i: Inst) -> Option<ScalarStep> {
+        let op = crate::exec::PureScalar::decode(func, i)?;
+        let d = func.inst(i);
+        if d.args.len() > 3 {
+            return None;
+        }
+        let mut args = [Value::from_u32(0); 3];
+        args[..d.args.len()].copy_from_slice(&d.args);
+        Some(ScalarStep {
+            op,
+            args,
+            n_args: d.args.len() as u8,
+            result: d.results.first().copied(),
+        })
+    }
+}
+
 /// What the simulator knows about a plan group before running.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct GroupInfo {
@@ -58,7 +87,7 @@ pub(super) struct Sim<'a> {
     pub groups: Vec<GroupInfo>,
     /// Per instruction (by index), its decoded form when it is pure
     /// scalar arithmetic.
-    pub scalar_ops: Vec<Option<crate::exec::PureScalar>>,
+    pub scalar_ops: Vec<Option<ScalarStep>>,
     /// Per address-generation group, its outputs' cones (see
     /// [`super::agu::cones`]), and the index of its first cone in each
     /// PE's `cone_memo`.
@@ -245,11 +274,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         events: EventQueue::default(),
         now: start,
         groups,
-        scalar_ops: func
-            .insts
-            .keys()
-            .map(|i| crate::exec::PureScalar::decode(func, i))
-            .collect(),
+        scalar_ops: func.insts.keys().map(|i| ScalarStep::decode(func, i)).collect(),
         cones,
         cone_base,
         n_cones,

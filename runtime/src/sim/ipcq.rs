@@ -29,6 +29,9 @@ pub struct Queue {
     pub first_msg: u64,
     /// Receives issued so far (the next receive claims this message).
     pub recvs_issued: u64,
+    /// How long a credit takes back from the receiver to the sender, once
+    /// asked (a route's latency: the same for every message).
+    pub credit_latency_ps: Option<u64>,
 }
 
 impl Queue {
@@ -80,6 +83,7 @@ impl Queues {
             msgs: VecDeque::new(),
             first_msg: 0,
             recvs_issued: 0,
+            credit_latency_ps: None,
         });
         self.index.insert((src, dst), q);
         q

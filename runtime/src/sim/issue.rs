@@ -58,7 +58,10 @@ impl Sim<'_> {
                 continue;
             };
             let go = match step {
-                Step::Inst(i) => self.issue_inst(p, i)?,
+                Step::Inst(i) => match self.issue_pure_scalar(p, i)? {
+                    Some(go) => go,
+                    None => self.issue_inst(p, i)?,
+                },
                 Step::Relabel(i) => {
                     // A reshape is the same elements: consumers see them
                     // under their own type.
@@ -152,9 +155,6 @@ impl Sim<'_> {
             Op::WaitUntil => return self.wait_until(p, i),
             _ => {}
         }
-        if let Some(go) = self.issue_pure_scalar(p, i)? {
-            return Ok(go);
-        }
         let Some((args, ready)) = self.operands(p, &d.args) else {
             return Ok(self.stall(p, Stall::Data));
         };
@@ -191,17 +191,13 @@ impl Sim<'_> {
     /// bits, with no copies of values. `None` when it does not apply (the
     /// general path then decides, and stalls if an operand is missing).
     fn issue_pure_scalar(&mut self, p: usize, i: Inst) -> Result<Option<bool>, SimError> {
-        let Some(op) = self.scalar_ops.get(i.as_u32() as usize).copied().flatten() else {
+        let Some(step) = self.scalar_ops.get(i.as_u32() as usize).copied().flatten() else {
             return Ok(None);
         };
-        let d = self.l.func.inst(i);
-        if d.args.len() > 3 {
-            return Ok(None);
-        }
         let pe = &self.pes[p];
         let mut bits = [0u64; 3];
         let mut ready = 0;
-        for (k, a) in d.args.iter().enumerate() {
+        for (k, a) in step.args[..step.n_args as usize].iter().enumerate() {
             let (b, at) = match pe.get(*a) {
                 Val::Ready {
                     v: RtValue::Scalar(b),
@@ -216,14 +212,15 @@ impl Sim<'_> {
             bits[k] = b;
             ready = ready.max(at);
         }
-        let b = op
+        let b = step
+            .op
             .eval(|k| bits[k], &pe.ctx)
             .map_err(|kind| self.exec_error(p, i, kind))?;
         let t0 = self.pes[p].issue_ps.max(ready);
         let at = self.dispatch(p, t0);
-        if let Some(r) = d.results.first() {
+        if let Some(r) = step.result {
             self.pes[p].set(
-                *r,
+                r,
                 Val::Ready {
                     v: RtValue::Scalar(b),
                     at,
@@ -239,13 +236,13 @@ impl Sim<'_> {
     fn compute_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<Vec<RtValue>, SimError> {
         let func = self.l.func;
         let group = &self.plan.groups[g];
-        let inputs: SmallVec<[RtValue; 4]> = group
+        let inputs: SmallVec<[std::borrow::Cow<RtValue>; 4]> = group
             .inputs
             .iter()
             .zip(vals)
             .map(|(v, x)| super::engines::fit(func.ty(*v), x))
             .collect();
-        let refs: SmallVec<[&RtValue; 4]> = inputs.iter().collect();
+        let refs: SmallVec<[&RtValue; 4]> = inputs.iter().map(|x| &**x).collect();
         self.dp
             .run(func, self.plan, g, &refs, &mut self.m.mem)
             .map_err(|e| self.fail(p, e))
@@ -256,20 +253,20 @@ impl Sim<'_> {
     /// reused from the PE's last evaluation of it when its inputs are the
     /// same (the same formula, equal scalars); a cone without a formula
     /// sends the whole group the usual way.
-    fn address_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<Vec<RtValue>, SimError> {
+    fn address_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<SmallVec<[RtValue; 4]>, SimError> {
         let n = self.cones[g].as_ref().map_or(0, Vec::len);
         if n == 0 || !self.dp.formulas() {
-            return self.compute_now(p, g, vals);
+            return self.compute_now(p, g, vals).map(SmallVec::from_vec);
         }
         let func = self.l.func;
         let group = &self.plan.groups[g];
-        let mut outs = Vec::with_capacity(n);
+        let mut outs = SmallVec::new();
         for k in 0..n {
             let Some(cone) = self.cones[g].as_ref().and_then(|c| c.get(k)) else {
                 break;
             };
             let slot = self.cone_base[g] + k;
-            let ins: SmallVec<[RtValue; 4]> = cone
+            let ins: SmallVec<[std::borrow::Cow<RtValue>; 4]> = cone
                 .inputs
                 .iter()
                 .map(|&j| super::engines::fit(func.ty(group.inputs[j]), &vals[j]))
@@ -281,19 +278,18 @@ impl Sim<'_> {
                 }
             }
             let out = {
-                let refs: SmallVec<[&RtValue; 4]> = ins.iter().collect();
-                kernbench_compiler::datapath::affine::eval_group(func, &cone.group, &refs)
-                    .pop()
-                    .flatten()
+                let refs: SmallVec<[&RtValue; 4]> = ins.iter().map(|x| &**x).collect();
+                let out = cone.group.outputs.first().copied();
+                out.and_then(|o| kernbench_compiler::datapath::affine::eval_output(func, &cone.group, &refs, o))
             };
             let Some(out) = out else {
-                return self.compute_now(p, g, vals);
+                return self.compute_now(p, g, vals).map(SmallVec::from_vec);
             };
             let memo = &mut self.pes[p].cone_memo;
             if memo.len() < self.n_cones {
                 memo.resize_with(self.n_cones, || None);
             }
-            memo[slot] = Some((ins, out.clone()));
+            memo[slot] = Some((ins.into_iter().map(std::borrow::Cow::into_owned).collect(), out.clone()));
             outs.push(out);
         }
         Ok(outs)

@@ -131,7 +131,7 @@ pub fn place_args(
                 placed.push(PlacedTensor {
                     name,
                     elem: tensor.elem,
-                    shape: tensor.shape.clone(),
+                    shape: tensor.shape.to_vec(),
                     layout,
                     bases,
                 });

@@ -54,6 +54,9 @@ struct Prepared {
     key: String,
     /// How far the group may be evaluated as formulas.
     symbolic: affine::Symbolic,
+    /// Whether a member is an `arange`: the only formula that needs no
+    /// input formula or scalar to start from.
+    has_arange: bool,
     /// Whether compiled code may take affine inputs as formulas (an
     /// elementwise group); otherwise they are materialized.
     takes_affine: bool,
@@ -461,7 +464,7 @@ fn contiguous_copy(func: &Function, group: &Group, inputs: &[&RtValue], mem: &mu
         return Some(Vec::new());
     }
     let ty = func.ty(d.results[0]);
-    let shape: Vec<usize> = ty.shape().iter().map(|&x| x as usize).collect();
+    let shape: smallvec::SmallVec<[usize; 4]> = ty.shape().iter().map(|&x| x as usize).collect();
     let mut out = Tensor::zeros(ty.elem(), &shape);
     if bytes > 0 {
         let (base, seg) = mem.segment(first)?;
@@ -543,6 +546,10 @@ impl DataPath for Jit {
                     kind,
                     key,
                     symbolic: affine::symbolic(func, group),
+                    has_arange: group
+                        .insts
+                        .iter()
+                        .any(|i| matches!(func.inst(*i).op, Op::Arange { .. })),
                     takes_affine: matches!(kind, Kind::Direct) && takes_affine(func, group),
                     variants: Vec::new(),
                 }
@@ -583,7 +590,10 @@ impl DataPath for Jit {
         // run; or some, which replace what the run computes (so later
         // groups get formulas).
         let mut formulas_out = Vec::new();
-        if p.symbolic != affine::Symbolic::Nothing {
+        // With only stored blocks for inputs, formulas can start only at an
+        // `arange`.
+        let may_start = p.has_arange || inputs.iter().any(|v| !matches!(v, RtValue::Block(_)));
+        if p.symbolic != affine::Symbolic::Nothing && may_start {
             formulas_out = affine::eval_group(func, group, inputs);
             self.formula_outputs += formulas_out.iter().flatten().count();
             self.mask_formula_outputs += formulas_out
@@ -671,7 +681,7 @@ impl DataPath for Jit {
             .enumerate()
             .map(|(k, o)| {
                 let t = func.ty(*o);
-                let shape: Vec<usize> = t.shape().iter().map(|&d| d as usize).collect();
+                let shape: smallvec::SmallVec<[usize; 4]> = t.shape().iter().map(|&d| d as usize).collect();
                 let elem = match kind {
                     Kind::DotF32 => Elem::Num(DType::F32),
                     _ => t.elem(),

@@ -310,7 +310,7 @@ fn functional(
             HostArg::Scalar(b) => values.push(RtValue::Scalar(b)),
             HostArg::Tensor(t) => {
                 let addr = mem.alloc(&name, t.bytes().to_vec());
-                tensors.push((name, t.shape.clone(), t.elem));
+                tensors.push((name, t.shape.to_vec(), t.elem));
                 values.push(RtValue::Scalar(addr));
             }
         }
