@@ -142,14 +142,22 @@ pub struct Link {
 
 impl Link {
     /// Serialization time of `bytes` on this link.
+    #[inline]
     pub fn ser_ps(&self, bytes: u64) -> u64 {
         ser_ps(bytes, self.bw_bytes_per_us)
     }
 }
 
 /// `ceil(bytes / bandwidth)` in picoseconds.
+#[inline]
 pub fn ser_ps(bytes: u64, bw_bytes_per_us: u64) -> u64 {
-    (bytes as u128 * 1_000_000).div_ceil(bw_bytes_per_us.max(1) as u128) as u64
+    let bw = bw_bytes_per_us.max(1);
+    // In u64 whenever the product fits (any transfer below 18 TB): the
+    // same quotient without a 128-bit division.
+    match bytes.checked_mul(1_000_000) {
+        Some(p) => p.div_ceil(bw),
+        None => (bytes as u128 * 1_000_000).div_ceil(bw as u128) as u64,
+    }
 }
 
 /// Bytes/ns as an integer bytes/µs.
@@ -722,6 +730,19 @@ impl Fabric {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The u64 path of `ser_ps` against the 128-bit formula, around the
+    /// point where `bytes · 10^6` leaves u64 and at awkward bandwidths.
+    #[test]
+    fn serialization_time_is_the_exact_ceiling() {
+        let exact = |b: u64, bw: u64| (b as u128 * 1_000_000).div_ceil(bw.max(1) as u128) as u64;
+        let edge = u64::MAX / 1_000_000;
+        for b in [0, 1, 255, 256, 4097, 1 << 30, edge - 1, edge, edge + 1, u64::MAX / 2] {
+            for bw in [0, 1, 3, 7_999, 204_800, 256_000, u64::MAX] {
+                assert_eq!(ser_ps(b, bw), exact(b, bw), "{b} bytes at {bw} B/us");
+            }
+        }
+    }
 
     fn pe(sip: u32, cube: u32, pe: u32) -> PeCoord {
         PeCoord { sip, cube, pe }

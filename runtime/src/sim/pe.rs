@@ -56,6 +56,7 @@ pub enum Val {
 
 impl Val {
     /// When the value is ready, if its producer has started.
+    #[inline]
     pub fn ready_ps(&self) -> Option<u64> {
         match self {
             Val::Unset => Some(0),
@@ -65,6 +66,7 @@ impl Val {
     }
 
     /// The data, once the producer has started.
+    #[inline]
     pub fn data(&self) -> Option<&RtValue> {
         match self {
             Val::Unset => None,
@@ -293,10 +295,12 @@ impl PeState {
                 .all(|(k, e)| e.queue.is_empty() || k == super::Engine::Recv.index())
     }
 
+    #[inline]
     pub fn get(&self, v: Value) -> &Val {
         &self.env[v.as_u32() as usize]
     }
 
+    #[inline]
     pub fn set(&mut self, v: Value, x: Val) {
         self.env[v.as_u32() as usize] = x;
     }
