@@ -956,10 +956,22 @@ impl Sim<'_> {
 
     /// Whoever waits in `tl.wait_until` looks at its signal word again.
     fn wake_signal_waiters(&mut self) {
-        for q in 0..self.pes.len() {
-            if self.pes[q].stall == Stall::Signal {
-                self.wake_issue(q);
+        if self.signal_waiters.is_empty() {
+            return;
+        }
+        // In PE order, as a scan of all PEs would wake them.
+        let mut waiters = std::mem::take(&mut self.signal_waiters);
+        waiters.sort_unstable();
+        waiters.dedup();
+        for &q in &waiters {
+            if self.pes[q as usize].stall == Stall::Signal {
+                self.wake_issue(q as usize);
             }
+        }
+        // Keep the allocation.
+        waiters.clear();
+        if self.signal_waiters.is_empty() {
+            self.signal_waiters = waiters;
         }
     }
 

@@ -110,6 +110,10 @@ pub(super) struct Sim<'a> {
     pub barrier_arrived: Vec<u32>,
     pub barrier_latest_ps: Vec<u64>,
     pub barrier_latency_ps: Vec<Option<u64>>,
+    /// The PEs that stalled in `wait_until` since the last wake-up (some
+    /// may have left the stall since): a store wakes only these, not a
+    /// scan of every PE, which cost O(PEs) per store.
+    pub signal_waiters: Vec<u32>,
     pub events_run: u64,
     pub slices: Vec<Slice>,
     pub start_ps: u64,
@@ -281,6 +285,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         barrier_arrived: vec![0; n_groups],
         barrier_latest_ps: vec![0; n_groups],
         barrier_latency_ps: vec![None; n_groups],
+        signal_waiters: Vec::new(),
         events_run: 0,
         slices: Vec::new(),
         start_ps: start,

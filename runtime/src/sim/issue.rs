@@ -622,6 +622,7 @@ impl Sim<'_> {
             .map_err(|f| self.exec_error(p, i, ExecErrorKind::OutOfBounds(f)))?;
         let mask = if size == 8 { u64::MAX } else { (1u64 << (8 * size)) - 1 };
         if u64::from_le_bytes(buf) & mask != vals[1].scalar() & mask {
+            self.signal_waiters.push(p as u32);
             return Ok(self.stall(p, Stall::Signal));
         }
         self.dispatch(p, t);
