@@ -839,6 +839,15 @@ def shapes(x: ptr[i32], out: ptr[i32]):
     tl.store(out + 16 + tl.arange(0, 16), tl.load(x + tl.reshape(sq, [16])))
     mixed = tl.reshape(tl.arange(0, 16), [4, 4])
     tl.store(out + 32 + mixed, tl.load(x + mixed * 2))
+
+@kernel
+def splats(x: ptr[i32], out: ptr[i32], k: i32):
+    r = tl.arange(0, 4)
+    s = tl.broadcast_to(k, [4])
+    t = tl.broadcast_to(tl.reshape(s, [1, 4]), [3, 4])
+    tl.store(out + r, s)
+    tl.store(out + 4 + tl.arange(0, 12), tl.reshape(t, [12]))
+    tl.store(out + 16 + r, tl.load(x + s + r, mask=(s + r >= 0) & (s + r < 40), other=-1))
 ";
     let i32s = |n: usize, seed: u64| random_tensor(DType::I32, &[n], seed);
     let zeros = |n: usize| Tensor::zeros(Elem::Num(DType::I32), &[n]);
@@ -864,6 +873,17 @@ def shapes(x: ptr[i32], out: ptr[i32]):
             ],
         ),
         ("shapes", vec![Arg::Tensor(i32s(32, 4)), Arg::Tensor(zeros(48))]),
+        // Splats (kept as their scalar while evaluated symbolically),
+        // broadcast and reshaped, stored as data and used as offsets.
+        ("splats", vec![Arg::Tensor(i32s(40, 5)), Arg::Tensor(zeros(20)), int(7)]),
+        (
+            "splats",
+            vec![Arg::Tensor(i32s(40, 6)), Arg::Tensor(zeros(20)), int(38)],
+        ),
+        (
+            "splats",
+            vec![Arg::Tensor(i32s(40, 7)), Arg::Tensor(zeros(20)), int(-2_000_000_000)],
+        ),
     ];
     for (kernel, args) in cases {
         let func = lower(src, kernel, &[]).unwrap_or_else(|e| panic!("{e}"));

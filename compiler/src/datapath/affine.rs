@@ -551,11 +551,7 @@ pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Op
     group
         .outputs
         .iter()
-        .map(|o| match lookup(&env, *o) {
-            Some(Sym::Block(a)) => Some(RtValue::Affine(a.clone())),
-            Some(Sym::Mask(m)) => Some(RtValue::Mask(m.clone())),
-            _ => None,
-        })
+        .map(|o| output_formula(func.ty(*o), lookup(&env, *o)?))
         .collect()
 }
 
@@ -563,12 +559,7 @@ pub fn eval_group(func: &Function, group: &Group, inputs: &[&RtValue]) -> Vec<Op
 /// has one.
 pub fn eval_output(func: &Function, group: &Group, inputs: &[&RtValue], out: crate::ir::Value) -> Option<RtValue> {
     let env = eval_env(func, group, inputs);
-    let (_, sym) = env.into_iter().rev().find(|(k, _)| *k == out)?;
-    match sym {
-        Sym::Block(a) => Some(RtValue::Affine(a)),
-        Sym::Mask(m) => Some(RtValue::Mask(m)),
-        Sym::Scalar(_) => None,
-    }
+    output_formula(func.ty(out), lookup(&env, out)?)
 }
 
 /// The formulas of `group`'s inputs and of every member that has one.
@@ -669,7 +660,35 @@ fn eval_inst(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -> 
     if let Type::Block(Elem::Num(DType::Bool), shape) = ty {
         return eval_mask(func, d, shape, env).map(|m| Sym::Mask(Rc::new(m)));
     }
+    // A splat of a scalar (or a broadcast or reshape of one) stays that
+    // scalar: every reader takes a scalar operand as its splat
+    // (`at_shape`, a comparison's side), and an output is given its
+    // formula at the end ([`output_formula`]). The ring's pointer moves by
+    // a splat every step; this spares building that block's formula.
+    if matches!(d.op, Op::Splat | Op::Broadcast | Op::Reshape) && matches!(ty, Type::Block(..)) && affine_elem(ty) {
+        if let Some(Sym::Scalar(x)) = d.args.first().and_then(|a| lookup(env, *a)) {
+            return Some(Sym::Scalar(*x));
+        }
+    }
     eval_affine(func, d, ty, env).map(|a| Sym::Block(Rc::new(a)))
+}
+
+/// The formula of a group output of type `ty` evaluated to `sym`.
+fn output_formula(ty: &Type, sym: &Sym) -> Option<RtValue> {
+    match sym {
+        Sym::Block(a) => Some(RtValue::Affine(a.clone())),
+        Sym::Mask(m) => Some(RtValue::Mask(m.clone())),
+        // A splat kept as its scalar (see `eval_inst`).
+        Sym::Scalar(x) => match ty {
+            Type::Block(e, shape) => Some(RtValue::Affine(Rc::new(Affine::new(
+                *e,
+                shape,
+                *x,
+                &Axes::from_elem(0, shape.len()),
+            )))),
+            _ => None,
+        },
+    }
 }
 
 /// The affine formula of an integer or pointer instruction's result.
