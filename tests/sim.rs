@@ -389,6 +389,62 @@ fn a_send_recv_pair_matches_the_closed_form() {
     assert!(rel(got, want) < 1e-3, "copy-out took {got} ps, closed form {want} ps");
 }
 
+const LATE_RECV: &str = "
+@kernel
+def late(buf: ptr[i32], SPIN: constexpr = 200, N: constexpr = 64):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        tl.send(1, tl.load(buf + offs))
+    else:
+        acc = 0
+        for i in range(SPIN):
+            acc += i
+        tl.store(buf + offs, tl.recv(0, [N], i32) + acc)
+";
+
+/// An operation never starts before the issue unit dispatched it, even
+/// when what it waits for comes first: rank 1 dispatches at least SPIN
+/// instructions (one `+=` per iteration) before its receive, queued ahead
+/// of the global clock, while rank 0's message arrives well before that.
+/// The receive must start at its dispatch, not at the message's arrival.
+#[test]
+fn a_receive_starts_no_earlier_than_its_dispatch() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(LATE_RECV, "late", &[]);
+    let run = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(0, 0, 2)],
+        &func,
+        vec![tensor("buf", i32s(&[2, 64], |k| k as i32), &["shard"])],
+        None,
+        true,
+    )
+    .expect("runs");
+    let spin: u64 = 200;
+    let sum: i64 = (0..spin as i64).sum();
+    for k in 0..64 {
+        assert_eq!(
+            elem::to_i64(DType::I32, run.tensors[0].get_bits(64 + k)),
+            k as i64 + sum,
+            "lane {k}"
+        );
+    }
+    let dispatch_ps = topo.cycles_to_ps(topo.spec.pe.dispatch_cycles.0);
+    let earliest = run.report.start_ps + spin * dispatch_ps;
+    let find = |e: Engine| run.report.slices.iter().find(|sl| sl.engine == e).expect("a slice");
+    let (send, recv) = (find(Engine::Send), find(Engine::Recv));
+    assert!(
+        send.done_ps < earliest,
+        "the message ({} ps) should arrive before rank 1 can reach its receive ({earliest} ps)",
+        send.done_ps
+    );
+    assert!(
+        recv.start_ps >= earliest,
+        "the receive started at {} ps, before rank 1 could have dispatched it ({earliest} ps)",
+        recv.start_ps
+    );
+}
+
 /// Runs the test ring all-reduce on `world` PEs (ring order) with i32
 /// data and checks every rank holds the exact sum.
 fn ring_exact(topo: &Topology, world: usize, n_elem: usize, chunk: i64, stdlib: bool, layout: &[&str]) -> SimRun {

@@ -67,7 +67,7 @@ impl DataPath for Interpreter {
         g: GroupId,
         inputs: &[&RtValue],
         mem: &mut dyn Memory,
-    ) -> Result<Vec<RtValue>, ExecError> {
+    ) -> Result<super::Outputs, ExecError> {
         let group = &plan.groups[g];
         let mut env: HashMap<Value, ArrayD<Bits>> = HashMap::new();
         for (v, val) in group.inputs.iter().zip(inputs) {

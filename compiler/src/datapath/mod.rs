@@ -174,5 +174,9 @@ pub trait DataPath {
         g: GroupId,
         inputs: &[&RtValue],
         mem: &mut dyn Memory,
-    ) -> Result<Vec<RtValue>, ExecError>;
+    ) -> Result<Outputs, ExecError>;
 }
+
+/// A group's output values: one or two nearly always, so inline (a group
+/// runs for every block operation the simulator performs).
+pub type Outputs = smallvec::SmallVec<[RtValue; 2]>;

@@ -24,7 +24,7 @@ use super::pe::{OpKind, OpRec, Ranges, Stall, Val};
 use super::{cost, Engine, Placement, SimError};
 use crate::topology::{Backpressure, Topology};
 use kernbench_compiler::datapath::{
-    affine::Affine, elem_size, first_off_lane, ExecErrorKind, MemFault, RtValue, Tensor,
+    affine::Affine, elem_size, first_off_lane, ExecErrorKind, MemFault, Outputs, RtValue, Tensor,
 };
 use kernbench_compiler::ir::{Op, Type};
 use kernbench_compiler::sema::types::{DType, Elem};
@@ -324,8 +324,11 @@ impl Sim<'_> {
             let now = self.now;
             let eq = &self.pes[p].engines[e.index()];
             let Some(head) = eq.queue.front() else { return Ok(()) };
-            if eq.free_at_ps > now {
-                let t = eq.free_at_ps;
+            // Not before the engine is free, nor before the operation was
+            // issued (a message arriving early kicks a receive engine whose
+            // head the issue unit queued ahead of the global clock).
+            if eq.free_at_ps > now || head.issued_ps > now {
+                let t = eq.free_at_ps.max(head.issued_ps);
                 self.request_kick(p, e, t);
                 return Ok(());
             }
@@ -620,7 +623,7 @@ impl Sim<'_> {
     }
 
     /// Runs a data-path group on the operation's captured operands.
-    fn run_group(&mut self, p: usize, op: &OpRec, g: usize) -> Result<Vec<RtValue>, SimError> {
+    fn run_group(&mut self, p: usize, op: &OpRec, g: usize) -> Result<Outputs, SimError> {
         let func = self.l.func;
         const UNSET: RtValue = RtValue::Scalar(0);
         let inputs: SmallVec<[Cow<RtValue>; 4]> = op
@@ -864,7 +867,7 @@ impl Sim<'_> {
         }
         let outs = match op.kind {
             OpKind::Group(g) => self.run_group(p, &op, g),
-            _ => Ok(Vec::new()),
+            _ => Ok(Outputs::new()),
         };
         if let Ok(outs) = &outs {
             for (s, v) in op.results.iter().zip(outs) {

@@ -11,7 +11,7 @@ use super::events::Sim;
 use super::pe::{Args, Frame, FrameKind, OpKind, OpRec, Slot, Stall, Val};
 use super::{Engine, SimError};
 use crate::exec::{scalar_op, Scalar};
-use kernbench_compiler::datapath::{elem, ExecErrorKind, RtValue, Step};
+use kernbench_compiler::datapath::{elem, ExecErrorKind, Outputs, RtValue, Step};
 use kernbench_compiler::ir::{Inst, Op, Peer, Region, Value};
 use kernbench_compiler::sema::types::{DType, Elem};
 use smallvec::SmallVec;
@@ -233,7 +233,7 @@ impl Sim<'_> {
 
     /// Runs a pure group on known operands now (the data does not depend
     /// on when); returns its outputs.
-    fn compute_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<Vec<RtValue>, SimError> {
+    fn compute_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<Outputs, SimError> {
         let func = self.l.func;
         let group = &self.plan.groups[g];
         let inputs: SmallVec<[std::borrow::Cow<RtValue>; 4]> = group
@@ -253,10 +253,10 @@ impl Sim<'_> {
     /// reused from the PE's last evaluation of it when its inputs are the
     /// same (the same formula, equal scalars); a cone without a formula
     /// sends the whole group the usual way.
-    fn address_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<SmallVec<[RtValue; 4]>, SimError> {
+    fn address_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<Outputs, SimError> {
         let n = self.cones[g].as_ref().map_or(0, Vec::len);
         if n == 0 || !self.dp.formulas() {
-            return self.compute_now(p, g, vals).map(SmallVec::from_vec);
+            return self.compute_now(p, g, vals);
         }
         let func = self.l.func;
         let group = &self.plan.groups[g];
@@ -283,7 +283,7 @@ impl Sim<'_> {
                 out.and_then(|o| kernbench_compiler::datapath::affine::eval_output(func, &cone.group, &refs, o))
             };
             let Some(out) = out else {
-                return self.compute_now(p, g, vals).map(SmallVec::from_vec);
+                return self.compute_now(p, g, vals);
             };
             let memo = &mut self.pes[p].cone_memo;
             if memo.len() < self.n_cones {
@@ -387,6 +387,7 @@ impl Sim<'_> {
                 args,
                 results,
                 mem_id,
+                issued_ps: 0,
                 start_ps: 0,
             },
         );
@@ -398,7 +399,8 @@ impl Sim<'_> {
     /// engine moves on to later ones itself), and not before the engine
     /// is free and the operands it knows of are ready; an operand not yet
     /// produced kicks the engine when its producer ends.
-    fn enqueue(&mut self, p: usize, e: Engine, t: u64, op: OpRec) {
+    fn enqueue(&mut self, p: usize, e: Engine, t: u64, mut op: OpRec) {
+        op.issued_ps = t;
         let eq = &mut self.pes[p].engines[e.index()];
         let head = eq.queue.is_empty();
         let mut at = Some(t.max(eq.free_at_ps));
@@ -470,6 +472,7 @@ impl Sim<'_> {
             args: smallvec::smallvec![(value, val)],
             results: SmallVec::new(),
             mem_id: None,
+            issued_ps: 0,
             start_ps: 0,
         };
         self.enqueue(p, Engine::Send, t, op);
@@ -498,6 +501,7 @@ impl Sim<'_> {
             args: Args::new(),
             results: smallvec::smallvec![slot.clone()],
             mem_id: None,
+            issued_ps: 0,
             start_ps: 0,
         };
         self.enqueue(p, Engine::Recv, t, op);
@@ -588,6 +592,7 @@ impl Sim<'_> {
             args: Args::new(),
             results: SmallVec::new(),
             mem_id,
+            issued_ps: 0,
             start_ps: 0,
         };
         self.enqueue(p, Engine::Dma, t, op);

@@ -102,6 +102,9 @@ pub struct OpRec {
     pub results: SmallVec<[Rc<Slot>; 1]>,
     /// Its entry in the PE's memory-order list.
     pub mem_id: Option<u64>,
+    /// When the issue unit dispatched it (filled when queued): it starts
+    /// no earlier, whatever wakes its engine.
+    pub issued_ps: u64,
     /// Filled when it starts: when it began, for the trace and statistics.
     pub start_ps: u64,
 }

@@ -16,7 +16,7 @@ mod runtime;
 mod vector;
 
 use super::interp::Interpreter;
-use super::{affine, elem, DataPath, ExecError, ExecErrorKind, Group, GroupId, Memory, Plan, RtValue, Tensor};
+use super::{affine, elem, DataPath, ExecError, ExecErrorKind, Group, GroupId, Memory, Outputs, Plan, RtValue, Tensor};
 use crate::ir::{Function, Op, Type};
 use crate::sema::types::{DType, Elem};
 use codegen::{helper_signatures, Gen, HelperRefs};
@@ -416,7 +416,7 @@ fn prefix_lanes(mask: Option<&RtValue>, n: usize) -> Option<usize> {
 /// (which it would otherwise run lane by lane). `None` when the group is
 /// not such a copy or the bytes are not all in one allocation (the
 /// compiled code then runs, and reports the fault).
-fn contiguous_copy(func: &Function, group: &Group, inputs: &[&RtValue], mem: &mut dyn Memory) -> Option<Vec<RtValue>> {
+fn contiguous_copy(func: &Function, group: &Group, inputs: &[&RtValue], mem: &mut dyn Memory) -> Option<Outputs> {
     let [i] = group.insts[..] else { return None };
     let d = func.inst(i);
     if !matches!(d.op, Op::Load { .. } | Op::Store { .. }) {
@@ -461,7 +461,7 @@ fn contiguous_copy(func: &Function, group: &Group, inputs: &[&RtValue], mem: &mu
             seg.get_mut(off..off.checked_add(bytes)?)?
                 .copy_from_slice(value.bytes().get(..bytes)?);
         }
-        return Some(Vec::new());
+        return Some(Outputs::new());
     }
     let ty = func.ty(d.results[0]);
     let shape: smallvec::SmallVec<[usize; 4]> = ty.shape().iter().map(|&x| x as usize).collect();
@@ -485,9 +485,9 @@ fn contiguous_copy(func: &Function, group: &Group, inputs: &[&RtValue], mem: &mu
     }
     let r = d.results[0];
     Some(if group.outputs.contains(&r) {
-        vec![RtValue::Block(Rc::new(out))]
+        smallvec::smallvec![RtValue::Block(Rc::new(out))]
     } else {
-        Vec::new()
+        Outputs::new()
     })
 }
 
@@ -577,7 +577,7 @@ impl DataPath for Jit {
         g: GroupId,
         inputs: &[&RtValue],
         mem: &mut dyn Memory,
-    ) -> Result<Vec<RtValue>, ExecError> {
+    ) -> Result<Outputs, ExecError> {
         let group = &plan.groups[g];
         let Some(p) = self.prepared.get(g) else {
             return self.interp.run(func, plan, g, inputs, mem);
@@ -744,7 +744,7 @@ impl DataPath for Jit {
                 Ok(_) => Err(jit_error),
             };
         }
-        let mut results = Vec::with_capacity(outs.len());
+        let mut results = Outputs::with_capacity(outs.len());
         for (k, (o, t)) in group.outputs.iter().zip(outs).enumerate() {
             if let Some(Some(a)) = formulas_out.get_mut(k).map(Option::take) {
                 results.push(a);
