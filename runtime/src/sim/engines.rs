@@ -671,13 +671,11 @@ impl Sim<'_> {
                 }),
             )
         };
-        let place = self.m.mem.placement_of(first).ok_or_else(fault)?;
+        let (base, seg_end, place) = self.m.mem.extent_of(first).ok_or_else(fault)?;
         self.check_reach(p, op, place, first, write)?;
         // Lanes beyond the first one's allocation (a gather across tensors)
         // must each be reachable too; their bytes are charged to the first
         // lane's memory.
-        let (base, _) = self.m.mem.lookup(first).ok_or_else(fault)?;
-        let seg_end = base + self.m.mem.bytes_at(base).map_or(0, |b| b.len() as u64);
         if scan.lo < base || scan.hi > seg_end {
             let mut bad = None;
             for_each_active(&ptr, mask.as_ref(), |a| {

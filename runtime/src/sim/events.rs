@@ -406,8 +406,16 @@ impl Sim<'_> {
         if blocked.is_empty() {
             Ok(())
         } else {
+            // Stuck since the last PE reached the operation it waits in:
+            // its issue clock may be past the last event.
+            let stuck_ps = self
+                .pes
+                .iter()
+                .filter(|pe| pe.stall != Stall::Finished)
+                .map(|pe| pe.issue_ps)
+                .fold(self.now, u64::max);
             Err(SimError::Deadlock {
-                time_ps: self.now,
+                time_ps: stuck_ps,
                 blocked,
             })
         }

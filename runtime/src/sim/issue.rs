@@ -398,11 +398,19 @@ impl Sim<'_> {
     /// Queues an operation issued at `t`. Only a new head needs a kick (the
     /// engine moves on to later ones itself), and not before the engine
     /// is free and the operands it knows of are ready; an operand not yet
-    /// produced kicks the engine when its producer ends.
+    /// produced kicks the engine when its producer ends, and so does a
+    /// receive's message when it arrives (the engine then waits for the
+    /// dispatch if the message came first).
     fn enqueue(&mut self, p: usize, e: Engine, t: u64, mut op: OpRec) {
         op.issued_ps = t;
+        let awaits_message = match op.kind {
+            OpKind::Recv { queue, msg } => self.queues.queues[queue as usize]
+                .msg(msg)
+                .is_none_or(|m| m.arrived_ps.is_none()),
+            _ => false,
+        };
         let eq = &mut self.pes[p].engines[e.index()];
-        let head = eq.queue.is_empty();
+        let head = eq.queue.is_empty() && !awaits_message;
         let mut at = Some(t.max(eq.free_at_ps));
         for (_, v) in &op.args {
             at = match (at, v.ready_ps()) {

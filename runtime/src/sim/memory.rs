@@ -213,6 +213,14 @@ impl SimMemory {
         self.lookup(addr).map(|(_, i)| i.placement)
     }
 
+    /// The allocation holding `addr`: its first and one-past-last address
+    /// and its placement (one search, for the simulator's address check).
+    pub fn extent_of(&self, addr: u64) -> Option<(u64, u64, Placement)> {
+        let s = self.flat.segment_at(addr)?;
+        let info = self.info.get(s.tag as usize)?;
+        Some((s.base, s.base + s.data.len() as u64, info.placement))
+    }
+
     /// `addr` in the same symmetric group's segment of `rank`.
     pub fn symmetric_at(&self, addr: u64, rank: u32) -> Option<u64> {
         let (base, info) = self.lookup(addr)?;

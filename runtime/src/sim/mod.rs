@@ -179,6 +179,8 @@ pub enum SimError {
         error: ExecError,
     },
     Deadlock {
+        /// When the last PE got stuck (the latest of the last event and
+        /// the blocked PEs' issue clocks).
         time_ps: u64,
         blocked: Vec<Blocked>,
     },
