@@ -776,8 +776,7 @@ fn eval_affine(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -
                 Elem::Num(od) => od,
                 Elem::Ptr(_) => return None,
             };
-            let offsets = Affine::new(Elem::Num(od), shape, ob, &os);
-            let (lo, hi) = offsets.range();
+            let (lo, hi) = exact_range(ob as i128, &os, shape);
             let fits = match od {
                 DType::I32 => lo >= i32::MIN as i128 && hi <= i32::MAX as i128,
                 DType::U32 => lo >= 0 && hi <= u32::MAX as i128,
