@@ -349,8 +349,7 @@ impl Sim<'_> {
             let mut access = None;
             match head.kind {
                 OpKind::Recv { queue, msg } => {
-                    let q = &self.queues.queues[queue as usize];
-                    if q.msg(msg).is_none_or(|m| m.arrived_ps.is_none()) {
+                    if !self.queues.queues[queue as usize].arrived(msg) {
                         // The message's arrival kicks this engine.
                         return Ok(());
                     }
@@ -557,7 +556,7 @@ impl Sim<'_> {
                         op.inst,
                         ExecErrorKind::Unsupported(format!(
                             "this receive expects {want} bytes ({ty}) but rank {} sent {bytes} bytes",
-                            self.pes[src as usize].rank
+                            self.pes[src as usize].ctx.rank
                         )),
                     ));
                 }

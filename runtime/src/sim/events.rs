@@ -93,7 +93,6 @@ pub(super) struct Sim<'a> {
     /// PE's `cone_memo`.
     pub cones: Vec<Option<Vec<super::agu::Cone>>>,
     pub cone_base: Vec<usize>,
-    pub n_cones: usize,
     pub dispatch_ps: u64,
     pub dma_setup_ps: u64,
     pub queue_depth: usize,
@@ -255,7 +254,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
                 mesh_id: [row, col],
                 mesh_size: c.mesh,
             };
-            pes.push(PeState::new(ctx, mine, func.values.len(), start));
+            pes.push(PeState::new(ctx, mine, func.values.len(), n_cones, start));
             group_of.push(g as u32);
         }
     }
@@ -281,7 +280,6 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         scalar_ops: func.insts.keys().map(|i| ScalarStep::decode(func, i)).collect(),
         cones,
         cone_base,
-        n_cones,
         barrier_arrived: vec![0; n_groups],
         barrier_latest_ps: vec![0; n_groups],
         barrier_latency_ps: vec![None; n_groups],
@@ -340,8 +338,8 @@ impl Sim<'_> {
         let pe = &self.pes[p];
         SimError::Exec {
             pe: self.coords[p],
-            rank: pe.rank,
-            program: pe.pid,
+            rank: pe.ctx.rank,
+            program: pe.ctx.pid,
             error,
         }
     }
@@ -363,8 +361,7 @@ impl Sim<'_> {
         };
         let pe = &mut self.pes[p];
         let (g0, g1) = (g0.max(1) as u64, g1.max(1) as u64);
-        pe.pid = [(idx % g0) as u32, ((idx / g0) % g1) as u32, (idx / (g0 * g1)) as u32];
-        pe.ctx.pid = pe.pid;
+        pe.ctx.pid = [(idx % g0) as u32, ((idx / g0) % g1) as u32, (idx / (g0 * g1)) as u32];
         pe.frames = vec![super::pe::Frame {
             region: func.body,
             idx: 0,
@@ -438,18 +435,18 @@ impl Sim<'_> {
                 let reason = match head.kind {
                     super::pe::OpKind::Recv { queue, msg } => {
                         let q = &self.queues.queues[queue as usize];
-                        if q.msg(msg).is_some_and(|m| m.arrived_ps.is_some()) {
+                        if q.arrived(msg) {
                             continue;
                         }
                         WaitReason::NoData {
-                            from_rank: self.pes[q.src as usize].rank,
+                            from_rank: self.pes[q.src as usize].ctx.rank,
                         }
                     }
                     super::pe::OpKind::Send { queue, .. } => {
                         let q = &self.queues.queues[queue as usize];
                         let slots = self.queues.n_slots();
                         WaitReason::QueueFull {
-                            to_rank: self.pes[q.dst as usize].rank,
+                            to_rank: self.pes[q.dst as usize].ctx.rank,
                             used: slots - q.credits,
                             slots,
                         }
@@ -459,7 +456,7 @@ impl Sim<'_> {
                 found = true;
                 out.push(Blocked {
                     pe: coord,
-                    rank: pe.rank,
+                    rank: pe.ctx.rank,
                     inst: head.inst,
                     reason,
                 });
@@ -491,7 +488,7 @@ impl Sim<'_> {
             };
             out.push(Blocked {
                 pe: coord,
-                rank: pe.rank,
+                rank: pe.ctx.rank,
                 inst,
                 reason,
             });
@@ -534,7 +531,7 @@ impl Sim<'_> {
                 .enumerate()
                 .map(|(p, s)| PeStat {
                     pe: self.coords[p],
-                    rank: s.rank,
+                    rank: s.ctx.rank,
                     end_ps: s.end_ps,
                     busy_ps: s.busy_ps,
                 })

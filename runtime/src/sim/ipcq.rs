@@ -39,6 +39,12 @@ impl Queue {
         m.checked_sub(self.first_msg).and_then(|k| self.msgs.get(k as usize))
     }
 
+    /// Whether message `m` is in the receiver's slots: a receive of it can
+    /// start (not yet sent, or still in flight: it cannot).
+    pub fn arrived(&self, m: u64) -> bool {
+        self.msg(m).is_some_and(|x| x.arrived_ps.is_some())
+    }
+
     pub fn msg_mut(&mut self, m: u64) -> Option<&mut Msg> {
         m.checked_sub(self.first_msg)
             .and_then(move |k| self.msgs.get_mut(k as usize))

@@ -285,11 +285,8 @@ impl Sim<'_> {
             let Some(out) = out else {
                 return self.compute_now(p, g, vals);
             };
-            let memo = &mut self.pes[p].cone_memo;
-            if memo.len() < self.n_cones {
-                memo.resize_with(self.n_cones, || None);
-            }
-            memo[slot] = Some((ins.into_iter().map(std::borrow::Cow::into_owned).collect(), out.clone()));
+            self.pes[p].cone_memo[slot] =
+                Some((ins.into_iter().map(std::borrow::Cow::into_owned).collect(), out.clone()));
             outs.push(out);
         }
         Ok(outs)
@@ -404,9 +401,7 @@ impl Sim<'_> {
     fn enqueue(&mut self, p: usize, e: Engine, t: u64, mut op: OpRec) {
         op.issued_ps = t;
         let awaits_message = match op.kind {
-            OpKind::Recv { queue, msg } => self.queues.queues[queue as usize]
-                .msg(msg)
-                .is_none_or(|m| m.arrived_ps.is_none()),
+            OpKind::Recv { queue, msg } => !self.queues.queues[queue as usize].arrived(msg),
             _ => false,
         };
         let eq = &mut self.pes[p].engines[e.index()];
@@ -432,7 +427,7 @@ impl Sim<'_> {
     /// The PE (launch index) a send or receive talks to; `None` while its
     /// rank operand is not computed yet.
     fn peer_rank(&mut self, p: usize, i: Inst, peer: Peer) -> Result<Option<u32>, SimError> {
-        let me = self.pes[p].rank;
+        let me = self.pes[p].ctx.rank;
         let base = self.group_base[self.group_of[p] as usize] as u32;
         let world = self.comm(p).world();
         match peer {

@@ -216,12 +216,10 @@ pub enum Stall {
 }
 
 pub struct PeState {
-    pub rank: u32,
     /// Programs still to run (flattened grid indices).
     pub programs: Programs,
-    pub pid: [u32; 3],
     /// What the built-ins (`tl.program_id`, `tl.rank`, …) answer for the
-    /// current program.
+    /// current program: its rank (`ctx.rank`) and program id (`ctx.pid`).
     pub ctx: crate::exec::ScalarCtx,
     pub frames: Vec<Frame>,
     pub env: Vec<Val>,
@@ -255,11 +253,9 @@ pub struct PeState {
 }
 
 impl PeState {
-    pub fn new(ctx: crate::exec::ScalarCtx, programs: Programs, nvals: usize, t0: u64) -> PeState {
+    pub fn new(ctx: crate::exec::ScalarCtx, programs: Programs, nvals: usize, n_cones: usize, t0: u64) -> PeState {
         PeState {
-            rank: ctx.rank,
             programs,
-            pid: ctx.pid,
             ctx,
             frames: Vec::new(),
             env: vec![Val::Unset; nvals],
@@ -278,7 +274,7 @@ impl PeState {
             at_barrier: false,
             wait_for: None,
             sample_ranges: Default::default(),
-            cone_memo: Vec::new(),
+            cone_memo: vec![None; n_cones],
         }
     }
 
