@@ -563,6 +563,7 @@ pub fn eval_output(func: &Function, group: &Group, inputs: &[&RtValue], out: cra
 }
 
 /// The formulas of `group`'s inputs and of every member that has one.
+#[inline]
 fn eval_env(func: &Function, group: &Group, inputs: &[&RtValue]) -> Env {
     let mut env = Env::new();
     for (v, x) in group.inputs.iter().zip(inputs) {

@@ -541,9 +541,10 @@ impl Sim<'_> {
             OpKind::Recv { queue, msg } => {
                 let func = self.l.func;
                 let r = func.inst(op.inst).results[0];
+                // A future receives the block it will hold.
                 let ty = match func.ty(r) {
-                    Type::Future(d, s) => Type::Block(Elem::Num(*d), s.clone()),
-                    t => t.clone(),
+                    Type::Future(d, s) => Cow::Owned(Type::Block(Elem::Num(*d), s.clone())),
+                    t => Cow::Borrowed(t),
                 };
                 let q = &self.queues.queues[queue as usize];
                 let src = q.src;
