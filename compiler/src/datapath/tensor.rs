@@ -51,6 +51,62 @@ impl std::fmt::Debug for Tensor {
     }
 }
 
+/// Element buffers of dropped blocks, kept for the next blocks made on the
+/// thread. The simulator makes and drops a block for nearly every
+/// data-path operation it runs; at the usual sizes (a few KiB, just above
+/// the allocator's per-thread cache) a fresh zeroed allocation and its
+/// free cost ~500 instructions, a spare buffer a zero-fill.
+mod spare {
+    use std::cell::RefCell;
+
+    /// Larger buffers go back to the allocator.
+    const MAX_WORDS: usize = 1 << 13;
+    const MAX_SPARES: usize = 64;
+
+    thread_local! {
+        static SPARES: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// `n` zero words, in a spare buffer of at most twice that capacity
+    /// when there is one.
+    pub fn zeroed(n: usize) -> Vec<u64> {
+        let found = SPARES.try_with(|s| {
+            let mut s = s.try_borrow_mut().ok()?;
+            let k = s
+                .iter()
+                .rposition(|v| v.capacity() >= n && v.capacity() <= 2 * n.max(1))?;
+            Some(s.swap_remove(k))
+        });
+        match found.ok().flatten() {
+            Some(mut v) => {
+                v.resize(n, 0);
+                v
+            }
+            None => vec![0; n],
+        }
+    }
+
+    pub fn give(mut v: Vec<u64>) {
+        if v.capacity() == 0 || v.capacity() > MAX_WORDS {
+            return;
+        }
+        v.clear();
+        let _ = SPARES.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut() {
+                if s.len() < MAX_SPARES {
+                    s.push(v);
+                }
+            }
+        });
+    }
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        spare::give(std::mem::take(&mut self.words));
+    }
+}
+
 impl Tensor {
     pub fn zeros(elem: Elem, shape: &[usize]) -> Tensor {
         let n: usize = shape.iter().product();
@@ -58,7 +114,7 @@ impl Tensor {
         Tensor {
             elem,
             shape: smallvec::SmallVec::from_slice(shape),
-            words: vec![0; nbytes.div_ceil(8)],
+            words: spare::zeroed(nbytes.div_ceil(8)),
             nbytes,
         }
     }

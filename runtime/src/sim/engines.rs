@@ -20,7 +20,7 @@
 
 use super::events::{Ev, Sim};
 use super::fabric::Endpoint;
-use super::pe::{OpKind, OpRec, Ranges, Stall, Val};
+use super::pe::{OpBox, OpKind, OpRec, Ranges, Stall, Val};
 use super::{cost, Engine, Placement, SimError};
 use crate::topology::{Backpressure, Topology};
 use kernbench_compiler::datapath::{
@@ -418,13 +418,13 @@ impl Sim<'_> {
     }
 
     /// Parks a started operation and schedules its end.
-    fn finish_at(&mut self, p: usize, mut op: OpRec, start: u64, end: u64) {
+    fn finish_at(&mut self, p: usize, mut op: OpBox, start: u64, end: u64) {
         op.start_ps = start;
         let slot = self.pes[p].park(op);
         self.schedule(end, Ev::Done(p as u32, slot));
     }
 
-    fn start(&mut self, p: usize, e: Engine, mut op: OpRec, access: Option<Access>) -> Result<(), SimError> {
+    fn start(&mut self, p: usize, e: Engine, mut op: OpBox, access: Option<Access>) -> Result<(), SimError> {
         let now = self.now;
         match op.kind {
             OpKind::Group(g) => {
@@ -525,7 +525,6 @@ impl Sim<'_> {
                 let q = &mut self.queues.queues[queue as usize];
                 q.credits -= slots;
                 let msg = q.first_msg + q.msgs.len() as u64;
-                let dst = q.dst;
                 q.msgs.push_back(super::ipcq::Msg {
                     data,
                     bytes,
@@ -533,7 +532,7 @@ impl Sim<'_> {
                     arrived_ps: None,
                 });
                 op.kind = OpKind::Send { queue, msg };
-                let (route, hbm) = self.buffer_route(p, dst, msg, bytes, true);
+                let (route, hbm) = self.buffer_route(queue, msg, bytes, true);
                 let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
                 self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
                 self.finish_at(p, op, now, tr.end_ps);
@@ -561,7 +560,7 @@ impl Sim<'_> {
                         )),
                     ));
                 }
-                let (route, hbm) = self.buffer_route(p, p as u32, msg, bytes, false);
+                let (route, hbm) = self.buffer_route(queue, msg, bytes, false);
                 let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
                 if let Some(s) = op.results.first() {
                     let _ = s.data.set(reinterpret(&ty, &data));
@@ -593,30 +592,38 @@ impl Sim<'_> {
         Ok(slots as u32)
     }
 
-    /// The route between rank `p`'s core and the slots of a queue whose
-    /// receiver is rank `owner` (towards the slots when `to_slots`), with
-    /// the HBM pseudo-channel split of the message's slots.
+    /// The route between the slots of queue `queue` (in its receiver's
+    /// buffer space) and the sender's core (`to_slots`) or the receiver's,
+    /// with the HBM pseudo-channel split of message `msg`'s slots.
     fn buffer_route(
         &mut self,
-        p: usize,
-        owner: u32,
+        queue: u32,
         msg: u64,
         bytes: u64,
         to_slots: bool,
-    ) -> (Rc<super::fabric::Route>, Vec<u64>) {
-        let me = self.coords[p];
-        let owner_pe = self.coords[owner as usize];
+    ) -> (Rc<super::fabric::Route>, Channels) {
+        let q = &self.queues.queues[queue as usize];
+        let owner_pe = self.coords[q.dst as usize];
         let ipcq = &self.ipcq;
         let place = Placement::near(ipcq.buffer_space, owner_pe);
         let offset = (msg % ipcq.n_slots.0) * ipcq.slot_size_bytes.0;
-        let route = if to_slots {
-            self.m.fabric.route(Endpoint::Core(me), place.endpoint())
-        } else {
-            self.m.fabric.route(place.endpoint(), Endpoint::Core(me))
+        let route = match &q.routes[to_slots as usize] {
+            Some(r) => r.clone(),
+            None => {
+                let r = if to_slots {
+                    self.m
+                        .fabric
+                        .route(Endpoint::Core(self.coords[q.src as usize]), place.endpoint())
+                } else {
+                    self.m.fabric.route(place.endpoint(), Endpoint::Core(owner_pe))
+                };
+                self.queues.queues[queue as usize].routes[to_slots as usize] = Some(r.clone());
+                r
+            }
         };
-        let mut hbm = Vec::new();
+        let mut hbm = Channels::new();
         if matches!(place, Placement::Hbm(_)) {
-            hbm = vec![0; self.m.fabric.channels() as usize];
+            hbm = smallvec![0; self.m.fabric.channels() as usize];
             self.m.fabric.split_contiguous(offset, bytes, &mut hbm);
         }
         (route, hbm)
@@ -938,8 +945,10 @@ impl Sim<'_> {
             }
             _ => {}
         }
+        let mem_id = op.mem_id;
+        self.op_pool.give(op);
         let pe = &mut self.pes[p];
-        if let Some(id) = op.mem_id {
+        if let Some(id) = mem_id {
             pe.mem_done(id);
         }
         pe.last_done_ps = pe.last_done_ps.max(now);

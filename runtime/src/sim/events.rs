@@ -113,6 +113,8 @@ pub(super) struct Sim<'a> {
     /// may have left the stall since): a store wakes only these, not a
     /// scan of every PE, which cost O(PEs) per store.
     pub signal_waiters: Vec<u32>,
+    /// Boxes of finished operations, for reuse.
+    pub op_pool: super::pe::OpPool,
     pub events_run: u64,
     pub slices: Vec<Slice>,
     pub start_ps: u64,
@@ -284,6 +286,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         barrier_latest_ps: vec![0; n_groups],
         barrier_latency_ps: vec![None; n_groups],
         signal_waiters: Vec::new(),
+        op_pool: Default::default(),
         events_run: 0,
         slices: Vec::new(),
         start_ps: start,

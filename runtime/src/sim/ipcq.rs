@@ -7,9 +7,11 @@
 //! peer takes the k-th message that peer sent it, so queues are matched by
 //! the peer's identity, never by a direction name.
 
+use super::fabric::Route;
 use kernbench_compiler::datapath::RtValue;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
+use std::rc::Rc;
 
 pub struct Msg {
     pub data: RtValue,
@@ -32,6 +34,10 @@ pub struct Queue {
     /// How long a credit takes back from the receiver to the sender, once
     /// asked (a route's latency: the same for every message).
     pub credit_latency_ps: Option<u64>,
+    /// The routes into the receiver's slots (from the sender's core) and
+    /// out of them (to the receiver's core), once asked: the same for
+    /// every message.
+    pub routes: [Option<Rc<Route>>; 2],
 }
 
 impl Queue {
@@ -90,6 +96,7 @@ impl Queues {
             first_msg: 0,
             recvs_issued: 0,
             credit_latency_ps: None,
+            routes: [None, None],
         });
         self.index.insert((src, dst), q);
         q

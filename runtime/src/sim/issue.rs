@@ -8,7 +8,7 @@
 //! it at `max(that time, its clock)`.
 
 use super::events::Sim;
-use super::pe::{Args, Frame, FrameKind, OpKind, OpRec, Slot, Stall, Val};
+use super::pe::{Frame, FrameKind, OpBox, OpKind, Slot, Stall, Val};
 use super::{Engine, SimError};
 use crate::exec::{scalar_op, Scalar};
 use kernbench_compiler::datapath::{elem, ExecErrorKind, Outputs, RtValue, Step};
@@ -365,29 +365,16 @@ impl Sim<'_> {
             return Ok(self.stall(p, Stall::QueueFull(e)));
         }
         let pe = &mut self.pes[p];
-        let args: Args = group.inputs.iter().map(|v| (*v, pe.get(*v).clone())).collect();
-        let mut results = SmallVec::new();
+        let mem_id = info.memory.then(|| pe.new_mem_op());
+        let mut op = self.op_pool.take(info.label, OpKind::Group(g), mem_id);
+        op.args.extend(group.inputs.iter().map(|v| (*v, pe.get(*v).clone())));
         for v in &group.outputs {
             let s = Slot::new();
             pe.set(*v, Val::Pending(s.clone()));
-            results.push(s);
+            op.results.push(s);
         }
-        let mem_id = info.memory.then(|| pe.new_mem_op());
         let t = self.dispatch_n(p, 0, group.insts.len());
-        self.enqueue(
-            p,
-            e,
-            t,
-            OpRec {
-                inst: info.label,
-                kind: OpKind::Group(g),
-                args,
-                results,
-                mem_id,
-                issued_ps: 0,
-                start_ps: 0,
-            },
-        );
+        self.enqueue(p, e, t, op);
         self.advance(p);
         Ok(true)
     }
@@ -398,7 +385,7 @@ impl Sim<'_> {
     /// produced kicks the engine when its producer ends, and so does a
     /// receive's message when it arrives (the engine then waits for the
     /// dispatch if the message came first).
-    fn enqueue(&mut self, p: usize, e: Engine, t: u64, mut op: OpRec) {
+    fn enqueue(&mut self, p: usize, e: Engine, t: u64, mut op: OpBox) {
         op.issued_ps = t;
         let awaits_message = match op.kind {
             OpKind::Recv { queue, msg } => !self.queues.queues[queue as usize].arrived(msg),
@@ -469,15 +456,8 @@ impl Sim<'_> {
         let queue = self.queues.get(p as u32, dst);
         let val = self.pes[p].get(value).clone();
         let t = self.dispatch(p, 0);
-        let op = OpRec {
-            inst: i,
-            kind: OpKind::Send { queue, msg: 0 },
-            args: smallvec::smallvec![(value, val)],
-            results: SmallVec::new(),
-            mem_id: None,
-            issued_ps: 0,
-            start_ps: 0,
-        };
+        let mut op = self.op_pool.take(i, OpKind::Send { queue, msg: 0 }, None);
+        op.args.push((value, val));
         self.enqueue(p, Engine::Send, t, op);
         self.advance(p);
         Ok(true)
@@ -498,15 +478,8 @@ impl Sim<'_> {
         let r = self.l.func.inst(i).results[0];
         self.pes[p].set(r, Val::Pending(slot.clone()));
         let t = self.dispatch(p, 0);
-        let op = OpRec {
-            inst: i,
-            kind: OpKind::Recv { queue, msg },
-            args: Args::new(),
-            results: smallvec::smallvec![slot.clone()],
-            mem_id: None,
-            issued_ps: 0,
-            start_ps: 0,
-        };
+        let mut op = self.op_pool.take(i, OpKind::Recv { queue, msg }, None);
+        op.results.push(slot.clone());
         self.enqueue(p, Engine::Recv, t, op);
         if !is_async {
             self.pes[p].wait_for = Some(slot);
@@ -585,19 +558,12 @@ impl Sim<'_> {
         let mem_id = Some(self.pes[p].new_mem_op());
         let t = self.pes[p].issue_ps.max(ready);
         let t = self.dispatch(p, t);
-        let op = OpRec {
-            inst: i,
-            kind: OpKind::Notify {
-                addr,
-                bits: vals[2].scalar(),
-                size,
-            },
-            args: Args::new(),
-            results: SmallVec::new(),
-            mem_id,
-            issued_ps: 0,
-            start_ps: 0,
+        let kind = OpKind::Notify {
+            addr,
+            bits: vals[2].scalar(),
+            size,
         };
+        let op = self.op_pool.take(i, kind, mem_id);
         self.enqueue(p, Engine::Dma, t, op);
         self.advance(p);
         Ok(true)
