@@ -160,6 +160,9 @@ pub enum Direction {
 }
 
 impl Direction {
+    /// How many there are (`d as usize` is below it; `West` stays last).
+    pub const COUNT: usize = Direction::West as usize + 1;
+
     pub fn name(self) -> &'static str {
         match self {
             Direction::Next => "NEXT",

@@ -33,7 +33,9 @@ impl Sim<'_> {
             pe.stall = Stall::None;
             pe.issue_ps = pe.issue_ps.max(self.now);
         }
-        for _ in 0..ISSUE_BUDGET {
+        let mut budget = ISSUE_BUDGET;
+        while budget > 0 {
+            budget -= 1;
             // A blocking receive or wait holds the issue unit until its data
             // is in.
             if let Some(slot) = &self.pes[p].wait_for {
@@ -58,7 +60,7 @@ impl Sim<'_> {
                 continue;
             };
             let go = match step {
-                Step::Inst(i) => match self.issue_pure_scalar(p, i)? {
+                Step::Inst(i) => match self.issue_pure_scalar(p, i, &mut budget)? {
                     Some(go) => go,
                     None => self.issue_inst(p, i)?,
                 },
@@ -188,47 +190,90 @@ impl Sim<'_> {
 
     /// The fast path of scalar arithmetic: a pure scalar instruction whose
     /// operands are all scalars already produced is computed from their
-    /// bits, with no copies of values. `None` when it does not apply (the
-    /// general path then decides, and stalls if an operand is missing).
-    fn issue_pure_scalar(&mut self, p: usize, i: Inst) -> Result<Option<bool>, SimError> {
-        let Some(step) = self.scalar_ops.get(i.as_u32() as usize).copied().flatten() else {
+    /// bits, with no copies of values; and so are the ones that follow it
+    /// in the region while they qualify and the budget lasts (each takes
+    /// one step of it, as in `issue`'s loop), without going back through
+    /// that loop. `None` when the first does not qualify (the general path
+    /// then decides, and stalls if an operand is missing).
+    fn issue_pure_scalar(&mut self, p: usize, first: Inst, budget: &mut usize) -> Result<Option<bool>, SimError> {
+        let steps = &self.plan.steps;
+        let scalar_ops = &self.scalar_ops;
+        let dispatch_ps = self.dispatch_ps;
+        let pe = &mut self.pes[p];
+        let Some(frame) = pe.frames.last() else {
             return Ok(None);
         };
-        let pe = &self.pes[p];
-        let mut bits = [0u64; 3];
-        let mut ready = 0;
-        for (k, a) in step.args[..step.n_args as usize].iter().enumerate() {
-            let (b, at) = match pe.get(*a) {
-                Val::Ready {
-                    v: RtValue::Scalar(b),
-                    at,
-                } => (*b, *at),
-                Val::Pending(s) => match (s.data.get(), s.ready_ps.get()) {
-                    (Some(RtValue::Scalar(b)), at) if at != super::pe::UNKNOWN => (*b, at),
-                    _ => return Ok(None),
-                },
-                _ => return Ok(None),
+        let region_steps = &steps[frame.region];
+        let start_idx = frame.idx;
+        let mut idx = start_idx;
+        let mut inst = first;
+        let mut failed = None;
+        while let Some(step) = scalar_ops.get(inst.as_u32() as usize).copied().flatten() {
+            let mut bits = [0u64; 3];
+            let mut ready = 0;
+            let mut have_all = true;
+            for (k, a) in step.args[..step.n_args as usize].iter().enumerate() {
+                let (b, at) = match pe.get(*a) {
+                    Val::Ready {
+                        v: RtValue::Scalar(b),
+                        at,
+                    } => (*b, *at),
+                    Val::Pending(s) => match (s.data.get(), s.ready_ps.get()) {
+                        (Some(RtValue::Scalar(b)), at) if at != super::pe::UNKNOWN => (*b, at),
+                        _ => {
+                            have_all = false;
+                            break;
+                        }
+                    },
+                    _ => {
+                        have_all = false;
+                        break;
+                    }
+                };
+                bits[k] = b;
+                ready = ready.max(at);
+            }
+            if !have_all {
+                break;
+            }
+            if inst != first {
+                // The first one's step was taken by `issue`.
+                *budget -= 1;
+            }
+            let b = match step.op.eval(|k| bits[k], &pe.ctx) {
+                Ok(b) => b,
+                Err(kind) => {
+                    failed = Some((inst, kind));
+                    break;
+                }
             };
-            bits[k] = b;
-            ready = ready.max(at);
+            // One dispatch, once the operands are ready.
+            pe.issue_ps = pe.issue_ps.max(ready) + dispatch_ps;
+            pe.busy_ps[Engine::COUNT] += dispatch_ps;
+            if let Some(r) = step.result {
+                let at = pe.issue_ps;
+                pe.set(
+                    r,
+                    Val::Ready {
+                        v: RtValue::Scalar(b),
+                        at,
+                    },
+                );
+            }
+            idx += 1;
+            match region_steps.get(idx) {
+                Some(Step::Inst(next)) if *budget > 0 => inst = *next,
+                _ => break,
+            }
         }
-        let b = step
-            .op
-            .eval(|k| bits[k], &pe.ctx)
-            .map_err(|kind| self.exec_error(p, i, kind))?;
-        let t0 = self.pes[p].issue_ps.max(ready);
-        let at = self.dispatch(p, t0);
-        if let Some(r) = step.result {
-            self.pes[p].set(
-                r,
-                Val::Ready {
-                    v: RtValue::Scalar(b),
-                    at,
-                },
-            );
+        let started = idx != start_idx;
+        if let Some(f) = pe.frames.last_mut() {
+            f.idx = idx;
         }
-        self.advance(p);
-        Ok(Some(true))
+        if let Some((inst, kind)) = failed {
+            return Err(self.exec_error(p, inst, kind));
+        }
+        Ok(started.then_some(true))
     }
 
     /// Runs a pure group on known operands now (the data does not depend
@@ -444,16 +489,39 @@ impl Sim<'_> {
         }
     }
 
+    /// The queue PE `p` sends to `peer` on (`sending`) or receives from
+    /// it on; `None` while a computed rank is not known yet. A direction's
+    /// queues are the same all launch long: the PE keeps them.
+    fn queue_with(&mut self, p: usize, i: Inst, peer: Peer, sending: bool) -> Result<Option<u32>, SimError> {
+        if let Peer::Dir(d) = peer {
+            let known = self.pes[p].dir_queues[sending as usize][d as usize];
+            if known != u32::MAX {
+                return Ok(Some(known));
+            }
+        }
+        let Some(other) = self.peer_rank(p, i, peer)? else {
+            return Ok(None);
+        };
+        let queue = if sending {
+            self.queues.get(p as u32, other)
+        } else {
+            self.queues.get(other, p as u32)
+        };
+        if let Peer::Dir(d) = peer {
+            self.pes[p].dir_queues[sending as usize][d as usize] = queue;
+        }
+        Ok(Some(queue))
+    }
+
     fn issue_send(&mut self, p: usize, i: Inst, peer: Peer) -> Result<bool, SimError> {
         if !self.make_room(p, Engine::Send) {
             return Ok(self.stall(p, Stall::QueueFull(Engine::Send)));
         }
-        let Some(dst) = self.peer_rank(p, i, peer)? else {
+        let Some(queue) = self.queue_with(p, i, peer, true)? else {
             return Ok(self.stall(p, Stall::Data));
         };
         let d = self.l.func.inst(i);
         let value = *d.args.last().unwrap_or(&d.args[0]);
-        let queue = self.queues.get(p as u32, dst);
         let val = self.pes[p].get(value).clone();
         let t = self.dispatch(p, 0);
         let mut op = self.op_pool.take(i, OpKind::Send { queue, msg: 0 }, None);
@@ -467,10 +535,9 @@ impl Sim<'_> {
         if !self.make_room(p, Engine::Recv) {
             return Ok(self.stall(p, Stall::QueueFull(Engine::Recv)));
         }
-        let Some(src) = self.peer_rank(p, i, peer)? else {
+        let Some(queue) = self.queue_with(p, i, peer, false)? else {
             return Ok(self.stall(p, Stall::Data));
         };
-        let queue = self.queues.get(src, p as u32);
         let q = &mut self.queues.queues[queue as usize];
         let msg = q.recvs_issued;
         q.recvs_issued += 1;

@@ -12,7 +12,7 @@
 use super::Engine;
 use kernbench_compiler::datapath::RtValue;
 use kernbench_compiler::ir::{Inst, Region, Value};
-use kernbench_compiler::sema::types::DType;
+use kernbench_compiler::sema::types::{DType, Direction};
 use smallvec::SmallVec;
 use std::cell::{Cell, OnceCell};
 use std::collections::VecDeque;
@@ -294,6 +294,9 @@ pub struct PeState {
     /// Per address-generation cone (`Sim::cones`), the inputs it last saw
     /// and the formula they gave.
     pub cone_memo: Vec<Option<(SmallVec<[RtValue; 4]>, RtValue)>>,
+    /// The queue to (`[1]`) and from (`[0]`) each direction's peer, once
+    /// used (`u32::MAX` before).
+    pub dir_queues: [[u32; Direction::COUNT]; 2],
 }
 
 impl PeState {
@@ -319,6 +322,7 @@ impl PeState {
             wait_for: None,
             sample_ranges: Default::default(),
             cone_memo: vec![None; n_cones],
+            dir_queues: [[u32::MAX; Direction::COUNT]; 2],
         }
     }
 
