@@ -256,6 +256,8 @@ pub(super) struct Cone {
     pub group: Group,
     /// Positions of `group.inputs` among the whole group's inputs.
     pub inputs: Vec<usize>,
+    /// The shortcut when the cone is `ptr + splat(offset)`.
+    pub shift: Option<affine::PtrShift>,
 }
 
 /// The cones of `group`, one per output, when every member has a symbolic
@@ -282,12 +284,14 @@ pub(super) fn cones(func: &Function, group: &Group) -> Option<Vec<Cone>> {
             let inputs: Vec<usize> = (0..group.inputs.len())
                 .filter(|&k| needed.contains(&group.inputs[k]))
                 .collect();
+            let group = Group {
+                insts,
+                inputs: inputs.iter().map(|&k| group.inputs[k]).collect(),
+                outputs: vec![out],
+            };
             Cone {
-                group: Group {
-                    insts,
-                    inputs: inputs.iter().map(|&k| group.inputs[k]).collect(),
-                    outputs: vec![out],
-                },
+                shift: affine::PtrShift::of(func, &group),
+                group,
                 inputs,
             }
         })

@@ -325,7 +325,9 @@ impl Sim<'_> {
             let out = {
                 let refs: SmallVec<[&RtValue; 4]> = ins.iter().map(|x| &**x).collect();
                 let out = cone.group.outputs.first().copied();
-                out.and_then(|o| kernbench_compiler::datapath::affine::eval_output(func, &cone.group, &refs, o))
+                cone.shift.as_ref().and_then(|s| s.eval(&refs)).or_else(|| {
+                    out.and_then(|o| kernbench_compiler::datapath::affine::eval_output(func, &cone.group, &refs, o))
+                })
             };
             let Some(out) = out else {
                 return self.compute_now(p, g, vals);
