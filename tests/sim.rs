@@ -1043,3 +1043,78 @@ def never(flag: ptr[i32]):
     };
     assert_eq!(blocked[0].reason, sim::WaitReason::Signal);
 }
+
+/// Loop-carried values the issue unit passes from one iteration to the
+/// next: rotations it may copy one by one (no carried value is read after
+/// it has been replaced) and swaps it must copy all at once, of scalars,
+/// blocks and values still being produced by an engine (a load), against
+/// the same loops computed here.
+#[test]
+fn loop_carried_values_rotate_and_swap_as_written() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def carry(src: ptr[i32], out: ptr[i32], n: i32):
+    r = tl.arange(0, 4)
+    a = 1
+    b = 2
+    c = 3
+    for i in range(n):
+        a, b, c = b, c, a + i
+    x = r
+    y = r * 10
+    for i in range(n):
+        x, y = y, x + i
+    p = 5
+    q = 6
+    s = 7
+    for i in range(n):
+        s, q, p = q, p, s * 2 + i
+    u = tl.load(src + r)
+    w = tl.load(src + 4 + r)
+    for i in range(n):
+        u, w = w + i, u
+    tl.store(out + r, x + (a * 100 + b * 1000 + c * 10000))
+    tl.store(out + 4 + r, y + (p * 100 + q * 1000 + s * 10000))
+    tl.store(out + 8 + r, u)
+    tl.store(out + 12 + r, w)
+";
+    let (func, _) = lower(src, "carry", &[]);
+    for n in [0i64, 1, 2, 5] {
+        let data = i32s(&[8], |k| 7 * k as i32 - 3);
+        let run = simulate(
+            &topo,
+            vec![pe(0, 0, 0)],
+            &func,
+            vec![
+                tensor("src", data, &[]),
+                tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[16]), &[]),
+                scalar_i32(n),
+            ],
+            None,
+            false,
+        )
+        .expect("runs");
+        // The same loops, in Rust.
+        let (mut a, mut b, mut c) = (1i64, 2i64, 3i64);
+        let mut x: Vec<i64> = (0..4).collect();
+        let mut y: Vec<i64> = (0..4).map(|k| k * 10).collect();
+        let (mut p, mut q, mut s) = (5i64, 6i64, 7i64);
+        let mut u: Vec<i64> = (0..4).map(|k| 7 * k - 3).collect();
+        let mut w: Vec<i64> = (4..8).map(|k| 7 * k - 3).collect();
+        for i in 0..n {
+            (a, b, c) = (b, c, a + i);
+            (x, y) = (y.clone(), x.iter().map(|v| v + i).collect());
+            (s, q, p) = (q, p, s * 2 + i);
+            (u, w) = (w.iter().map(|v| v + i).collect(), u.clone());
+        }
+        let mut want: Vec<i64> = x.iter().map(|v| v + a * 100 + b * 1000 + c * 10000).collect();
+        want.extend(y.iter().map(|v| v + p * 100 + q * 1000 + s * 10000));
+        want.extend(&u);
+        want.extend(&w);
+        let got: Vec<i64> = (0..16)
+            .map(|k| elem::to_i64(DType::I32, run.tensors[1].get_bits(k)))
+            .collect();
+        assert_eq!(got, want, "n = {n}");
+    }
+}

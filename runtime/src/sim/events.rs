@@ -57,6 +57,29 @@ impl ScalarStep {
     }
 }
 
+/// For each instruction, whether it is a `yield` that, ending an iteration
+/// of a loop over its region (parameters `[iv, c_0, c_1, …]`), may set
+/// `c_k` to its operand `k` one after the other: no operand `k` is a
+/// parameter `c_j` with `j < k` (already overwritten by then). The
+/// induction variable is set after them, so an operand may be it.
+fn in_order_yields(func: &Function) -> Vec<bool> {
+    let mut out = vec![false; func.insts.len()];
+    for r in func.regions.values() {
+        let carried = r.params.get(1..).unwrap_or(&[]);
+        for &i in &r.insts {
+            let d = func.inst(i);
+            if d.op == kernbench_compiler::ir::Op::Yield {
+                out[i.as_u32() as usize] = d
+                    .args
+                    .iter()
+                    .enumerate()
+                    .all(|(k, a)| !carried[..k.min(carried.len())].contains(a));
+            }
+        }
+    }
+    out
+}
+
 /// What the simulator knows about a plan group before running.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct GroupInfo {
@@ -88,6 +111,10 @@ pub(super) struct Sim<'a> {
     /// Per instruction (by index), its decoded form when it is pure
     /// scalar arithmetic.
     pub scalar_ops: Vec<Option<ScalarStep>>,
+    /// Per instruction: a `yield` whose values may be copied into its
+    /// region's carried parameters one by one, in order, with the same
+    /// result as all at once (see [`in_order_yields`]).
+    pub in_order_yields: Vec<bool>,
     /// Per address-generation group, its outputs' cones (see
     /// [`super::agu::cones`]), and the index of its first cone in each
     /// PE's `cone_memo`.
@@ -280,6 +307,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         now: start,
         groups,
         scalar_ops: func.insts.keys().map(|i| ScalarStep::decode(func, i)).collect(),
+        in_order_yields: in_order_yields(func),
         cones,
         cone_base,
         barrier_arrived: vec![0; n_groups],

@@ -824,6 +824,7 @@ impl Sim<'_> {
                     kind: FrameKind::WhileBefore { inst: i },
                 });
             }
+            Op::Yield if self.next_iteration_in_order(p, i) => {}
             Op::Yield | Op::Continue => {
                 let carried = self.vals(p, &d.args);
                 self.loop_next(p, carried, d.op == Op::Continue);
@@ -859,6 +860,56 @@ impl Sim<'_> {
             _ => self.advance(p),
         }
         Ok(true)
+    }
+
+    /// `yield` at the end of a `for` body that goes on to the next
+    /// iteration: the carried values go straight into the body's
+    /// parameters (when `in_order_yields` allows), then the induction
+    /// variable. False, doing nothing, in every other case.
+    fn next_iteration_in_order(&mut self, p: usize, i: Inst) -> bool {
+        if !self.in_order_yields[i.as_u32() as usize] {
+            return false;
+        }
+        let func = self.l.func;
+        let pe = &mut self.pes[p];
+        let Some(Frame {
+            region,
+            kind: FrameKind::For { iv, ub, step, dt, .. },
+            ..
+        }) = pe.frames.last()
+        else {
+            return false;
+        };
+        let (region, next) = (*region, iv.saturating_add(*step));
+        if !((*step > 0 && next < *ub) || (*step < 0 && next > *ub)) {
+            return false;
+        }
+        let dt = *dt;
+        let params = &func.region(region).params;
+        for (a, c) in func.inst(i).args.iter().zip(params.iter().skip(1)) {
+            let v = pe.get(*a).clone();
+            pe.set(*c, v);
+        }
+        if let Some(&iv_param) = params.first() {
+            let at = pe.issue_ps;
+            pe.set(
+                iv_param,
+                Val::Ready {
+                    v: RtValue::Scalar(elem::from_i64(dt, next)),
+                    at,
+                },
+            );
+        }
+        if let Some(Frame {
+            idx,
+            kind: FrameKind::For { iv, .. },
+            ..
+        }) = pe.frames.last_mut()
+        {
+            *iv = next;
+            *idx = 0;
+        }
+        true
     }
 
     fn enter_loop(&mut self, p: usize, region: Region, dt: DType, iv: i64, carried: Carried) {
