@@ -53,6 +53,16 @@ fn pointee(ty: &Type) -> DType {
 /// The same elements under the IR type's shape (a reshape's consumers);
 /// borrowed when the value has that shape already (nearly always).
 pub(super) fn fit<'v>(ty: &Type, v: &'v RtValue) -> Cow<'v, RtValue> {
+    // The common cases first: a scalar, a block of the right shape.
+    match (ty, v) {
+        (Type::Scalar(_), _) => return Cow::Borrowed(v),
+        (Type::Block(_, s), RtValue::Block(t))
+            if t.shape.len() == s.len() && t.shape.iter().zip(s).all(|(&d, &e)| d as u64 == e) =>
+        {
+            return Cow::Borrowed(v)
+        }
+        _ => {}
+    }
     Cow::Owned(match (ty, v) {
         (Type::Block(e, s), RtValue::Block(t)) if t.shape.iter().map(|&d| d as u64).ne(s.iter().copied()) => {
             let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();

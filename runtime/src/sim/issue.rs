@@ -208,7 +208,7 @@ impl Sim<'_> {
         let mut idx = start_idx;
         let mut inst = first;
         let mut failed = None;
-        while let Some(step) = scalar_ops.get(inst.as_u32() as usize).copied().flatten() {
+        while let Some(step) = scalar_ops.get(inst.as_u32() as usize).and_then(Option::as_ref) {
             let mut bits = [0u64; 3];
             let mut ready = 0;
             let mut have_all = true;
@@ -764,8 +764,13 @@ impl Sim<'_> {
             Op::For => &d.args[..3],
             _ => &[],
         };
-        let Some((vals, ready)) = self.operands(p, needs) else {
-            return Ok(self.stall(p, Stall::Data));
+        let (vals, ready) = if needs.is_empty() {
+            (SmallVec::new(), 0)
+        } else {
+            match self.operands(p, needs) {
+                Some(x) => x,
+                None => return Ok(self.stall(p, Stall::Data)),
+            }
         };
         let t = self.pes[p].issue_ps.max(ready);
         self.dispatch(p, t);
