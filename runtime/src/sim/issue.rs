@@ -764,20 +764,25 @@ impl Sim<'_> {
             Op::For => &d.args[..3],
             _ => &[],
         };
-        let (vals, ready) = if needs.is_empty() {
-            (SmallVec::new(), 0)
-        } else {
-            match self.operands(p, needs) {
-                Some(x) => x,
-                None => return Ok(self.stall(p, Stall::Data)),
+        // Their bits (first element of a block), and when the last is ready.
+        let mut vals = [0u64; 3];
+        let mut ready = 0;
+        for (k, a) in needs.iter().enumerate() {
+            let v = self.pes[p].get(*a);
+            match (v.ready_ps(), v.data()) {
+                (Some(t), Some(x)) => {
+                    vals[k] = x.scalar();
+                    ready = ready.max(t);
+                }
+                _ => return Ok(self.stall(p, Stall::Data)),
             }
-        };
+        }
         let t = self.pes[p].issue_ps.max(ready);
         self.dispatch(p, t);
         match d.op {
             Op::If => {
                 self.advance(p);
-                let region = d.regions[if vals[0].scalar() & 1 != 0 { 0 } else { 1 }];
+                let region = d.regions[if vals[0] & 1 != 0 { 0 } else { 1 }];
                 self.pes[p].frames.push(Frame {
                     region,
                     idx: 0,
@@ -790,8 +795,8 @@ impl Sim<'_> {
                     Elem::Num(t) => t,
                     Elem::Ptr(_) => DType::I64,
                 };
-                let int = |v: &RtValue| elem::to_i64(dt, v.scalar());
-                let (lb, ub, step) = (int(&vals[0]), int(&vals[1]), int(&vals[2]));
+                let int = |b: u64| elem::to_i64(dt, b);
+                let (lb, ub, step) = (int(vals[0]), int(vals[1]), int(vals[2]));
                 if step == 0 {
                     return Err(self.exec_error(
                         p,
@@ -849,7 +854,7 @@ impl Sim<'_> {
                 };
                 let carried = self.vals(p, &func.region(region).params);
                 let w = func.inst(inst);
-                if vals[0].scalar() & 1 != 0 {
+                if vals[0] & 1 != 0 {
                     let body = w.regions[1];
                     self.bind(p, body, carried);
                     self.pes[p].frames.push(Frame {

@@ -351,8 +351,7 @@ impl PeState {
     pub fn set(&mut self, v: Value, x: Val) {
         let slot = &mut self.env[v.as_u32() as usize];
         // Most values the issue unit replaces are scalars, which own
-        // nothing: skip the out-of-line drop for them (a third of the
-        // issue unit's calls).
+        // nothing: no need to call the drop of a `Val` for them.
         if matches!(
             slot,
             Val::Unset
