@@ -477,10 +477,20 @@ impl Sim<'_> {
                 let (busy_end, end, transfer_start) = if bytes == 0 {
                     (t0, t0, t0)
                 } else {
-                    let route = if write {
-                        self.m.fabric.route(Endpoint::Core(me), place.endpoint())
-                    } else {
-                        self.m.fabric.route(place.endpoint(), Endpoint::Core(me))
+                    // The PE keeps its last route each way: a kernel's
+                    // loads and stores mostly go to one memory.
+                    let far = place.endpoint();
+                    let route = match &self.pes[p].dma_routes[write as usize] {
+                        Some((at, r)) if *at == far => r.clone(),
+                        _ => {
+                            let r = if write {
+                                self.m.fabric.route(Endpoint::Core(me), far)
+                            } else {
+                                self.m.fabric.route(far, Endpoint::Core(me))
+                            };
+                            self.pes[p].dma_routes[write as usize] = Some((far, r.clone()));
+                            r
+                        }
                     };
                     let tr = self.m.fabric.reserve(&route, bytes, &hbm, t0);
                     (tr.injected_ps, tr.end_ps, tr.start_ps)

@@ -834,7 +834,7 @@ impl Sim<'_> {
                     kind: FrameKind::WhileBefore { inst: i },
                 });
             }
-            Op::Yield if self.next_iteration_in_order(p, i) => {}
+            Op::Yield if self.next_iteration_in_order(p, i) || self.end_if(p, i) => {}
             Op::Yield | Op::Continue => {
                 let carried = self.vals(p, &d.args);
                 self.loop_next(p, carried, d.op == Op::Continue);
@@ -918,6 +918,28 @@ impl Sim<'_> {
         {
             *iv = next;
             *idx = 0;
+        }
+        true
+    }
+
+    /// `yield` ending an `if`: its values go straight to the `if`'s
+    /// results (never among them). False, doing nothing, when the
+    /// innermost frame is not an `if`.
+    fn end_if(&mut self, p: usize, i: Inst) -> bool {
+        let func = self.l.func;
+        let pe = &mut self.pes[p];
+        let Some(Frame {
+            kind: FrameKind::If { inst },
+            ..
+        }) = pe.frames.last()
+        else {
+            return false;
+        };
+        let results = &func.inst(*inst).results;
+        pe.frames.pop();
+        for (a, r) in func.inst(i).args.iter().zip(results) {
+            let v = pe.get(*a).clone();
+            pe.set(*r, v);
         }
         true
     }

@@ -9,6 +9,7 @@
 //! hardware renames registers), and the environment maps each IR value to
 //! its latest definition.
 
+use super::fabric::{Endpoint, Route};
 use super::Engine;
 use kernbench_compiler::datapath::RtValue;
 use kernbench_compiler::ir::{Inst, Region, Value};
@@ -297,6 +298,9 @@ pub struct PeState {
     /// The queue to (`[1]`) and from (`[0]`) each direction's peer, once
     /// used (`u32::MAX` before).
     pub dir_queues: [[u32; Direction::COUNT]; 2],
+    /// The last route of a DMA from (`[0]`) and to (`[1]`) a memory, with
+    /// that memory's endpoint.
+    pub dma_routes: [Option<(Endpoint, Rc<Route>)>; 2],
 }
 
 impl PeState {
@@ -323,6 +327,7 @@ impl PeState {
             sample_ranges: Default::default(),
             cone_memo: vec![None; n_cones],
             dir_queues: [[u32::MAX; Direction::COUNT]; 2],
+            dma_routes: [None, None],
         }
     }
 
