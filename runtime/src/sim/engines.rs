@@ -483,11 +483,7 @@ impl Sim<'_> {
                     let route = match &self.pes[p].dma_routes[write as usize] {
                         Some((at, r)) if *at == far => r.clone(),
                         _ => {
-                            let r = if write {
-                                self.m.fabric.route(Endpoint::Core(me), far)
-                            } else {
-                                self.m.fabric.route(far, Endpoint::Core(me))
-                            };
+                            let r = self.m.fabric.core_route(me, far, write);
                             self.pes[p].dma_routes[write as usize] = Some((far, r.clone()));
                             r
                         }
@@ -630,13 +626,9 @@ impl Sim<'_> {
         let route = match &q.routes[to_slots as usize] {
             Some(r) => r.clone(),
             None => {
-                let r = if to_slots {
-                    self.m
-                        .fabric
-                        .route(Endpoint::Core(self.coords[q.src as usize]), place.endpoint())
-                } else {
-                    self.m.fabric.route(place.endpoint(), Endpoint::Core(owner_pe))
-                };
+                // The sender writes into the slots; the receiver reads them.
+                let core = self.coords[if to_slots { q.src } else { q.dst } as usize];
+                let r = self.m.fabric.core_route(core, place.endpoint(), to_slots);
                 self.queues.queues[queue as usize].routes[to_slots as usize] = Some(r.clone());
                 r
             }
@@ -838,12 +830,7 @@ impl Sim<'_> {
         // each operand's path.
         let mut routes = Vec::new();
         for (place, _, _, write) in &access.parts {
-            let r = if *write {
-                self.m.fabric.route(Endpoint::Core(me), place.endpoint())
-            } else {
-                self.m.fabric.route(place.endpoint(), Endpoint::Core(me))
-            };
-            routes.push(r);
+            routes.push(self.m.fabric.core_route(me, place.endpoint(), *write));
         }
         let stream = |sim: &Self, k: usize, bytes: u64| -> u64 {
             let (_, total, hbm, _) = &access.parts[k];

@@ -455,6 +455,16 @@ impl Fabric {
         r
     }
 
+    /// The route between PE `core`'s core and `far`: towards `far` when
+    /// `to_far` (a write), from it otherwise (a read).
+    pub fn core_route(&mut self, core: PeCoord, far: Endpoint, to_far: bool) -> Rc<Route> {
+        if to_far {
+            self.route(Endpoint::Core(core), far)
+        } else {
+            self.route(far, Endpoint::Core(core))
+        }
+    }
+
     fn compute_route(&mut self, from: Endpoint, to: Endpoint) -> Route {
         use Endpoint as E;
         let mut s = Vec::new();

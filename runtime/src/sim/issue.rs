@@ -104,10 +104,7 @@ impl Sim<'_> {
     /// Pays `n` dispatches (a fused group: one per instruction).
     fn dispatch_n(&mut self, p: usize, t: u64, n: usize) -> u64 {
         let d = self.dispatch_ps * n as u64;
-        let pe = &mut self.pes[p];
-        pe.issue_ps = pe.issue_ps.max(t) + d;
-        pe.busy_ps[Engine::COUNT] += d;
-        pe.issue_ps
+        self.pes[p].dispatch(t, d)
     }
 
     /// The program is out of steps: once its engines drain, the next one.
@@ -248,10 +245,8 @@ impl Sim<'_> {
                 }
             };
             // One dispatch, once the operands are ready.
-            pe.issue_ps = pe.issue_ps.max(ready) + dispatch_ps;
-            pe.busy_ps[Engine::COUNT] += dispatch_ps;
+            let at = pe.dispatch(ready, dispatch_ps);
             if let Some(r) = step.result {
-                let at = pe.issue_ps;
                 pe.set(
                     r,
                     Val::Ready {
@@ -805,7 +800,7 @@ impl Sim<'_> {
                     ));
                 }
                 let carried = self.vals(p, &d.args[3..]);
-                if (step > 0 && lb < ub) || (step < 0 && lb > ub) {
+                if iterates(lb, ub, step) {
                     let region = d.regions[0];
                     self.enter_loop(p, region, dt, lb, carried);
                     self.pes[p].frames.push(Frame {
@@ -891,24 +886,15 @@ impl Sim<'_> {
             return false;
         };
         let (region, next) = (*region, iv.saturating_add(*step));
-        if !((*step > 0 && next < *ub) || (*step < 0 && next > *ub)) {
+        if !iterates(next, *ub, *step) {
             return false;
         }
         let dt = *dt;
         let params = &func.region(region).params;
-        for (a, c) in func.inst(i).args.iter().zip(params.iter().skip(1)) {
-            let v = pe.get(*a).clone();
-            pe.set(*c, v);
-        }
+        pe.copy_in_order(&func.inst(i).args, params.get(1..).unwrap_or(&[]));
         if let Some(&iv_param) = params.first() {
             let at = pe.issue_ps;
-            pe.set(
-                iv_param,
-                Val::Ready {
-                    v: RtValue::Scalar(elem::from_i64(dt, next)),
-                    at,
-                },
-            );
+            pe.set(iv_param, induction(dt, next, at));
         }
         if let Some(Frame {
             idx,
@@ -937,20 +923,13 @@ impl Sim<'_> {
         };
         let results = &func.inst(*inst).results;
         pe.frames.pop();
-        for (a, r) in func.inst(i).args.iter().zip(results) {
-            let v = pe.get(*a).clone();
-            pe.set(*r, v);
-        }
+        pe.copy_in_order(&func.inst(i).args, results);
         true
     }
 
     fn enter_loop(&mut self, p: usize, region: Region, dt: DType, iv: i64, carried: Carried) {
         let at = self.pes[p].issue_ps;
-        let iv = Val::Ready {
-            v: RtValue::Scalar(elem::from_i64(dt, iv)),
-            at,
-        };
-        self.bind(p, region, std::iter::once(iv).chain(carried));
+        self.bind(p, region, std::iter::once(induction(dt, iv, at)).chain(carried));
     }
 
     /// `yield`/`continue`: end an `if`, or start a loop's next iteration.
@@ -967,7 +946,7 @@ impl Sim<'_> {
             FrameKind::If { inst } => self.set_results(p, &func.inst(inst).results, carried),
             FrameKind::For { inst, iv, ub, step, dt } => {
                 let next = iv.saturating_add(step);
-                if (step > 0 && next < ub) || (step < 0 && next > ub) {
+                if iterates(next, ub, step) {
                     self.enter_loop(p, frame.region, dt, next, carried);
                     self.pes[p].frames.push(Frame {
                         region: frame.region,
@@ -1005,6 +984,21 @@ impl Sim<'_> {
                 return;
             }
         }
+    }
+}
+
+/// Whether a `range` loop with bound `ub` and step `step` (not zero) runs
+/// an iteration with induction variable `iv`.
+fn iterates(iv: i64, ub: i64, step: i64) -> bool {
+    (step > 0 && iv < ub) || (step < 0 && iv > ub)
+}
+
+/// The value of a loop's induction variable `iv` (of dtype `dt`), ready at
+/// `at_ps`.
+fn induction(dt: DType, iv: i64, at_ps: u64) -> Val {
+    Val::Ready {
+        v: RtValue::Scalar(elem::from_i64(dt, iv)),
+        at: at_ps,
     }
 }
 

@@ -371,6 +371,24 @@ impl PeState {
         }
     }
 
+    /// Pays `cost_ps` of dispatch at the issue unit's clock, or at `t` if
+    /// later; returns the new clock.
+    #[inline]
+    pub fn dispatch(&mut self, t: u64, cost_ps: u64) -> u64 {
+        self.issue_ps = self.issue_ps.max(t) + cost_ps;
+        self.busy_ps[Engine::COUNT] += cost_ps;
+        self.issue_ps
+    }
+
+    /// Sets `to[k]` to the value of `from[k]`, one after the other (the
+    /// caller makes sure no `from` is overwritten before it is read).
+    pub fn copy_in_order(&mut self, from: &[Value], to: &[Value]) {
+        for (a, b) in from.iter().zip(to) {
+            let v = self.get(*a).clone();
+            self.set(*b, v);
+        }
+    }
+
     /// Parks a started operation until it finishes; returns its slab index.
     pub fn park(&mut self, op: OpBox) -> u32 {
         self.inflight_count += 1;
