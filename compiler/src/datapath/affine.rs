@@ -627,17 +627,8 @@ impl PtrShift {
         if a.shape != self.shape {
             return None;
         }
-        let x = match self.offset_elem {
-            Elem::Ptr(_) => *b as i64,
-            Elem::Num(d) => elem::to_i64(d, *b),
-        };
-        let fits = match self.splat_dt {
-            DType::I32 => i32::try_from(x).is_ok(),
-            DType::U32 => u32::try_from(x).is_ok(),
-            DType::I64 => true,
-            _ => false,
-        };
-        if !fits {
+        let x = exact_scalar(self.offset_elem, *b);
+        if !offsets_fit(self.splat_dt, x as i128, x as i128) {
             return None;
         }
         let base = a.base().wrapping_add(x.wrapping_mul(self.size));
@@ -650,16 +641,33 @@ impl PtrShift {
     }
 }
 
+/// A scalar's exact value in symbolic evaluation: a pointer's bits, an
+/// integer's value.
+fn exact_scalar(e: Elem, bits: Bits) -> i64 {
+    match e {
+        Elem::Ptr(_) => bits as i64,
+        Elem::Num(d) => elem::to_i64(d, bits),
+    }
+}
+
+/// Whether `ptr_add` offsets whose exact values span `lo..=hi` each fit
+/// the offset dtype `od`, so that widening them lane by lane is exact.
+fn offsets_fit(od: DType, lo: i128, hi: i128) -> bool {
+    match od {
+        DType::I32 => lo >= i32::MIN as i128 && hi <= i32::MAX as i128,
+        DType::U32 => lo >= 0 && hi <= u32::MAX as i128,
+        DType::I64 => lo >= i64::MIN as i128 && hi <= i64::MAX as i128,
+        _ => false,
+    }
+}
+
 /// The formulas of `group`'s inputs and of every member that has one.
 #[inline]
 fn eval_env(func: &Function, group: &Group, inputs: &[&RtValue]) -> Env {
     let mut env = Env::new();
     for (v, x) in group.inputs.iter().zip(inputs) {
         let s = match x {
-            RtValue::Scalar(b) => Sym::Scalar(match func.ty(*v).elem() {
-                Elem::Ptr(_) => *b as i64,
-                Elem::Num(d) => elem::to_i64(d, *b),
-            }),
+            RtValue::Scalar(b) => Sym::Scalar(exact_scalar(func.ty(*v).elem(), *b)),
             RtValue::Affine(a) => Sym::Block(a.clone()),
             RtValue::Mask(m) => Sym::Mask(m.clone()),
             RtValue::Block(_) => continue,
@@ -866,13 +874,7 @@ fn eval_affine(func: &Function, d: &crate::ir::InstData, ty: &Type, env: &Env) -
                 Elem::Ptr(_) => return None,
             };
             let (lo, hi) = exact_range(ob as i128, &os, shape);
-            let fits = match od {
-                DType::I32 => lo >= i32::MIN as i128 && hi <= i32::MAX as i128,
-                DType::U32 => lo >= 0 && hi <= u32::MAX as i128,
-                DType::I64 => lo >= i64::MIN as i128 && hi <= i64::MAX as i128,
-                _ => false,
-            };
-            if !fits {
+            if !offsets_fit(od, lo, hi) {
                 return None;
             }
             let base = pb.wrapping_add(ob.wrapping_mul(size));
