@@ -500,8 +500,8 @@ impl Sim<'_> {
                         s.ready_ps.set(end);
                     }
                     op.start_ps = now;
+                    op.ranges = access.ranges;
                     let slot = self.pes[p].park(op);
-                    self.pes[p].sample_ranges.insert(slot, access.ranges);
                     self.schedule(transfer_start, Ev::Sample(p as u32, slot));
                     self.schedule(end, Ev::Done(p as u32, slot));
                 }
@@ -870,10 +870,10 @@ impl Sim<'_> {
 
     /// A load's transfer starts: it reads memory now.
     pub(super) fn sample(&mut self, p: usize, slot: u32) -> Result<(), SimError> {
-        let Some(op) = self.pes[p].inflight.get_mut(slot as usize).and_then(Option::take) else {
+        let Some(mut op) = self.pes[p].inflight.get_mut(slot as usize).and_then(Option::take) else {
             return Ok(());
         };
-        let ranges = self.pes[p].sample_ranges.remove(&slot).unwrap_or_default();
+        let ranges = std::mem::take(&mut op.ranges);
         if let Some(id) = op.mem_id {
             self.pes[p].mem_started(id, ranges, false);
         }

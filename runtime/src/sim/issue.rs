@@ -23,6 +23,9 @@ const ISSUE_BUDGET: usize = 512;
 /// Values carried into a region or out of it.
 type Carried = SmallVec<[Val; 8]>;
 
+/// Stands in for an input with no data (never read: callers check first).
+const UNSET: RtValue = RtValue::Scalar(0);
+
 impl Sim<'_> {
     pub(super) fn issue(&mut self, p: usize) -> Result<(), SimError> {
         {
@@ -39,7 +42,8 @@ impl Sim<'_> {
             // A blocking receive or wait holds the issue unit until its data
             // is in.
             if let Some(slot) = &self.pes[p].wait_for {
-                match Val::Pending(slot.clone()).ready_ps() {
+                let r = slot.ready_ps.get();
+                match (r != super::pe::UNKNOWN).then_some(r) {
                     Some(r) => {
                         let pe = &mut self.pes[p];
                         pe.issue_ps = pe.issue_ps.max(r);
@@ -115,6 +119,19 @@ impl Sim<'_> {
         }
         self.start_next_program(p);
         Ok(())
+    }
+
+    /// When the last of `args` is ready; `None` when one is not produced
+    /// yet (its data is not there, or its ready time is not known).
+    fn ready_all(&self, p: usize, args: &[Value]) -> Option<u64> {
+        let pe = &self.pes[p];
+        let mut t = 0;
+        for a in args {
+            let v = pe.get(*a);
+            t = t.max(v.ready_ps()?);
+            v.data()?;
+        }
+        Some(t)
     }
 
     /// The values of `args` for the issue unit to compute with, and when
@@ -271,16 +288,17 @@ impl Sim<'_> {
         Ok(started.then_some(true))
     }
 
-    /// Runs a pure group on known operands now (the data does not depend
-    /// on when); returns its outputs.
-    fn compute_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<Outputs, SimError> {
+    /// Runs a pure group now on its inputs, all produced (see
+    /// [`Self::ready_all`]; the data does not depend on when); returns its
+    /// outputs. The inputs are read in place from the PE's values.
+    fn compute_now(&mut self, p: usize, g: usize) -> Result<Outputs, SimError> {
         let func = self.l.func;
         let group = &self.plan.groups[g];
+        let pe = &self.pes[p];
         let inputs: SmallVec<[std::borrow::Cow<RtValue>; 4]> = group
             .inputs
             .iter()
-            .zip(vals)
-            .map(|(v, x)| super::engines::fit(func.ty(*v), x))
+            .map(|v| super::engines::fit(func.ty(*v), pe.get(*v).data().unwrap_or(&UNSET)))
             .collect();
         let refs: SmallVec<[&RtValue; 4]> = inputs.iter().map(|x| &**x).collect();
         self.dp
@@ -293,10 +311,10 @@ impl Sim<'_> {
     /// reused from the PE's last evaluation of it when its inputs are the
     /// same (the same formula, equal scalars); a cone without a formula
     /// sends the whole group the usual way.
-    fn address_now(&mut self, p: usize, g: usize, vals: &[RtValue]) -> Result<Outputs, SimError> {
+    fn address_now(&mut self, p: usize, g: usize) -> Result<Outputs, SimError> {
         let n = self.cones[g].as_ref().map_or(0, Vec::len);
         if n == 0 || !self.dp.formulas() {
-            return self.compute_now(p, g, vals);
+            return self.compute_now(p, g);
         }
         let func = self.l.func;
         let group = &self.plan.groups[g];
@@ -306,12 +324,18 @@ impl Sim<'_> {
                 break;
             };
             let slot = self.cone_base[g] + k;
+            let pe = &mut self.pes[p];
+            let env = &pe.env;
             let ins: SmallVec<[std::borrow::Cow<RtValue>; 4]> = cone
                 .inputs
                 .iter()
-                .map(|&j| super::engines::fit(func.ty(group.inputs[j]), &vals[j]))
+                .map(|&j| {
+                    let v = group.inputs[j];
+                    let x = env[v.as_u32() as usize].data().unwrap_or(&UNSET);
+                    super::engines::fit(func.ty(v), x)
+                })
                 .collect();
-            if let Some(Some((seen, out))) = self.pes[p].cone_memo.get(slot) {
+            if let Some(Some((seen, out))) = pe.cone_memo.get(slot) {
                 if seen.len() == ins.len() && seen.iter().zip(&ins).all(|(a, b)| same_value(a, b)) {
                     outs.push(out.clone());
                     continue;
@@ -325,10 +349,10 @@ impl Sim<'_> {
                 })
             };
             let Some(out) = out else {
-                return self.compute_now(p, g, vals);
+                drop(ins);
+                return self.compute_now(p, g);
             };
-            self.pes[p].cone_memo[slot] =
-                Some((ins.into_iter().map(std::borrow::Cow::into_owned).collect(), out.clone()));
+            pe.cone_memo[slot] = Some((ins.into_iter().map(std::borrow::Cow::into_owned).collect(), out.clone()));
             outs.push(out);
         }
         Ok(outs)
@@ -374,9 +398,9 @@ impl Sim<'_> {
         let e = info.engine;
         let group = &self.plan.groups[g];
         if info.address || !info.memory {
-            if let Some((vals, ready)) = self.operands(p, &group.inputs) {
+            if let Some(ready) = self.ready_all(p, &group.inputs) {
                 if info.address {
-                    let outs = self.address_now(p, g, &vals)?;
+                    let outs = self.address_now(p, g)?;
                     let t = self.pes[p].issue_ps.max(ready);
                     let at = self.dispatch_n(p, t, group.insts.len());
                     for (v, x) in group.outputs.iter().zip(outs) {
@@ -386,7 +410,7 @@ impl Sim<'_> {
                     return Ok(true);
                 }
                 if self.pes[p].engines[e.index()].queue.is_empty() && self.make_room(p, e) {
-                    let outs = self.compute_now(p, g, &vals)?;
+                    let outs = self.compute_now(p, g)?;
                     let t = self.dispatch_n(p, 0, group.insts.len());
                     let eq = &mut self.pes[p].engines[e.index()];
                     let start = t.max(eq.free_at_ps).max(ready);

@@ -108,6 +108,8 @@ pub struct OpRec {
     pub issued_ps: u64,
     /// Filled when it starts: when it began, for the trace and statistics.
     pub start_ps: u64,
+    /// A load's footprint, from its start until it samples memory.
+    pub ranges: Ranges,
 }
 
 /// An operation as the queues and the in-flight list hold it: boxed, so
@@ -141,6 +143,7 @@ impl OpPool {
                 mem_id,
                 issued_ps: 0,
                 start_ps: 0,
+                ranges: Ranges::new(),
             }),
         }
     }
@@ -150,6 +153,7 @@ impl OpPool {
     pub fn give(&mut self, mut op: OpBox) {
         op.args.clear();
         op.results.clear();
+        op.ranges.clear();
         self.0.push(op);
     }
 }
@@ -289,9 +293,6 @@ pub struct PeState {
     pub at_barrier: bool,
     /// A blocking receive or wait: issue resumes when this is ready.
     pub wait_for: Option<Rc<Slot>>,
-    /// Loads that have started but not sampled memory yet: their
-    /// footprint, by in-flight slot.
-    pub sample_ranges: rustc_hash::FxHashMap<u32, Ranges>,
     /// Per address-generation cone (`Sim::cones`), the inputs it last saw
     /// and the formula they gave.
     pub cone_memo: Vec<Option<(SmallVec<[RtValue; 4]>, RtValue)>>,
@@ -324,7 +325,6 @@ impl PeState {
             end_ps: t0,
             at_barrier: false,
             wait_for: None,
-            sample_ranges: Default::default(),
             cone_memo: vec![None; n_cones],
             dir_queues: [[u32::MAX; Direction::COUNT]; 2],
             dma_routes: [None, None],
