@@ -953,13 +953,22 @@ impl Sim<'_> {
             _ => {}
         }
         let mem_id = op.mem_id;
+        // An issue unit stalled on data waits for a value, which only an
+        // operation with results provides (a send or a store ending wakes
+        // it for nothing: it would look and stall again).
+        let produced = !op.results.is_empty();
         self.op_pool.give(op);
         let pe = &mut self.pes[p];
         if let Some(id) = mem_id {
             pe.mem_done(id);
         }
         pe.last_done_ps = pe.last_done_ps.max(now);
-        if matches!(pe.stall, Stall::Data | Stall::Drain | Stall::Signal) {
+        let wake = match pe.stall {
+            Stall::Data => produced,
+            Stall::Drain | Stall::Signal => true,
+            _ => false,
+        };
+        if wake {
             self.wake_issue(p);
         }
         for e in Engine::ALL {
