@@ -1047,8 +1047,10 @@ def never(flag: ptr[i32]):
 /// Loop-carried values the issue unit passes from one iteration to the
 /// next: rotations it may copy one by one (no carried value is read after
 /// it has been replaced) and swaps it must copy all at once, of scalars,
-/// blocks and values still being produced by an engine (a load), against
-/// the same loops computed here.
+/// blocks and values still being produced by an engine (a load), and a
+/// value of the body carried twice and one from outside the loop carried as
+/// it is (a yield may move neither out of its place), against the same
+/// loops computed here.
 #[test]
 fn loop_carried_values_rotate_and_swap_as_written() {
     let topo = Topology::default_machine();
@@ -1074,10 +1076,21 @@ def carry(src: ptr[i32], out: ptr[i32], n: i32):
     w = tl.load(src + 4 + r)
     for i in range(n):
         u, w = w + i, u
+    # A value of the body carried twice, and one from outside the loop
+    # carried as it is (it is read again after the loop).
+    k1 = r * 3
+    m1 = r
+    m2 = r
+    z = r
+    for i in range(n):
+        t = m1 + m2 + i
+        m1, m2, z = t, t, k1
     tl.store(out + r, x + (a * 100 + b * 1000 + c * 10000))
     tl.store(out + 4 + r, y + (p * 100 + q * 1000 + s * 10000))
     tl.store(out + 8 + r, u)
     tl.store(out + 12 + r, w)
+    tl.store(out + 16 + r, m1 + m2 * 1000)
+    tl.store(out + 20 + r, z + k1 * 100)
 ";
     let (func, _) = lower(src, "carry", &[]);
     for n in [0i64, 1, 2, 5] {
@@ -1088,7 +1101,7 @@ def carry(src: ptr[i32], out: ptr[i32], n: i32):
             &func,
             vec![
                 tensor("src", data, &[]),
-                tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[16]), &[]),
+                tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[24]), &[]),
                 scalar_i32(n),
             ],
             None,
@@ -1102,6 +1115,13 @@ def carry(src: ptr[i32], out: ptr[i32], n: i32):
         let (mut p, mut q, mut s) = (5i64, 6i64, 7i64);
         let mut u: Vec<i64> = (0..4).map(|k| 7 * k - 3).collect();
         let mut w: Vec<i64> = (4..8).map(|k| 7 * k - 3).collect();
+        let k1: Vec<i64> = (0..4).map(|k| k * 3).collect();
+        let (mut m1, mut m2, mut z): (Vec<i64>, Vec<i64>, Vec<i64>) =
+            ((0..4).collect(), (0..4).collect(), (0..4).collect());
+        for i in 0..n {
+            let t: Vec<i64> = m1.iter().zip(&m2).map(|(a, b)| a + b + i).collect();
+            (m1, m2, z) = (t.clone(), t, k1.clone());
+        }
         for i in 0..n {
             (a, b, c) = (b, c, a + i);
             (x, y) = (y.clone(), x.iter().map(|v| v + i).collect());
@@ -1112,7 +1132,9 @@ def carry(src: ptr[i32], out: ptr[i32], n: i32):
         want.extend(y.iter().map(|v| v + p * 100 + q * 1000 + s * 10000));
         want.extend(&u);
         want.extend(&w);
-        let got: Vec<i64> = (0..16)
+        want.extend(m1.iter().zip(&m2).map(|(a, b)| a + b * 1000));
+        want.extend(z.iter().zip(&k1).map(|(a, b)| a + b * 100));
+        let got: Vec<i64> = (0..24)
             .map(|k| elem::to_i64(DType::I32, run.tensors[1].get_bits(k)))
             .collect();
         assert_eq!(got, want, "n = {n}");

@@ -51,18 +51,27 @@ fn pointee(ty: &Type) -> DType {
 }
 
 /// The same elements under the IR type's shape (a reshape's consumers);
-/// borrowed when the value has that shape already (nearly always).
+/// borrowed when the value has that shape already (nearly always: that
+/// test is inlined at every call).
+#[inline]
 pub(super) fn fit<'v>(ty: &Type, v: &'v RtValue) -> Cow<'v, RtValue> {
-    // The common cases first: a scalar, a block of the right shape.
     match (ty, v) {
-        (Type::Scalar(_), _) => return Cow::Borrowed(v),
+        (Type::Scalar(_), _) => Cow::Borrowed(v),
         (Type::Block(_, s), RtValue::Block(t))
             if t.shape.len() == s.len() && t.shape.iter().zip(s).all(|(&d, &e)| d as u64 == e) =>
         {
-            return Cow::Borrowed(v)
+            Cow::Borrowed(v)
         }
-        _ => {}
+        (Type::Block(_, s), RtValue::Affine(_) | RtValue::Mask(_)) if v.formula_shape() == Some(s.as_slice()) => {
+            Cow::Borrowed(v)
+        }
+        _ => refit(ty, v),
     }
+}
+
+/// [`fit`] for a value not of the type's shape already.
+#[inline(never)]
+fn refit<'v>(ty: &Type, v: &'v RtValue) -> Cow<'v, RtValue> {
     Cow::Owned(match (ty, v) {
         (Type::Block(e, s), RtValue::Block(t)) if t.shape.iter().map(|&d| d as u64).ne(s.iter().copied()) => {
             let shape: Vec<usize> = s.iter().map(|&d| d as usize).collect();
@@ -371,8 +380,7 @@ impl Sim<'_> {
                         return Ok(());
                     }
                 }
-                OpKind::Send { queue, .. } => {
-                    let slots = self.send_slots(p, head)?;
+                OpKind::Send { queue, slots, .. } => {
                     if self.queues.queues[queue as usize].credits < slots {
                         // A returning credit kicks this engine.
                         let eq = &mut self.pes[p].engines[e.index()];
@@ -532,11 +540,9 @@ impl Sim<'_> {
                 self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
                 self.finish_at(p, op, now, tr.end_ps);
             }
-            OpKind::Send { queue, .. } => {
-                let (value, val) = op.args[0].clone();
-                let ty = self.l.func.ty(value);
-                let bytes = value_bytes(ty);
-                let slots = self.send_slots(p, &op)?;
+            OpKind::Send { queue, slots, .. } => {
+                let (value, val) = &op.args[0];
+                let bytes = value_bytes(self.l.func.ty(*value));
                 let data = val.data().cloned().unwrap_or(RtValue::Scalar(0));
                 let q = &mut self.queues.queues[queue as usize];
                 q.credits -= slots;
@@ -547,7 +553,7 @@ impl Sim<'_> {
                     slots,
                     arrived_ps: None,
                 });
-                op.kind = OpKind::Send { queue, msg };
+                op.kind = OpKind::Send { queue, msg, slots };
                 let (route, hbm) = self.buffer_route(queue, msg, bytes, true);
                 let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
                 self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
@@ -589,15 +595,21 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// Slots a send's message takes (an error when it can never fit).
-    fn send_slots(&self, p: usize, op: &OpRec) -> Result<u32, SimError> {
+    /// Slots a message of `value` sent by `inst` takes (an error when it
+    /// can never fit).
+    pub(super) fn message_slots(
+        &self,
+        p: usize,
+        inst: kernbench_compiler::ir::Inst,
+        value: kernbench_compiler::ir::Value,
+    ) -> Result<u32, SimError> {
         let ipcq = &self.ipcq;
-        let bytes = value_bytes(self.l.func.ty(op.args[0].0));
+        let bytes = value_bytes(self.l.func.ty(value));
         let slots = bytes.div_ceil(ipcq.slot_size_bytes.0).max(1);
         if slots > ipcq.n_slots.0 {
             return Err(self.exec_error(
                 p,
-                op.inst,
+                inst,
                 ExecErrorKind::Unsupported(format!(
                     "this message of {bytes} bytes needs {slots} slots, but a queue has {} slots of {} bytes \
                      (send smaller blocks, or raise the IPCQ's slots)",
@@ -920,7 +932,7 @@ impl Sim<'_> {
                 // A store or atomic may have set someone's signal word.
                 self.wake_signal_waiters();
             }
-            OpKind::Send { queue, msg } => {
+            OpKind::Send { queue, msg, .. } => {
                 let q = &mut self.queues.queues[queue as usize];
                 if let Some(m) = q.msg_mut(msg) {
                     m.arrived_ps = Some(now);

@@ -80,6 +80,42 @@ fn in_order_yields(func: &Function) -> Vec<bool> {
     out
 }
 
+/// For each `yield`, the operands it may move rather than copy into the
+/// values it sets (bit `k` for operand `k`): those defined in the yield's
+/// own region and named once by it. Nothing reads them after the yield,
+/// the region's last instruction (the next iteration defines them again),
+/// so taking them saves a reference-count increment now and a decrement
+/// when they are defined again.
+fn yield_moves(func: &Function) -> Vec<u64> {
+    let mut out = vec![0; func.insts.len()];
+    let mut defined_in = vec![false; func.values.len()];
+    for r in func.regions.values() {
+        let Some(&last) = r.insts.last() else { continue };
+        let d = func.inst(last);
+        if d.op != kernbench_compiler::ir::Op::Yield {
+            continue;
+        }
+        for &i in &r.insts {
+            for v in &func.inst(i).results {
+                defined_in[v.as_u32() as usize] = true;
+            }
+        }
+        let mut mask = 0u64;
+        for (k, a) in d.args.iter().enumerate().take(64) {
+            if defined_in[a.as_u32() as usize] && d.args.iter().filter(|b| *b == a).count() == 1 {
+                mask |= 1 << k;
+            }
+        }
+        out[last.as_u32() as usize] = mask;
+        for &i in &r.insts {
+            for v in &func.inst(i).results {
+                defined_in[v.as_u32() as usize] = false;
+            }
+        }
+    }
+    out
+}
+
 /// What the simulator knows about a plan group before running.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct GroupInfo {
@@ -115,6 +151,9 @@ pub(super) struct Sim<'a> {
     /// region's carried parameters one by one, in order, with the same
     /// result as all at once (see [`in_order_yields`]).
     pub in_order_yields: Vec<bool>,
+    /// Per instruction: a `yield`'s operands that may be moved (see
+    /// [`yield_moves`]).
+    pub yield_moves: Vec<u64>,
     /// Per address-generation group, its outputs' cones (see
     /// [`super::agu::cones`]), and the index of its first cone in each
     /// PE's `cone_memo`.
@@ -308,6 +347,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         groups,
         scalar_ops: func.insts.keys().map(|i| ScalarStep::decode(func, i)).collect(),
         in_order_yields: in_order_yields(func),
+        yield_moves: yield_moves(func),
         cones,
         cone_base,
         barrier_arrived: vec![0; n_groups],

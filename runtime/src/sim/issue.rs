@@ -543,9 +543,10 @@ impl Sim<'_> {
         };
         let d = self.l.func.inst(i);
         let value = *d.args.last().unwrap_or(&d.args[0]);
+        let slots = self.message_slots(p, i, value)?;
         let val = self.pes[p].get(value).clone();
         let t = self.dispatch(p, 0);
-        let mut op = self.op_pool.take(i, OpKind::Send { queue, msg: 0 }, None);
+        let mut op = self.op_pool.take(i, OpKind::Send { queue, msg: 0, slots }, None);
         op.args.push((value, val));
         self.enqueue(p, Engine::Send, t, op);
         self.advance(p);
@@ -915,7 +916,11 @@ impl Sim<'_> {
         }
         let dt = *dt;
         let params = &func.region(region).params;
-        pe.copy_in_order(&func.inst(i).args, params.get(1..).unwrap_or(&[]));
+        pe.copy_in_order(
+            &func.inst(i).args,
+            params.get(1..).unwrap_or(&[]),
+            self.yield_moves[i.as_u32() as usize],
+        );
         if let Some(&iv_param) = params.first() {
             let at = pe.issue_ps;
             pe.set(iv_param, induction(dt, next, at));
@@ -947,7 +952,7 @@ impl Sim<'_> {
         };
         let results = &func.inst(*inst).results;
         pe.frames.pop();
-        pe.copy_in_order(&func.inst(i).args, results);
+        pe.copy_in_order(&func.inst(i).args, results, self.yield_moves[i.as_u32() as usize]);
         true
     }
 

@@ -82,9 +82,9 @@ impl Val {
 pub enum OpKind {
     /// A data-path group: compute (MATH, GEMM) or memory (DMA, `tl.gemm`).
     Group(usize),
-    /// `tl.send` on queue `queue`; `msg` is its message number, known once
-    /// it starts.
-    Send { queue: u32, msg: u64 },
+    /// `tl.send` on queue `queue` of a message taking `slots` slots; `msg`
+    /// is its message number, known once it starts.
+    Send { queue: u32, msg: u64, slots: u32 },
     /// `tl.recv`/`tl.recv_async` of message `msg` of queue `queue`.
     Recv { queue: u32, msg: u64 },
     /// `tl.notify`: write `bits` (`size` bytes) at `addr` once every
@@ -381,10 +381,15 @@ impl PeState {
     }
 
     /// Sets `to[k]` to the value of `from[k]`, one after the other (the
-    /// caller makes sure no `from` is overwritten before it is read).
-    pub fn copy_in_order(&mut self, from: &[Value], to: &[Value]) {
-        for (a, b) in from.iter().zip(to) {
-            let v = self.get(*a).clone();
+    /// caller makes sure no `from` is overwritten before it is read); the
+    /// `from[k]` with bit `k` of `moves` set are moved out, left unset.
+    pub fn copy_in_order(&mut self, from: &[Value], to: &[Value], moves: u64) {
+        for (k, (a, b)) in from.iter().zip(to).enumerate() {
+            let v = if k < 64 && moves >> k & 1 != 0 {
+                std::mem::take(&mut self.env[a.as_u32() as usize])
+            } else {
+                self.get(*a).clone()
+            };
             self.set(*b, v);
         }
     }
