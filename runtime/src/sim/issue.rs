@@ -42,8 +42,7 @@ impl Sim<'_> {
             // A blocking receive or wait holds the issue unit until its data
             // is in.
             if let Some(slot) = &self.pes[p].wait_for {
-                let r = slot.ready_ps.get();
-                match (r != super::pe::UNKNOWN).then_some(r) {
+                match slot.ready() {
                     Some(r) => {
                         let pe = &mut self.pes[p];
                         pe.issue_ps = pe.issue_ps.max(r);

@@ -42,6 +42,12 @@ impl Slot {
             ready_ps: Cell::new(UNKNOWN),
         })
     }
+
+    /// When the value is ready, once its producer has started.
+    #[inline]
+    pub fn ready(&self) -> Option<u64> {
+        Some(self.ready_ps.get()).filter(|t| *t != UNKNOWN)
+    }
 }
 
 /// A value as the issue unit holds it.
@@ -62,7 +68,7 @@ impl Val {
         match self {
             Val::Unset => Some(0),
             Val::Ready { at, .. } => Some(*at),
-            Val::Pending(s) => Some(s.ready_ps.get()).filter(|t| *t != UNKNOWN),
+            Val::Pending(s) => s.ready(),
         }
     }
 
@@ -118,7 +124,7 @@ pub type OpBox = Box<OpRec>;
 
 /// Finished operations' boxes, emptied, for the next ones: issuing an
 /// operation then writes its fields in place, with no allocation and no
-/// copy of the ~200-byte record (moving it by value between issue, queue,
+/// copy of the 280-byte record (moving it by value between issue, queue,
 /// engine and in-flight list cost ~10 copies per operation).
 #[derive(Default)]
 pub struct OpPool(Vec<OpBox>);
