@@ -19,7 +19,6 @@
 //!   the sender when the copy is done.
 
 use super::events::{Ev, Sim};
-use super::fabric::Endpoint;
 use super::pe::{OpBox, OpKind, OpRec, Ranges, Stall, Val};
 use super::{cost, Engine, Placement, SimError};
 use crate::topology::{Backpressure, Topology};
@@ -51,8 +50,8 @@ fn pointee(ty: &Type) -> DType {
 }
 
 /// The same elements under the IR type's shape (a reshape's consumers);
-/// borrowed when the value has that shape already (nearly always: that
-/// test is inlined at every call).
+/// borrowed when the value has that shape already (nearly always: a short
+/// test, with the conversions kept apart in `refit`).
 #[inline]
 pub(super) fn fit<'v>(ty: &Type, v: &'v RtValue) -> Cow<'v, RtValue> {
     match (ty, v) {
@@ -530,7 +529,7 @@ impl Sim<'_> {
                     self.pes[p].mem_started(id, smallvec![(addr, addr + size, true)], false);
                     self.kick_waiting(p);
                 }
-                let route = self.m.fabric.route(Endpoint::Core(self.coords[p]), place.endpoint());
+                let route = self.m.fabric.core_route(self.coords[p], place.endpoint(), true);
                 let mut hbm = Channels::new();
                 if let Placement::Hbm(_) = place {
                     hbm = smallvec![0; self.m.fabric.channels() as usize];

@@ -83,9 +83,9 @@ fn in_order_yields(func: &Function) -> Vec<bool> {
 /// For each `yield`, the operands it may move rather than copy into the
 /// values it sets (bit `k` for operand `k`): those defined in the yield's
 /// own region and named once by it. Nothing reads them after the yield,
-/// the region's last instruction (the next iteration defines them again),
-/// so taking them saves a reference-count increment now and a decrement
-/// when they are defined again.
+/// the region's last instruction (a loop's next iteration defines them
+/// again; an `if`'s are out of scope), so taking them saves a
+/// reference-count increment now and a decrement later.
 fn yield_moves(func: &Function) -> Vec<u64> {
     let mut out = vec![0; func.insts.len()];
     let mut defined_in = vec![false; func.values.len()];

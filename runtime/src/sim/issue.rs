@@ -136,14 +136,12 @@ impl Sim<'_> {
     /// The values of `args` for the issue unit to compute with, and when
     /// the last is ready; `None` when one is not produced yet.
     fn operands(&self, p: usize, args: &[Value]) -> Option<(SmallVec<[RtValue; 4]>, u64)> {
+        let t = self.ready_all(p, args)?;
         let pe = &self.pes[p];
-        let mut t = 0;
-        let mut out = SmallVec::new();
-        for a in args {
-            let v = pe.get(*a);
-            t = t.max(v.ready_ps()?);
-            out.push(v.data()?.clone());
-        }
+        let out = args
+            .iter()
+            .map(|a| pe.get(*a).data().unwrap_or(&UNSET).clone())
+            .collect();
         Some((out, t))
     }
 
