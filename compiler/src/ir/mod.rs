@@ -13,10 +13,12 @@
 //! - a region ends in exactly one terminator, and nothing follows it.
 
 mod builder;
+mod hoist;
 mod print;
 mod verify;
 
 pub use builder::Builder;
+pub use hoist::hoist_loop_invariants;
 pub use print::print_function;
 pub use verify::verify;
 

@@ -450,7 +450,12 @@ impl Checker {
             let out = self.finish_without_recheck();
             return (out, Err("the program has errors".into()));
         }
-        let lowered = self.check_kernel(fid, true);
+        let mut lowered = self.check_kernel(fid, true);
+        // Lowering emits a loop's scalar invariants where the source names
+        // them; they run once, before the loop (ir/hoist.rs says why).
+        if let Some(func) = lowered.as_mut() {
+            crate::ir::hoist_loop_invariants(func);
+        }
         let failed = self.emit_failed;
         let out = self.finish_without_recheck();
         match lowered {
