@@ -96,34 +96,7 @@ fn kind(func: &Function, i: Inst) -> Kind {
 /// Whether an executor instruction can fail or has an effect (so it keeps
 /// its place in program order relative to data-path groups).
 fn observable(op: &Op) -> bool {
-    !matches!(
-        op,
-        Op::Const(_)
-            | Op::ProgramId(_)
-            | Op::NumPrograms(_)
-            | Op::Rank
-            | Op::WorldSize
-            | Op::MeshId(_)
-            | Op::MeshSize(_)
-            | Op::Cmp(_)
-            | Op::Unary(_)
-            | Op::Cast { .. }
-            | Op::Select
-            | Op::Fma
-            | Op::PtrAdd
-            | Op::Binary(
-                crate::ir::BinaryOp::Add
-                    | crate::ir::BinaryOp::Sub
-                    | crate::ir::BinaryOp::Mul
-                    | crate::ir::BinaryOp::And
-                    | crate::ir::BinaryOp::Or
-                    | crate::ir::BinaryOp::Xor
-                    | crate::ir::BinaryOp::Shl
-                    | crate::ir::BinaryOp::Shr
-                    | crate::ir::BinaryOp::Max
-                    | crate::ir::BinaryOp::Min
-            )
-    )
+    !op.is_pure_and_infallible()
 }
 
 /// The iteration space of an elementwise or memory instruction.

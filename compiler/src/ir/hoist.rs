@@ -125,19 +125,6 @@ fn movable(func: &Function, d: &InstData, consts: &SecondaryMap<Value, Option<Co
         return false;
     }
     match &d.op {
-        Op::Const(_)
-        | Op::ProgramId(_)
-        | Op::NumPrograms(_)
-        | Op::Rank
-        | Op::WorldSize
-        | Op::MeshId(_)
-        | Op::MeshSize(_)
-        | Op::Cmp(_)
-        | Op::Unary(_)
-        | Op::Cast { .. }
-        | Op::Select
-        | Op::Fma
-        | Op::PtrAdd => true,
         Op::Binary(BinaryOp::Div | BinaryOp::FloorDiv | BinaryOp::Mod) => {
             let float = matches!(func.ty(d.results[0]).elem(), Elem::Num(t) if t.is_float());
             float
@@ -146,8 +133,7 @@ fn movable(func: &Function, d: &InstData, consts: &SecondaryMap<Value, Option<Co
                     .and_then(|b| consts[*b])
                     .is_some_and(|c| c != ConstVal::Int(0))
         }
-        Op::Binary(_) => true,
-        _ => false,
+        op => op.is_pure_and_infallible(),
     }
 }
 

@@ -352,6 +352,41 @@ impl Op {
         matches!(self, Op::Yield | Op::Break | Op::Continue | Op::Return | Op::Condition)
     }
 
+    /// Whether the operation has no effect and cannot fail whatever its
+    /// operands (integer division can: by zero). Such an instruction may
+    /// run earlier than written (`hoist.rs`) or be reordered against
+    /// data-path groups (`datapath/fuse.rs`).
+    pub fn is_pure_and_infallible(&self) -> bool {
+        matches!(
+            self,
+            Op::Const(_)
+                | Op::ProgramId(_)
+                | Op::NumPrograms(_)
+                | Op::Rank
+                | Op::WorldSize
+                | Op::MeshId(_)
+                | Op::MeshSize(_)
+                | Op::Cmp(_)
+                | Op::Unary(_)
+                | Op::Cast { .. }
+                | Op::Select
+                | Op::Fma
+                | Op::PtrAdd
+                | Op::Binary(
+                    BinaryOp::Add
+                        | BinaryOp::Sub
+                        | BinaryOp::Mul
+                        | BinaryOp::And
+                        | BinaryOp::Or
+                        | BinaryOp::Xor
+                        | BinaryOp::Shl
+                        | BinaryOp::Shr
+                        | BinaryOp::Max
+                        | BinaryOp::Min
+                )
+        )
+    }
+
     /// The mnemonic printed in the text form (after the engine prefix).
     pub fn mnemonic(&self) -> String {
         match self {
