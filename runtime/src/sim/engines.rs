@@ -380,10 +380,16 @@ impl Sim<'_> {
                     }
                 }
                 OpKind::Send { queue, slots, .. } => {
-                    if self.queues.queues[queue as usize].credits < slots {
-                        // A returning credit kicks this engine.
-                        let eq = &mut self.pes[p].engines[e.index()];
-                        eq.blocked_since.get_or_insert(now);
+                    let q = &mut self.queues.queues[queue as usize];
+                    if q.credits_at(now) < slots {
+                        let back = q.credits_back_by(slots);
+                        // Otherwise a consumed message's return kicks it.
+                        q.sender_waiting = back.is_none();
+                        let since = *self.pes[p].engines[e.index()].blocked_since.get_or_insert(now);
+                        if let Some(c) = back {
+                            let t = self.credits_noticed_at(since, c);
+                            self.request_kick(p, e, t);
+                        }
                         return Ok(());
                     }
                 }
@@ -959,7 +965,11 @@ impl Sim<'_> {
                         t
                     }
                 };
-                self.schedule(now + back, Ev::Credit(queue, slots));
+                let q = &mut self.queues.queues[queue as usize];
+                q.returning.push_back((now + back, slots));
+                if q.sender_waiting {
+                    self.retry_sender(queue);
+                }
             }
             _ => {}
         }
@@ -1012,26 +1022,38 @@ impl Sim<'_> {
         }
     }
 
-    /// Credits are back at a queue's sender.
-    pub(super) fn credit(&mut self, queue: u32, n: u32) -> Result<(), SimError> {
+    /// A waiting sender has enough credits once those travelling back
+    /// arrive: its engine retries when it notices them.
+    fn retry_sender(&mut self, queue: u32) {
         let q = &mut self.queues.queues[queue as usize];
-        q.credits += n;
         let p = q.src as usize;
-        let since = self.pes[p].engines[Engine::Send.index()].blocked_since;
-        let ipcq = &self.ipcq;
-        let t = match (ipcq.backpressure, since) {
-            // A polling sender notices at its next poll.
-            (Backpressure::Poll, Some(s)) => {
-                let every = Topology::ns_to_ps(ipcq.poll_interval_ns.0).max(1);
-                s + (self.now - s).div_ceil(every) * every
-            }
-            _ => self.now,
+        let head = self.pes[p].engines[Engine::Send.index()]
+            .queue
+            .front()
+            .map(|op| op.kind);
+        let Some(OpKind::Send { queue: on, slots, .. }) = head else {
+            return;
         };
-        if t == self.now {
-            self.kick(p, Engine::Send)
-        } else {
-            self.request_kick(p, Engine::Send, t);
-            Ok(())
+        if on != queue {
+            return;
+        }
+        let Some(c) = q.credits_back_by(slots) else { return };
+        q.sender_waiting = false;
+        let since = self.pes[p].engines[Engine::Send.index()].blocked_since.unwrap_or(c);
+        let t = self.credits_noticed_at(since, c);
+        self.request_kick(p, Engine::Send, t);
+    }
+
+    /// When a sender waiting since `since_ps` notices credits that arrive
+    /// at `back_ps`: at once when it sleeps (the return wakes it), at its
+    /// next poll when it polls.
+    fn credits_noticed_at(&self, since_ps: u64, back_ps: u64) -> u64 {
+        match self.ipcq.backpressure {
+            Backpressure::Poll if back_ps > since_ps => {
+                let every = Topology::ns_to_ps(self.ipcq.poll_interval_ns.0).max(1);
+                since_ps + (back_ps - since_ps).div_ceil(every) * every
+            }
+            _ => back_ps,
         }
     }
 }

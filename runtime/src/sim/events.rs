@@ -24,8 +24,6 @@ pub(super) enum Ev {
     Done(u32, u32),
     /// A load's transfer starts and reads memory: PE, in-flight slot.
     Sample(u32, u32),
-    /// Credits came back to a queue's sender.
-    Credit(u32, u32),
 }
 
 /// A pure scalar instruction of at most three operands, decoded with its
@@ -467,7 +465,6 @@ impl Sim<'_> {
                 }
                 Ev::Done(p, slot) => self.done(p as usize, slot)?,
                 Ev::Sample(p, slot) => self.sample(p as usize, slot)?,
-                Ev::Credit(q, n) => self.credit(q, n)?,
             }
         }
         let blocked = self.blocked();
@@ -518,7 +515,7 @@ impl Sim<'_> {
                         let slots = self.queues.n_slots();
                         WaitReason::QueueFull {
                             to_rank: self.pes[q.dst as usize].ctx.rank,
-                            used: slots - q.credits,
+                            used: slots - q.credits_eventually().min(slots),
                             slots,
                         }
                     }

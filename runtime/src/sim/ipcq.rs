@@ -25,7 +25,15 @@ pub struct Queue {
     /// The sender and the receiver (PE indices of the launch).
     pub src: u32,
     pub dst: u32,
+    /// Credits at the sender, not counting those still travelling back.
     pub credits: u32,
+    /// Credits travelling back to the sender: when each batch arrives and
+    /// how many, in order of arrival (they are returned in consumption
+    /// order over one route).
+    pub returning: VecDeque<(u64, u32)>,
+    /// The sender's send engine waits for this queue's credits: a return
+    /// must kick it.
+    pub sender_waiting: bool,
     /// Messages `first_msg ..` not yet consumed, in send order.
     pub msgs: VecDeque<Msg>,
     pub first_msg: u64,
@@ -54,6 +62,38 @@ impl Queue {
     pub fn msg_mut(&mut self, m: u64) -> Option<&mut Msg> {
         m.checked_sub(self.first_msg)
             .and_then(move |k| self.msgs.get_mut(k as usize))
+    }
+
+    /// Credits at the sender at time `now_ps` (those back by then are
+    /// counted in).
+    pub fn credits_at(&mut self, now_ps: u64) -> u32 {
+        while let Some(&(t, n)) = self.returning.front() {
+            if t > now_ps {
+                break;
+            }
+            self.credits += n;
+            self.returning.pop_front();
+        }
+        self.credits
+    }
+
+    /// When the sender has `need` credits counting those travelling back;
+    /// `None` when even all of them are too few.
+    pub fn credits_back_by(&self, need: u32) -> Option<u64> {
+        let mut have = self.credits;
+        for &(t, n) in &self.returning {
+            have += n;
+            if have >= need {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// Credits the sender holds or will hold once every return arrives
+    /// (the queue's free slots, for the deadlock diagnostic).
+    pub fn credits_eventually(&self) -> u32 {
+        self.credits + self.returning.iter().map(|&(_, n)| n).sum::<u32>()
     }
 
     /// Drops consumed messages from the front (receives consume in order).
@@ -92,6 +132,8 @@ impl Queues {
             src,
             dst,
             credits: self.n_slots,
+            returning: VecDeque::new(),
+            sender_waiting: false,
             msgs: VecDeque::new(),
             first_msg: 0,
             recvs_issued: 0,
