@@ -589,12 +589,15 @@ impl Sim<'_> {
                 }
                 let (route, hbm) = self.buffer_route(queue, msg, bytes, false);
                 let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
+                let end = tr.end_ps;
                 if let Some(s) = op.results.first() {
                     let _ = s.data.set(reinterpret(&ty, &data));
-                    s.ready_ps.set(tr.end_ps);
+                    s.ready_ps.set(end);
                 }
-                self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
-                self.finish_at(p, op, now, tr.end_ps);
+                self.occupy(p, e, (now, tr.injected_ps, end), op.inst);
+                // Everything its end does is known now: it needs no event.
+                self.op_pool.give(op);
+                self.recv_settled(p, queue, msg, end)?;
             }
         }
         Ok(())
@@ -952,25 +955,6 @@ impl Sim<'_> {
                 let _ = self.m.mem.write(addr, &bits.to_le_bytes()[..size as usize]);
                 self.wake_signal_waiters();
             }
-            OpKind::Recv { queue, msg } => {
-                let q = &mut self.queues.queues[queue as usize];
-                let slots = q.msg(msg).map_or(0, |m| m.slots);
-                q.consume(msg);
-                let (src, dst, known) = (q.src, q.dst, q.credit_latency_ps);
-                let back = match known {
-                    Some(t) => t,
-                    None => {
-                        let t = self.core_latency_ps(dst as usize, src as usize);
-                        self.queues.queues[queue as usize].credit_latency_ps = Some(t);
-                        t
-                    }
-                };
-                let q = &mut self.queues.queues[queue as usize];
-                q.returning.push_back((now + back, slots));
-                if q.sender_waiting {
-                    self.retry_sender(queue);
-                }
-            }
             _ => {}
         }
         let mem_id = op.mem_id;
@@ -990,6 +974,44 @@ impl Sim<'_> {
             _ => false,
         };
         if wake {
+            self.wake_issue(p);
+        }
+        for e in Engine::ALL {
+            if self.pes[p].engines[e.index()].waiting_on_pe {
+                self.pes[p].engines[e.index()].waiting_on_pe = false;
+                self.kick(p, e)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A receive of message `msg` of `queue` started and its copy out of
+    /// the slots ends at `end_ps`, all settled when it starts: the message
+    /// leaves the queue, its credits travel back from `end_ps`, the PE's
+    /// last finish moves on, and whatever of the PE waits for the result
+    /// (whose data and ready time are now known) looks again. The issue
+    /// unit goes on at its own clock, past `end_ps` if it needs the data.
+    fn recv_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) -> Result<(), SimError> {
+        let q = &mut self.queues.queues[queue as usize];
+        let slots = q.msg(msg).map_or(0, |m| m.slots);
+        q.consume(msg);
+        let (src, dst, known) = (q.src, q.dst, q.credit_latency_ps);
+        let back = match known {
+            Some(t) => t,
+            None => {
+                let t = self.core_latency_ps(dst as usize, src as usize);
+                self.queues.queues[queue as usize].credit_latency_ps = Some(t);
+                t
+            }
+        };
+        let q = &mut self.queues.queues[queue as usize];
+        q.returning.push_back((end_ps + back, slots));
+        if q.sender_waiting {
+            self.retry_sender(queue);
+        }
+        let pe = &mut self.pes[p];
+        pe.last_done_ps = pe.last_done_ps.max(end_ps);
+        if matches!(pe.stall, Stall::Data | Stall::Drain) {
             self.wake_issue(p);
         }
         for e in Engine::ALL {
