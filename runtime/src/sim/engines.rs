@@ -366,12 +366,15 @@ impl Sim<'_> {
             }
             let mut access = None;
             match head.kind {
-                OpKind::Recv { queue, msg } => {
-                    if !self.queues.queues[queue as usize].arrived(msg) {
-                        // The message's arrival kicks this engine.
+                OpKind::Recv { queue, msg } => match self.queues.queues[queue as usize].arrival_ps(msg) {
+                    // The start of the message's send kicks this engine.
+                    None => return Ok(()),
+                    Some(a) if a > now => {
+                        self.request_kick(p, e, a);
                         return Ok(());
                     }
-                }
+                    Some(_) => {}
+                },
                 OpKind::Notify { .. } => {
                     // Every earlier memory operation has finished.
                     if self.pes[p].mem_ops.front().map(|m| m.id) != head.mem_id {
@@ -552,17 +555,20 @@ impl Sim<'_> {
                 let q = &mut self.queues.queues[queue as usize];
                 q.credits -= slots;
                 let msg = q.first_msg + q.msgs.len() as u64;
+                let (route, hbm) = self.buffer_route(queue, msg, bytes, true);
+                let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
+                let end = tr.end_ps;
+                let q = &mut self.queues.queues[queue as usize];
                 q.msgs.push_back(super::ipcq::Msg {
                     data,
                     bytes,
                     slots,
-                    arrived_ps: None,
+                    arrived_ps: Some(end),
                 });
-                op.kind = OpKind::Send { queue, msg, slots };
-                let (route, hbm) = self.buffer_route(queue, msg, bytes, true);
-                let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
-                self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
-                self.finish_at(p, op, now, tr.end_ps);
+                self.occupy(p, e, (now, tr.injected_ps, end), op.inst);
+                // Everything its end does is known now: it needs no event.
+                self.op_pool.give(op);
+                self.send_settled(p, queue, msg, end);
             }
             OpKind::Recv { queue, msg } => {
                 let func = self.l.func;
@@ -940,16 +946,6 @@ impl Sim<'_> {
                 // A store or atomic may have set someone's signal word.
                 self.wake_signal_waiters();
             }
-            OpKind::Send { queue, msg, .. } => {
-                let q = &mut self.queues.queues[queue as usize];
-                if let Some(m) = q.msg_mut(msg) {
-                    m.arrived_ps = Some(now);
-                }
-                // The receiver may take it now (in this event: the kick
-                // needs nothing that happens later at this time).
-                let dst = q.dst as usize;
-                self.kick(dst, Engine::Recv)?;
-            }
             OpKind::Notify { addr, bits, size } => {
                 use kernbench_compiler::datapath::Memory;
                 let _ = self.m.mem.write(addr, &bits.to_le_bytes()[..size as usize]);
@@ -983,6 +979,28 @@ impl Sim<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A send of message `msg` on `queue` started and its last packet
+    /// reaches the receiver's slots at `end_ps`, known now: the receiver's
+    /// engine, if its head is this message's receive, starts it then (a
+    /// receive issued later finds the arrival time in the queue); the PE's
+    /// last finish moves on, and an issue unit waiting for its engines to
+    /// drain looks again.
+    fn send_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) {
+        let dst = self.queues.queues[queue as usize].dst as usize;
+        let head = self.pes[dst].engines[Engine::Recv.index()]
+            .queue
+            .front()
+            .map(|op| op.kind);
+        if head == Some(OpKind::Recv { queue, msg }) {
+            self.request_kick(dst, Engine::Recv, end_ps);
+        }
+        let pe = &mut self.pes[p];
+        pe.last_done_ps = pe.last_done_ps.max(end_ps);
+        if pe.stall == Stall::Drain {
+            self.wake_issue(p);
+        }
     }
 
     /// A receive of message `msg` of `queue` started and its copy out of

@@ -503,7 +503,7 @@ impl Sim<'_> {
                 let reason = match head.kind {
                     super::pe::OpKind::Recv { queue, msg } => {
                         let q = &self.queues.queues[queue as usize];
-                        if q.arrived(msg) {
+                        if q.arrival_ps(msg).is_some() {
                             continue;
                         }
                         WaitReason::NoData {

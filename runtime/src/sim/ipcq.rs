@@ -17,7 +17,8 @@ pub struct Msg {
     pub data: RtValue,
     pub bytes: u64,
     pub slots: u32,
-    /// When its last packet arrived in the receiver's slots.
+    /// When its last packet arrives in the receiver's slots (known when
+    /// its send starts).
     pub arrived_ps: Option<u64>,
 }
 
@@ -53,15 +54,11 @@ impl Queue {
         m.checked_sub(self.first_msg).and_then(|k| self.msgs.get(k as usize))
     }
 
-    /// Whether message `m` is in the receiver's slots: a receive of it can
-    /// start (not yet sent, or still in flight: it cannot).
-    pub fn arrived(&self, m: u64) -> bool {
-        self.msg(m).is_some_and(|x| x.arrived_ps.is_some())
-    }
-
-    pub fn msg_mut(&mut self, m: u64) -> Option<&mut Msg> {
-        m.checked_sub(self.first_msg)
-            .and_then(move |k| self.msgs.get_mut(k as usize))
+    /// When message `m`'s last packet reaches the receiver's slots, once
+    /// its send has started (`None` before); a receive of it starts no
+    /// earlier.
+    pub fn arrival_ps(&self, m: u64) -> Option<u64> {
+        self.msg(m).and_then(|x| x.arrived_ps)
     }
 
     /// Credits at the sender at time `now_ps` (those back by then are

@@ -445,18 +445,22 @@ impl Sim<'_> {
     /// Queues an operation issued at `t`. Only a new head needs a kick (the
     /// engine moves on to later ones itself), and not before the engine
     /// is free and the operands it knows of are ready; an operand not yet
-    /// produced kicks the engine when its producer ends, and so does a
-    /// receive's message when it arrives (the engine then waits for the
-    /// dispatch if the message came first).
+    /// produced kicks the engine when its producer ends, and a receive's
+    /// message not yet sent kicks it when its send starts.
     fn enqueue(&mut self, p: usize, e: Engine, t: u64, mut op: OpBox) {
         op.issued_ps = t;
-        let awaits_message = match op.kind {
-            OpKind::Recv { queue, msg } => !self.queues.queues[queue as usize].arrived(msg),
-            _ => false,
+        // A receive waits for its message's arrival, once known; until then
+        // the send's start kicks the engine.
+        let (awaits_message, arrival) = match op.kind {
+            OpKind::Recv { queue, msg } => match self.queues.queues[queue as usize].arrival_ps(msg) {
+                Some(a) => (false, a),
+                None => (true, 0),
+            },
+            _ => (false, 0),
         };
         let eq = &mut self.pes[p].engines[e.index()];
         let head = eq.queue.is_empty() && !awaits_message;
-        let mut at = Some(t.max(eq.free_at_ps));
+        let mut at = Some(t.max(eq.free_at_ps).max(arrival));
         for (_, v) in &op.args {
             at = match (at, v.ready_ps()) {
                 (Some(a), Some(r)) => Some(a.max(r)),
