@@ -377,8 +377,16 @@ impl Sim<'_> {
                 },
                 OpKind::Notify { .. } => {
                     // Every earlier memory operation has finished.
-                    if self.pes[p].mem_ops.front().map(|m| m.id) != head.mem_id {
-                        self.pes[p].engines[e.index()].waiting_on_pe = true;
+                    let mine = head.mem_id;
+                    let pe = &mut self.pes[p];
+                    pe.mem_retire(now);
+                    let front = pe.mem_ops.front().map(|m| (m.id, m.done_at_ps));
+                    if front.map(|(id, _)| id) != mine {
+                        match front {
+                            // A load that has sampled: it finishes then.
+                            Some((_, t)) if t != super::pe::UNKNOWN => self.request_kick(p, e, t),
+                            _ => pe.engines[e.index()].waiting_on_pe = true,
+                        }
                         return Ok(());
                     }
                 }
@@ -511,15 +519,16 @@ impl Sim<'_> {
                 if info.effect_at_end {
                     self.finish_at(p, op, now, end);
                 } else {
-                    // A load samples memory when its transfer starts.
+                    // A load samples memory when its transfer starts, and
+                    // that settles it (see `sample`).
                     for s in &op.results {
                         s.ready_ps.set(end);
                     }
                     op.start_ps = now;
+                    op.end_ps = end;
                     op.ranges = access.ranges;
                     let slot = self.pes[p].park(op);
                     self.schedule(transfer_start, Ev::Sample(p as u32, slot));
-                    self.schedule(end, Ev::Done(p as u32, slot));
                 }
             }
             OpKind::Notify { addr, size, .. } => {
@@ -894,26 +903,39 @@ impl Sim<'_> {
         Ok(end)
     }
 
-    /// A load's transfer starts: it reads memory now.
+    /// A load's transfer starts: it reads memory now. Its end is known
+    /// since it started, so this settles it and it needs no event at its
+    /// end: its result's data is in, its footprint no longer orders later
+    /// writes, it counts as finished (for `tl.notify` and the PE's end)
+    /// from its end on, and whatever of the PE waits for it looks again.
     pub(super) fn sample(&mut self, p: usize, slot: u32) -> Result<(), SimError> {
-        let Some(mut op) = self.pes[p].inflight.get_mut(slot as usize).and_then(Option::take) else {
+        let Some(mut op) = self.pes[p].unpark(slot) else {
             return Ok(());
         };
         let ranges = std::mem::take(&mut op.ranges);
+        let end = op.end_ps;
         if let Some(id) = op.mem_id {
-            self.pes[p].mem_started(id, ranges, false);
+            let pe = &mut self.pes[p];
+            pe.mem_started(id, ranges, false);
+            pe.mem_done_at(id, end, self.now);
         }
         let outs = match op.kind {
             OpKind::Group(g) => self.run_group(p, &op, g),
             _ => Ok(Outputs::new()),
         };
-        if let Ok(outs) = &outs {
+        if let Ok(outs) = outs {
             for (s, v) in op.results.iter().zip(outs) {
-                let _ = s.data.set(v.clone());
+                let _ = s.data.set(v);
             }
+        } else {
+            outs?;
         }
-        self.pes[p].inflight[slot as usize] = Some(op);
-        outs?;
+        self.op_pool.give(op);
+        let pe = &mut self.pes[p];
+        pe.last_done_ps = pe.last_done_ps.max(end);
+        if matches!(pe.stall, Stall::Data | Stall::Drain) {
+            self.wake_issue(p);
+        }
         self.kick_waiting(p);
         Ok(())
     }
@@ -961,7 +983,7 @@ impl Sim<'_> {
         self.op_pool.give(op);
         let pe = &mut self.pes[p];
         if let Some(id) = mem_id {
-            pe.mem_done(id);
+            pe.mem_done(id, now);
         }
         pe.last_done_ps = pe.last_done_ps.max(now);
         let wake = match pe.stall {

@@ -471,13 +471,15 @@ impl Sim<'_> {
         if blocked.is_empty() {
             Ok(())
         } else {
-            // Stuck since the last PE reached the operation it waits in:
-            // its issue clock may be past the last event.
+            // Stuck since the last PE reached the operation it waits in
+            // and its last operation ended: its issue clock, and the end of
+            // an operation settled when it started, may be past the last
+            // event.
             let stuck_ps = self
                 .pes
                 .iter()
                 .filter(|pe| pe.stall != Stall::Finished)
-                .map(|pe| pe.issue_ps)
+                .map(|pe| pe.issue_ps.max(pe.last_done_ps))
                 .fold(self.now, u64::max);
             Err(SimError::Deadlock {
                 time_ps: stuck_ps,

@@ -114,6 +114,8 @@ pub struct OpRec {
     pub issued_ps: u64,
     /// Filled when it starts: when it began, for the trace and statistics.
     pub start_ps: u64,
+    /// A load's end, from its start until it samples memory.
+    pub end_ps: u64,
     /// A load's footprint, from its start until it samples memory.
     pub ranges: Ranges,
 }
@@ -139,6 +141,7 @@ impl OpPool {
                 op.mem_id = mem_id;
                 op.issued_ps = 0;
                 op.start_ps = 0;
+                op.end_ps = 0;
                 op
             }
             None => Box::new(OpRec {
@@ -149,6 +152,7 @@ impl OpPool {
                 mem_id,
                 issued_ps: 0,
                 start_ps: 0,
+                end_ps: 0,
                 ranges: Ranges::new(),
             }),
         }
@@ -197,6 +201,10 @@ pub struct MemOp {
     /// ordered against its footprint.
     pub started: bool,
     pub done: bool,
+    /// When it finishes, once known before it does (a load, when it
+    /// samples memory); [`UNKNOWN`] otherwise. It counts as done from
+    /// then on.
+    pub done_at_ps: u64,
     /// It reads its inputs when it ends (`tl.gemm`): a later write to them
     /// waits for its end, not its start.
     pub reads_at_end: bool,
@@ -431,6 +439,7 @@ impl PeState {
             ranges: Ranges::new(),
             started: false,
             done: false,
+            done_at_ps: UNKNOWN,
             reads_at_end: false,
         });
         id
@@ -474,11 +483,26 @@ impl PeState {
         }
     }
 
-    pub fn mem_done(&mut self, id: u64) {
+    pub fn mem_done(&mut self, id: u64, now_ps: u64) {
         if let Some(m) = self.mem_ops.iter_mut().find(|m| m.id == id) {
             m.done = true;
         }
-        while self.mem_ops.front().is_some_and(|m| m.done) {
+        self.mem_retire(now_ps);
+    }
+
+    /// Memory operation `id` finishes at `at_ps` (a load that has sampled
+    /// memory: nothing about it changes until then).
+    pub fn mem_done_at(&mut self, id: u64, at_ps: u64, now_ps: u64) {
+        if let Some(m) = self.mem_ops.iter_mut().find(|m| m.id == id) {
+            m.done_at_ps = at_ps;
+        }
+        self.mem_retire(now_ps);
+    }
+
+    /// Drops the finished memory operations at the front of the list (by
+    /// time `now_ps`).
+    pub fn mem_retire(&mut self, now_ps: u64) {
+        while self.mem_ops.front().is_some_and(|m| m.done || m.done_at_ps <= now_ps) {
             self.mem_ops.pop_front();
         }
     }
