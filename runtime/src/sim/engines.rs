@@ -422,7 +422,7 @@ impl Sim<'_> {
             let Some(op) = eq.queue.pop_front() else { return Ok(()) };
             self.start(p, e, op, access)?;
             if self.pes[p].stall == Stall::QueueFull(e) {
-                self.wake_issue(p);
+                self.resume_issue(p)?;
             }
         }
     }
@@ -577,7 +577,7 @@ impl Sim<'_> {
                 self.occupy(p, e, (now, tr.injected_ps, end), op.inst);
                 // Everything its end does is known now: it needs no event.
                 self.op_pool.give(op);
-                self.send_settled(p, queue, msg, end);
+                self.send_settled(p, queue, msg, end)?;
             }
             OpKind::Recv { queue, msg } => {
                 let func = self.l.func;
@@ -934,7 +934,7 @@ impl Sim<'_> {
         let pe = &mut self.pes[p];
         pe.last_done_ps = pe.last_done_ps.max(end);
         if matches!(pe.stall, Stall::Data | Stall::Drain) {
-            self.wake_issue(p);
+            self.resume_issue(p)?;
         }
         self.kick_waiting(p);
         Ok(())
@@ -992,7 +992,7 @@ impl Sim<'_> {
             _ => false,
         };
         if wake {
-            self.wake_issue(p);
+            self.resume_issue(p)?;
         }
         for e in Engine::ALL {
             if self.pes[p].engines[e.index()].waiting_on_pe {
@@ -1009,7 +1009,7 @@ impl Sim<'_> {
     /// receive issued later finds the arrival time in the queue); the PE's
     /// last finish moves on, and an issue unit waiting for its engines to
     /// drain looks again.
-    fn send_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) {
+    fn send_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) -> Result<(), SimError> {
         let dst = self.queues.queues[queue as usize].dst as usize;
         let head = self.pes[dst].engines[Engine::Recv.index()]
             .queue
@@ -1021,8 +1021,9 @@ impl Sim<'_> {
         let pe = &mut self.pes[p];
         pe.last_done_ps = pe.last_done_ps.max(end_ps);
         if pe.stall == Stall::Drain {
-            self.wake_issue(p);
+            self.resume_issue(p)?;
         }
+        Ok(())
     }
 
     /// A receive of message `msg` of `queue` started and its copy out of
@@ -1052,7 +1053,7 @@ impl Sim<'_> {
         let pe = &mut self.pes[p];
         pe.last_done_ps = pe.last_done_ps.max(end_ps);
         if matches!(pe.stall, Stall::Data | Stall::Drain) {
-            self.wake_issue(p);
+            self.resume_issue(p)?;
         }
         for e in Engine::ALL {
             if self.pes[p].engines[e.index()].waiting_on_pe {

@@ -388,6 +388,24 @@ impl Sim<'_> {
         self.schedule(t, Ev::Issue(p as u32));
     }
 
+    /// Wakes PE `p`'s issue unit as [`Self::wake_issue`] does, but runs it
+    /// at once, inside the current event, when that event would be now
+    /// (its clock is not ahead of the global one and none is pending):
+    /// the same time, one event fewer, and the PE's state is still in
+    /// cache. Only engine events call it; the issue unit itself never
+    /// does, so it does not re-enter itself.
+    pub fn resume_issue(&mut self, p: usize) -> Result<(), SimError> {
+        let pe = &self.pes[p];
+        if pe.stall == Stall::Finished || pe.issue_scheduled {
+            return Ok(());
+        }
+        if pe.issue_ps > self.now {
+            self.wake_issue(p);
+            return Ok(());
+        }
+        self.issue(p)
+    }
+
     /// Asks engine `e` of PE `p` to try its queue at time `t`.
     pub fn request_kick(&mut self, p: usize, e: Engine, t: u64) {
         let t = t.max(self.now);
