@@ -1044,6 +1044,56 @@ def never(flag: ptr[i32]):
     assert_eq!(blocked[0].reason, sim::WaitReason::Signal);
 }
 
+/// A notify waits for every earlier memory operation of its PE to finish,
+/// loads included: a load is settled when it samples memory, long before
+/// its transfer ends, and the notify behind it must still wait for that
+/// end.
+#[test]
+fn a_notify_waits_for_the_end_of_an_earlier_load() {
+    let src = "
+@kernel
+def k(buf: ptr[i32], flag: ptr[i32], out: ptr[i32], N: constexpr = 4096):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        x = tl.load(buf + offs)
+        tl.notify(flag, 1, 7)
+        tl.store(out + offs, x)
+    else:
+        tl.wait_until(flag, 7)
+";
+    let topo = Topology::default_machine();
+    let (func, _) = lower(src, "k", &[]);
+    let run = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(0, 0, 1)],
+        &func,
+        vec![
+            tensor("buf", i32s(&[2, 4096], |k| k as i32), &["shard"]),
+            tensor("flag", Tensor::zeros(Elem::Num(DType::I32), &[2]), &["shard"]),
+            tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[2, 4096]), &["shard"]),
+        ],
+        None,
+        true,
+    )
+    .expect("runs");
+    let slice = |name: &str| {
+        run.report
+            .slices
+            .iter()
+            .find(|s| s.rank == 0 && func.inst(s.inst).op.mnemonic() == name)
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let (load, notify) = (slice("load"), slice("notify"));
+    // 16 KiB from HBM take far longer than the DMA setup before the
+    // sample: the wait is visible.
+    assert!(load.done_ps > load.start_ps + 10_000, "{load:?}");
+    assert!(
+        notify.start_ps >= load.done_ps,
+        "notify {notify:?} before the load ended {load:?}"
+    );
+    assert_eq!(elem::to_i64(DType::I32, run.tensors[2].get_bits(4095)), 4095);
+}
+
 /// Loop-carried values the issue unit passes from one iteration to the
 /// next: rotations it may copy one by one (no carried value is read after
 /// it has been replaced) and swaps it must copy all at once, of scalars,
