@@ -390,7 +390,7 @@ impl Sim<'_> {
                         return Ok(());
                     }
                 }
-                OpKind::Send { queue, slots, .. } => {
+                OpKind::Send { queue, slots } => {
                     let q = &mut self.queues.queues[queue as usize];
                     if q.credits_at(now) < slots {
                         let back = q.credits_back_by(slots);
@@ -557,7 +557,7 @@ impl Sim<'_> {
                 self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
                 self.finish_at(p, op, now, tr.end_ps);
             }
-            OpKind::Send { queue, slots, .. } => {
+            OpKind::Send { queue, slots } => {
                 let (value, val) = &op.args[0];
                 let bytes = value_bytes(self.l.func.ty(*value));
                 let data = val.data().cloned().unwrap_or(RtValue::Scalar(0));
@@ -920,15 +920,11 @@ impl Sim<'_> {
             pe.mem_done_at(id, end, self.now);
         }
         let outs = match op.kind {
-            OpKind::Group(g) => self.run_group(p, &op, g),
-            _ => Ok(Outputs::new()),
+            OpKind::Group(g) => self.run_group(p, &op, g)?,
+            _ => Outputs::new(),
         };
-        if let Ok(outs) = outs {
-            for (s, v) in op.results.iter().zip(outs) {
-                let _ = s.data.set(v);
-            }
-        } else {
-            outs?;
+        for (s, v) in op.results.iter().zip(outs) {
+            let _ = s.data.set(v);
         }
         self.op_pool.give(op);
         let pe = &mut self.pes[p];
@@ -937,6 +933,18 @@ impl Sim<'_> {
             self.resume_issue(p)?;
         }
         self.kick_waiting(p);
+        Ok(())
+    }
+
+    /// Retries, in this event, the engines of PE `p` whose head waits for
+    /// something of the PE.
+    fn retry_waiting(&mut self, p: usize) -> Result<(), SimError> {
+        for e in Engine::ALL {
+            if self.pes[p].engines[e.index()].waiting_on_pe {
+                self.pes[p].engines[e.index()].waiting_on_pe = false;
+                self.kick(p, e)?;
+            }
+        }
         Ok(())
     }
 
@@ -994,13 +1002,7 @@ impl Sim<'_> {
         if wake {
             self.resume_issue(p)?;
         }
-        for e in Engine::ALL {
-            if self.pes[p].engines[e.index()].waiting_on_pe {
-                self.pes[p].engines[e.index()].waiting_on_pe = false;
-                self.kick(p, e)?;
-            }
-        }
-        Ok(())
+        self.retry_waiting(p)
     }
 
     /// A send of message `msg` on `queue` started and its last packet
@@ -1055,13 +1057,7 @@ impl Sim<'_> {
         if matches!(pe.stall, Stall::Data | Stall::Drain) {
             self.resume_issue(p)?;
         }
-        for e in Engine::ALL {
-            if self.pes[p].engines[e.index()].waiting_on_pe {
-                self.pes[p].engines[e.index()].waiting_on_pe = false;
-                self.kick(p, e)?;
-            }
-        }
-        Ok(())
+        self.retry_waiting(p)
     }
 
     /// Whoever waits in `tl.wait_until` looks at its signal word again.
@@ -1094,7 +1090,7 @@ impl Sim<'_> {
             .queue
             .front()
             .map(|op| op.kind);
-        let Some(OpKind::Send { queue: on, slots, .. }) = head else {
+        let Some(OpKind::Send { queue: on, slots }) = head else {
             return;
         };
         if on != queue {

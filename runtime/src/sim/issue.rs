@@ -547,7 +547,7 @@ impl Sim<'_> {
         let slots = self.message_slots(p, i, value)?;
         let val = self.pes[p].get(value).clone();
         let t = self.dispatch(p, 0);
-        let mut op = self.op_pool.take(i, OpKind::Send { queue, msg: 0, slots }, None);
+        let mut op = self.op_pool.take(i, OpKind::Send { queue, slots }, None);
         op.args.push((value, val));
         self.enqueue(p, Engine::Send, t, op);
         self.advance(p);

@@ -88,9 +88,9 @@ impl Val {
 pub enum OpKind {
     /// A data-path group: compute (MATH, GEMM) or memory (DMA, `tl.gemm`).
     Group(usize),
-    /// `tl.send` on queue `queue` of a message taking `slots` slots; `msg`
-    /// is its message number, known once it starts.
-    Send { queue: u32, msg: u64, slots: u32 },
+    /// `tl.send` on queue `queue` of a message taking `slots` slots (its
+    /// message number is given when it starts).
+    Send { queue: u32, slots: u32 },
     /// `tl.recv`/`tl.recv_async` of message `msg` of queue `queue`.
     Recv { queue: u32, msg: u64 },
     /// `tl.notify`: write `bits` (`size` bytes) at `addr` once every
