@@ -343,11 +343,18 @@ impl Sim<'_> {
             let eq = &self.pes[p].engines[e.index()];
             let Some(head) = eq.queue.front() else { return Ok(()) };
             // Not before the engine is free, nor before the operation was
-            // issued (a message arriving early kicks a receive engine whose
-            // head the issue unit queued ahead of the global clock).
-            if eq.free_at_ps > now || head.issued_ps > now {
-                let t = eq.free_at_ps.max(head.issued_ps);
-                self.request_kick(p, e, t);
+            // issued (the issue unit runs ahead of the global clock), nor,
+            // for a receive, before its message has arrived; a message
+            // not sent yet kicks the engine when its send starts.
+            let mut not_before = eq.free_at_ps.max(head.issued_ps);
+            if let OpKind::Recv { queue, msg } = head.kind {
+                match self.queues.queues[queue as usize].arrival_ps(msg) {
+                    Some(a) => not_before = not_before.max(a),
+                    None => return Ok(()),
+                }
+            }
+            if not_before > now {
+                self.request_kick(p, e, not_before);
                 return Ok(());
             }
             let mut ready = 0;
@@ -366,15 +373,8 @@ impl Sim<'_> {
             }
             let mut access = None;
             match head.kind {
-                OpKind::Recv { queue, msg } => match self.queues.queues[queue as usize].arrival_ps(msg) {
-                    // The start of the message's send kicks this engine.
-                    None => return Ok(()),
-                    Some(a) if a > now => {
-                        self.request_kick(p, e, a);
-                        return Ok(());
-                    }
-                    Some(_) => {}
-                },
+                // Its message has arrived (checked above).
+                OpKind::Recv { .. } => {}
                 OpKind::Notify { .. } => {
                     // Every earlier memory operation has finished.
                     let mine = head.mem_id;
@@ -1007,18 +1007,21 @@ impl Sim<'_> {
 
     /// A send of message `msg` on `queue` started and its last packet
     /// reaches the receiver's slots at `end_ps`, known now: the receiver's
-    /// engine, if its head is this message's receive, starts it then (a
-    /// receive issued later finds the arrival time in the queue); the PE's
+    /// engine, if its head is this message's receive, starts it then, or
+    /// once it is dispatched and the engine is free (a receive issued
+    /// later finds the arrival time in the queue); the PE's
     /// last finish moves on, and an issue unit waiting for its engines to
     /// drain looks again.
     fn send_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) -> Result<(), SimError> {
         let dst = self.queues.queues[queue as usize].dst as usize;
-        let head = self.pes[dst].engines[Engine::Recv.index()]
-            .queue
-            .front()
-            .map(|op| op.kind);
-        if head == Some(OpKind::Recv { queue, msg }) {
-            self.request_kick(dst, Engine::Recv, end_ps);
+        let eq = &self.pes[dst].engines[Engine::Recv.index()];
+        if let Some(head) = eq.queue.front() {
+            if head.kind == (OpKind::Recv { queue, msg }) {
+                // Not before the receive is dispatched and its engine is
+                // free either (neither changes before it starts).
+                let t = end_ps.max(head.issued_ps).max(eq.free_at_ps);
+                self.request_kick(dst, Engine::Recv, t);
+            }
         }
         let pe = &mut self.pes[p];
         pe.last_done_ps = pe.last_done_ps.max(end_ps);
