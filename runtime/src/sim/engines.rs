@@ -471,8 +471,10 @@ impl Sim<'_> {
                         s.ready_ps.set(end);
                     }
                     self.occupy(p, e, (now, end, end), op.inst);
-                    self.finish_at(p, op, now, end);
-                    return Ok(());
+                    // Everything its end does is known now: it needs no
+                    // event.
+                    self.op_pool.give(op);
+                    return self.op_settled(p, end, true);
                 }
                 let access = match access {
                     Some(a) => a,
@@ -1023,12 +1025,7 @@ impl Sim<'_> {
                 self.request_kick(dst, Engine::Recv, t);
             }
         }
-        let pe = &mut self.pes[p];
-        pe.last_done_ps = pe.last_done_ps.max(end_ps);
-        if pe.stall == Stall::Drain {
-            self.resume_issue(p)?;
-        }
-        Ok(())
+        self.op_settled(p, end_ps, false)
     }
 
     /// A receive of message `msg` of `queue` started and its copy out of
@@ -1055,12 +1052,29 @@ impl Sim<'_> {
         if q.sender_waiting {
             self.retry_sender(queue);
         }
+        self.op_settled(p, end_ps, true)
+    }
+
+    /// An operation of PE `p` that ends at `end_ps` was settled when it
+    /// started: the PE's last finish moves on, and an issue unit waiting
+    /// for its engines to drain, or (when the operation `produced`
+    /// results, now known) for data, looks again, as do the engines whose
+    /// head waits for something of the PE.
+    fn op_settled(&mut self, p: usize, end_ps: u64, produced: bool) -> Result<(), SimError> {
         let pe = &mut self.pes[p];
         pe.last_done_ps = pe.last_done_ps.max(end_ps);
-        if matches!(pe.stall, Stall::Data | Stall::Drain) {
+        let wake = match pe.stall {
+            Stall::Data => produced,
+            Stall::Drain => true,
+            _ => false,
+        };
+        if wake {
             self.resume_issue(p)?;
         }
-        self.retry_waiting(p)
+        if produced {
+            self.retry_waiting(p)?;
+        }
+        Ok(())
     }
 
     /// Whoever waits in `tl.wait_until` looks at its signal word again.
