@@ -574,7 +574,7 @@ impl Sim<'_> {
                     data,
                     bytes,
                     slots,
-                    arrived_ps: Some(end),
+                    arrived_ps: end,
                 });
                 self.occupy(p, e, (now, tr.injected_ps, end), op.inst);
                 // Everything its end does is known now: it needs no event.
@@ -929,11 +929,7 @@ impl Sim<'_> {
             let _ = s.data.set(v);
         }
         self.op_pool.give(op);
-        let pe = &mut self.pes[p];
-        pe.last_done_ps = pe.last_done_ps.max(end);
-        if matches!(pe.stall, Stall::Data | Stall::Drain) {
-            self.resume_issue(p)?;
-        }
+        self.ended_at(p, end, true)?;
         self.kick_waiting(p);
         Ok(())
     }
@@ -1056,11 +1052,22 @@ impl Sim<'_> {
     }
 
     /// An operation of PE `p` that ends at `end_ps` was settled when it
-    /// started: the PE's last finish moves on, and an issue unit waiting
-    /// for its engines to drain, or (when the operation `produced`
-    /// results, now known) for data, looks again, as do the engines whose
-    /// head waits for something of the PE.
+    /// started: [`Self::ended_at`], and when it `produced` results (now
+    /// known), the engines whose head waits for something of the PE look
+    /// again in this event.
     fn op_settled(&mut self, p: usize, end_ps: u64, produced: bool) -> Result<(), SimError> {
+        self.ended_at(p, end_ps, produced)?;
+        if produced {
+            self.retry_waiting(p)?;
+        }
+        Ok(())
+    }
+
+    /// The issue unit's side of an operation of PE `p` settled before it
+    /// ends at `end_ps`: the PE's last finish moves on, and an issue unit
+    /// waiting for its engines to drain, or (when the operation `produced`
+    /// results) for data, looks again.
+    fn ended_at(&mut self, p: usize, end_ps: u64, produced: bool) -> Result<(), SimError> {
         let pe = &mut self.pes[p];
         pe.last_done_ps = pe.last_done_ps.max(end_ps);
         let wake = match pe.stall {
@@ -1070,9 +1077,6 @@ impl Sim<'_> {
         };
         if wake {
             self.resume_issue(p)?;
-        }
-        if produced {
-            self.retry_waiting(p)?;
         }
         Ok(())
     }

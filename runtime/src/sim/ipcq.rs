@@ -18,8 +18,8 @@ pub struct Msg {
     pub bytes: u64,
     pub slots: u32,
     /// When its last packet arrives in the receiver's slots (known when
-    /// its send starts).
-    pub arrived_ps: Option<u64>,
+    /// its send starts, which is when the message enters the queue).
+    pub arrived_ps: u64,
 }
 
 pub struct Queue {
@@ -58,7 +58,7 @@ impl Queue {
     /// its send has started (`None` before); a receive of it starts no
     /// earlier.
     pub fn arrival_ps(&self, m: u64) -> Option<u64> {
-        self.msg(m).and_then(|x| x.arrived_ps)
+        self.msg(m).map(|x| x.arrived_ps)
     }
 
     /// Credits at the sender at time `now_ps` (those back by then are
