@@ -420,7 +420,9 @@ impl Sim<'_> {
             eq.waiting_on_pe = false;
             eq.blocked_since = None;
             let Some(op) = eq.queue.pop_front() else { return Ok(()) };
-            self.start(p, e, op, access)?;
+            // By reference: an `Access` is a few hundred bytes, and moving
+            // it costs a copy on every start.
+            self.start(p, e, op, access.as_ref())?;
             if self.pes[p].stall == Stall::QueueFull(e) {
                 self.resume_issue(p)?;
             }
@@ -458,7 +460,7 @@ impl Sim<'_> {
         self.schedule(end, Ev::Done(p as u32, slot));
     }
 
-    fn start(&mut self, p: usize, e: Engine, mut op: OpBox, access: Option<Access>) -> Result<(), SimError> {
+    fn start(&mut self, p: usize, e: Engine, mut op: OpBox, access: Option<&Access>) -> Result<(), SimError> {
         let now = self.now;
         match op.kind {
             OpKind::Group(g) => {
@@ -476,9 +478,13 @@ impl Sim<'_> {
                     self.op_pool.give(op);
                     return self.op_settled(p, end, true);
                 }
+                let computed;
                 let access = match access {
                     Some(a) => a,
-                    None => self.access(p, &op)?,
+                    None => {
+                        computed = self.access(p, &op)?;
+                        &computed
+                    }
                 };
                 let is_gemm = matches!(self.l.func.inst(op.inst).op, Op::Gemm { .. });
                 // A load records its footprint when it samples memory; the
@@ -490,12 +496,12 @@ impl Sim<'_> {
                     }
                 }
                 if is_gemm {
-                    let end = self.gemm_composite(p, &op, &access)?;
+                    let end = self.gemm_composite(p, &op, access)?;
                     self.occupy(p, e, (now, end, end), op.inst);
                     self.finish_at(p, op, now, end);
                     return Ok(());
                 }
-                let (place, bytes, hbm, write) = access.parts[0].clone();
+                let (place, bytes, ref hbm, write) = access.parts[0];
                 let me = self.coords[p];
                 let t0 = now + self.dma_setup_ps;
                 // The engine is busy until the transfer's tail has left the
@@ -514,7 +520,7 @@ impl Sim<'_> {
                             r
                         }
                     };
-                    let tr = self.m.fabric.reserve(&route, bytes, &hbm, t0);
+                    let tr = self.m.fabric.reserve(&route, bytes, hbm, t0);
                     (tr.injected_ps, tr.end_ps, tr.start_ps)
                 };
                 self.occupy(p, e, (now, busy_end, end), op.inst);
@@ -528,7 +534,7 @@ impl Sim<'_> {
                     }
                     op.start_ps = now;
                     op.end_ps = end;
-                    op.ranges = access.ranges;
+                    op.ranges = access.ranges.clone();
                     let slot = self.pes[p].park(op);
                     self.schedule(transfer_start, Ev::Sample(p as u32, slot));
                 }

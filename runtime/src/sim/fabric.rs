@@ -565,23 +565,47 @@ impl Fabric {
         let mut a = addr;
         let end = addr.saturating_add(len);
         while a < end {
+            let chunk = self.chunk_of(a);
+            let chunk_start = chunk * il;
             // From an interleave boundary, n whole chunks give every channel
             // one chunk, whichever channel they start at.
-            if a % il == 0 && end - a >= il * n {
+            if a == chunk_start && end - a >= il * n {
                 let rounds = (end - a) / (il * n);
                 out.iter_mut().for_each(|b| *b += rounds * il);
                 a += rounds * il * n;
                 continue;
             }
-            let take = (((a / il) + 1) * il).min(end) - a;
-            out[((a / il) % n) as usize] += take;
+            let take = (chunk_start + il).min(end) - a;
+            out[self.channel_of_chunk(chunk)] += take;
             a += take;
         }
     }
 
     /// The channel a byte address maps to.
     pub fn channel_of(&self, addr: u64) -> usize {
-        ((addr / self.interleave_bytes) % self.channels as u64) as usize
+        self.channel_of_chunk(self.chunk_of(addr))
+    }
+
+    /// The interleave chunk holding `addr` (a shift for the usual power of
+    /// two: this runs for every DMA, and a division is slow).
+    #[inline]
+    fn chunk_of(&self, addr: u64) -> u64 {
+        let il = self.interleave_bytes;
+        if il.is_power_of_two() {
+            addr >> il.trailing_zeros()
+        } else {
+            addr / il
+        }
+    }
+
+    #[inline]
+    fn channel_of_chunk(&self, chunk: u64) -> usize {
+        let n = self.channels as u64;
+        (if n.is_power_of_two() {
+            chunk & (n - 1)
+        } else {
+            chunk % n
+        }) as usize
     }
 
     /// Per-stage (entry, serialization of all bytes, of the head, latency)

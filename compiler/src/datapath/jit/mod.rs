@@ -306,6 +306,10 @@ impl Jit {
             }
         };
         self.prepared[g].variants.push((formulas, ptr));
+        if formulas == 0 {
+            // The plain code is what most runs use: no lookup next time.
+            self.prepared[g].ptr = ptr;
+        }
         Some(ptr)
     }
 }
@@ -675,7 +679,7 @@ impl DataPath for Jit {
         if self.scratch.len() < scratch_words {
             self.scratch.resize(scratch_words, 0);
         }
-        let mut outs: smallvec::SmallVec<[Tensor; 4]> = group
+        let mut outs: smallvec::SmallVec<[Tensor; 2]> = group
             .outputs
             .iter()
             .enumerate()
