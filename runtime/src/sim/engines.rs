@@ -348,9 +348,13 @@ impl Sim<'_> {
             // not sent yet kicks the engine when its send starts.
             let mut not_before = eq.free_at_ps.max(head.issued_ps);
             if let OpKind::Recv { queue, msg } = head.kind {
-                match self.queues.queues[queue as usize].arrival_ps(msg) {
+                let q = &mut self.queues.queues[queue as usize];
+                match q.arrival_ps(msg) {
                     Some(a) => not_before = not_before.max(a),
-                    None => return Ok(()),
+                    None => {
+                        q.waiting_recv = Some((msg, not_before));
+                        return Ok(());
+                    }
                 }
             }
             if not_before > now {
@@ -1017,14 +1021,14 @@ impl Sim<'_> {
     /// last finish moves on, and an issue unit waiting for its engines to
     /// drain looks again.
     fn send_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) -> Result<(), SimError> {
-        let dst = self.queues.queues[queue as usize].dst as usize;
-        let eq = &self.pes[dst].engines[Engine::Recv.index()];
-        if let Some(head) = eq.queue.front() {
-            if head.kind == (OpKind::Recv { queue, msg }) {
+        let q = &mut self.queues.queues[queue as usize];
+        let dst = q.dst as usize;
+        if let Some((waiting, not_before)) = q.waiting_recv {
+            if waiting == msg {
                 // Not before the receive is dispatched and its engine is
                 // free either (neither changes before it starts).
-                let t = end_ps.max(head.issued_ps).max(eq.free_at_ps);
-                self.request_kick(dst, Engine::Recv, t);
+                q.waiting_recv = None;
+                self.request_kick(dst, Engine::Recv, end_ps.max(not_before));
             }
         }
         self.op_settled(p, end_ps, false)

@@ -180,8 +180,13 @@ pub enum Stage {
 /// The stages a transfer crosses, in the direction data flows.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Route {
-    pub stages: Vec<Stage>,
+    pub stages: Stages,
 }
+
+/// A route's stages, inline for the usual short route: every transfer
+/// walks them, and with thousands of PEs a separate allocation is one
+/// more cache miss per transfer.
+pub type Stages = smallvec::SmallVec<[Stage; 6]>;
 
 /// The result of scheduling a transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -303,7 +308,7 @@ impl Fabric {
     }
 
     /// Router hops between two corners of one cube (XY on the 2×2 grid).
-    fn corner_path(&mut self, sip: u32, cube: u32, from: u8, to: u8, out: &mut Vec<Stage>) {
+    fn corner_path(&mut self, sip: u32, cube: u32, from: u8, to: u8, out: &mut Stages) {
         let (mut x, mut y) = (from % 2, from / 2);
         let (tx, ty) = (to % 2, to / 2);
         while x != tx {
@@ -341,7 +346,7 @@ impl Fabric {
     }
 
     /// From corner `c0` of `cube0` to corner `c1` of `cube1` in one SIP.
-    fn cube_path(&mut self, sip: u32, (cube0, c0): (u32, u8), (cube1, c1): (u32, u8), out: &mut Vec<Stage>) {
+    fn cube_path(&mut self, sip: u32, (cube0, c0): (u32, u8), (cube1, c1): (u32, u8), out: &mut Stages) {
         let (w, _) = self.topo.cube_grid();
         let (mut x, mut y) = ((cube0 % w) as i32, (cube0 / w) as i32);
         let (tx, ty) = ((cube1 % w) as i32, (cube1 / w) as i32);
@@ -371,7 +376,7 @@ impl Fabric {
 
     /// SIP links from `s0` to `s1`: X then Y over the SIP grid, the short
     /// way round when it wraps (ring, torus).
-    fn sip_path(&mut self, s0: u32, s1: u32, out: &mut Vec<Stage>) {
+    fn sip_path(&mut self, s0: u32, s1: u32, out: &mut Stages) {
         let [gw, gh] = self.topo.spec.system.sip_grid;
         let (w, h) = (gw.0 as i32, gh.0 as i32);
         let wrap = self.topo.spec.system.sip_topology != SipTopology::Mesh2d;
@@ -408,12 +413,7 @@ impl Fabric {
     }
 
     /// Router-level path between corner routers anywhere in the machine.
-    fn router_path(
-        &mut self,
-        (sip0, cube0, c0): (u32, u32, u8),
-        (sip1, cube1, c1): (u32, u32, u8),
-        out: &mut Vec<Stage>,
-    ) {
+    fn router_path(&mut self, (sip0, cube0, c0): (u32, u32, u8), (sip1, cube1, c1): (u32, u32, u8), out: &mut Stages) {
         if sip0 == sip1 {
             self.cube_path(sip0, (cube0, c0), (cube1, c1), out);
             return;
@@ -467,7 +467,7 @@ impl Fabric {
 
     fn compute_route(&mut self, from: Endpoint, to: Endpoint) -> Route {
         use Endpoint as E;
-        let mut s = Vec::new();
+        let mut s = Stages::new();
         // Private ports of one PE: its TCM and its own HBM slice.
         match (from, to) {
             (E::Core(a), E::Tcm(b)) | (E::Tcm(b), E::Core(a)) if a == b => {
@@ -513,7 +513,7 @@ impl Fabric {
         let io = self.topo.spec.sip.io_chiplet_cube as u32;
         let pcie = Stage::Link(self.link_index(LinkId::Pcie { sip }));
         let at = self.attach(mem);
-        let mut s = Vec::new();
+        let mut s = Stages::new();
         if to_device {
             s.push(pcie);
             self.router_path((sip, io, 0), at, &mut s);
@@ -737,7 +737,7 @@ impl Fabric {
     /// PE's core: the on-chip part of a launch or a host copy.
     pub fn io_latency_ps(&mut self, pe: PeCoord) -> u64 {
         let io = self.topo.spec.sip.io_chiplet_cube as u32;
-        let mut s = Vec::new();
+        let mut s = Stages::new();
         let to = self.attach(Endpoint::Core(pe));
         self.router_path((pe.sip, io, 0), to, &mut s);
         s.push(Stage::Link(self.link_index(LinkId::PeLink { at: pe, up: false })));

@@ -47,6 +47,12 @@ pub struct Queue {
     /// out of them (to the receiver's core), once asked: the same for
     /// every message.
     pub routes: [Option<Rc<Route>>; 2],
+    /// The receiver's receive engine is held by the receive of this
+    /// message, not sent yet, which may start no earlier than the given
+    /// time (its dispatch, and when the engine is free: neither changes
+    /// while it waits). Kept here so that the send, when it starts, finds
+    /// it without reaching into the receiver's engine.
+    pub waiting_recv: Option<(u64, u64)>,
 }
 
 impl Queue {
@@ -136,6 +142,7 @@ impl Queues {
             recvs_issued: 0,
             credit_latency_ps: None,
             routes: [None, None],
+            waiting_recv: None,
         });
         self.index.insert((src, dst), q);
         q

@@ -460,6 +460,13 @@ impl Sim<'_> {
         };
         let eq = &mut self.pes[p].engines[e.index()];
         let head = eq.queue.is_empty() && !awaits_message;
+        if awaits_message && eq.queue.is_empty() {
+            // A new head that waits for its message: the send kicks it.
+            if let OpKind::Recv { queue, msg } = op.kind {
+                self.queues.queues[queue as usize].waiting_recv = Some((msg, t.max(eq.free_at_ps)));
+            }
+        }
+        let eq = &mut self.pes[p].engines[e.index()];
         let mut at = Some(t.max(eq.free_at_ps).max(arrival));
         for (_, v) in &op.args {
             at = match (at, v.ready_ps()) {
