@@ -851,6 +851,36 @@ mod tests {
         assert_eq!(out, vec![256, 256, 0, 0, 0, 0, 0, 0]);
     }
 
+    /// The split (shifts for powers of two, divisions otherwise) against
+    /// a byte-by-byte count, over interleaves and channel counts of both
+    /// kinds and ranges that start and end mid-chunk or span many rounds.
+    #[test]
+    fn hbm_split_matches_a_byte_count() {
+        for (il, n) in [(256, 8), (64, 4), (96, 8), (256, 6), (100, 3), (1, 1)] {
+            let mut topo = Topology::default_machine();
+            topo.spec.pe.hbm_controller.interleave_bytes = crate::topology::schema::Positive(il);
+            topo.spec.pe.hbm_controller.pseudo_channels = crate::topology::schema::Positive(n);
+            let f = Fabric::new(&topo);
+            for (addr, len) in [
+                (0, 0),
+                (0, 1),
+                (7, il),
+                (il - 1, 2),
+                (3, il * n * 3 + 5),
+                (il * 5, il * n),
+            ] {
+                let mut got = vec![0; n as usize];
+                f.split_contiguous(addr, len, &mut got);
+                let mut want = vec![0; n as usize];
+                for a in addr..addr + len {
+                    want[((a / il) % n) as usize] += 1;
+                    assert_eq!(f.channel_of(a), ((a / il) % n) as usize);
+                }
+                assert_eq!(got, want, "{len} bytes at {addr}, interleave {il}, {n} channels");
+            }
+        }
+    }
+
     #[test]
     fn cross_sip_routes_use_sip_links() {
         let topo = Topology::default_machine();
