@@ -332,6 +332,15 @@ impl Sim<'_> {
                     super::engines::fit(func.ty(v), x)
                 })
                 .collect();
+            // A pointer moved by a scalar is computed faster than the memo
+            // is checked, and its offset is new at nearly every use: no memo.
+            if let Some(shifted) = cone.shift.as_ref().and_then(|s| {
+                let refs: SmallVec<[&RtValue; 4]> = ins.iter().map(|x| &**x).collect();
+                s.eval(&refs)
+            }) {
+                outs.push(shifted);
+                continue;
+            }
             if let Some(Some((seen, out))) = pe.cone_memo.get(slot) {
                 if seen.len() == ins.len() && seen.iter().zip(&ins).all(|(a, b)| same_value(a, b)) {
                     outs.push(out.clone());
@@ -341,9 +350,7 @@ impl Sim<'_> {
             let out = {
                 let refs: SmallVec<[&RtValue; 4]> = ins.iter().map(|x| &**x).collect();
                 let out = cone.group.outputs.first().copied();
-                cone.shift.as_ref().and_then(|s| s.eval(&refs)).or_else(|| {
-                    out.and_then(|o| kernbench_compiler::datapath::affine::eval_output(func, &cone.group, &refs, o))
-                })
+                out.and_then(|o| kernbench_compiler::datapath::affine::eval_output(func, &cone.group, &refs, o))
             };
             let Some(out) = out else {
                 drop(ins);
