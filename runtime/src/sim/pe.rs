@@ -22,7 +22,10 @@ use std::rc::Rc;
 /// Captured operands: most operations have few.
 pub type Args = SmallVec<[(Value, Val); 3]>;
 /// Byte ranges `[lo, hi)` of a memory operation and whether each is written.
-pub type Ranges = SmallVec<[(u64, u64, bool); 3]>;
+/// One inline (a load or store; `tl.gemm`'s three spill): the PE walks
+/// its memory operations' list before each new one starts, so this keeps
+/// the list small.
+pub type Ranges = SmallVec<[(u64, u64, bool); 1]>;
 
 /// Ready time of a value whose producer has not started.
 pub const UNKNOWN: u64 = u64::MAX;
