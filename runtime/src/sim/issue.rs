@@ -473,7 +473,6 @@ impl Sim<'_> {
                 self.queues.queues[queue as usize].waiting_recv = Some((msg, t.max(eq.free_at_ps)));
             }
         }
-        let eq = &mut self.pes[p].engines[e.index()];
         let mut at = Some(t.max(eq.free_at_ps).max(arrival));
         for (_, v) in &op.args {
             at = match (at, v.ready_ps()) {
