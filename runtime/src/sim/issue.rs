@@ -334,6 +334,7 @@ impl Sim<'_> {
                 .collect();
             // A pointer moved by a scalar is computed faster than the memo
             // is checked, and its offset is new at nearly every use: no memo.
+            // (The other cones build their operand list only on a memo miss.)
             if let Some(shifted) = cone.shift.as_ref().and_then(|s| {
                 let refs: SmallVec<[&RtValue; 4]> = ins.iter().map(|x| &**x).collect();
                 s.eval(&refs)
@@ -460,18 +461,17 @@ impl Sim<'_> {
         // the send's start kicks the engine.
         let (awaits_message, arrival) = match op.kind {
             OpKind::Recv { queue, msg } => match self.queues.queues[queue as usize].arrival_ps(msg) {
-                Some(a) => (false, a),
-                None => (true, 0),
+                Some(a) => (None, a),
+                None => (Some((queue, msg)), 0),
             },
-            _ => (false, 0),
+            _ => (None, 0),
         };
         let eq = &mut self.pes[p].engines[e.index()];
-        let head = eq.queue.is_empty() && !awaits_message;
-        if awaits_message && eq.queue.is_empty() {
+        let first = eq.queue.is_empty();
+        let head = first && awaits_message.is_none();
+        if let (true, Some((queue, msg))) = (first, awaits_message) {
             // A new head that waits for its message: the send kicks it.
-            if let OpKind::Recv { queue, msg } = op.kind {
-                self.queues.queues[queue as usize].waiting_recv = Some((msg, t.max(eq.free_at_ps)));
-            }
+            self.queues.queues[queue as usize].waiting_recv = Some((msg, t.max(eq.free_at_ps)));
         }
         let mut at = Some(t.max(eq.free_at_ps).max(arrival));
         for (_, v) in &op.args {
