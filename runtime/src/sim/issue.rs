@@ -322,13 +322,12 @@ impl Sim<'_> {
             };
             let slot = self.cone_base[g] + k;
             let pe = &mut self.pes[p];
-            let env = &pe.env;
             let ins: SmallVec<[std::borrow::Cow<RtValue>; 4]> = cone
                 .inputs
                 .iter()
                 .map(|&j| {
                     let v = group.inputs[j];
-                    let x = env[v.as_u32() as usize].data().unwrap_or(&UNSET);
+                    let x = pe.get(v).data().unwrap_or(&UNSET);
                     super::engines::fit(func.ty(v), x)
                 })
                 .collect();

@@ -35,6 +35,7 @@ pub mod place;
 pub mod probe;
 mod queue;
 mod report;
+mod slots;
 
 pub use comm::{mesh_dims, ring_order, select_pes, Communicator};
 pub use fabric::{Endpoint, Fabric, LinkId, PathCost, Transfer, LINK_CLASSES};

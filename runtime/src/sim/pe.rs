@@ -288,7 +288,10 @@ pub struct PeState {
     /// current program: its rank (`ctx.rank`) and program id (`ctx.pid`).
     pub ctx: crate::exec::ScalarCtx,
     pub frames: Vec<Frame>,
-    pub env: Vec<Val>,
+    /// The values the issue unit holds, one entry per live range
+    /// ([`super::slots`]): `env[slot_of[v]]` is value `v`'s.
+    env: Vec<Val>,
+    slot_of: Rc<[u32]>,
     /// The issue unit's own clock (never behind the global clock when it
     /// acts on shared state).
     pub issue_ps: u64,
@@ -322,12 +325,20 @@ pub struct PeState {
 }
 
 impl PeState {
-    pub fn new(ctx: crate::exec::ScalarCtx, programs: Programs, nvals: usize, n_cones: usize, t0: u64) -> PeState {
+    pub fn new(
+        ctx: crate::exec::ScalarCtx,
+        programs: Programs,
+        slots: &super::slots::EnvSlots,
+        slot_of: Rc<[u32]>,
+        n_cones: usize,
+        t0: u64,
+    ) -> PeState {
         PeState {
             programs,
             ctx,
             frames: Vec::new(),
-            env: vec![Val::Unset; nvals],
+            env: vec![Val::Unset; slots.count],
+            slot_of,
             issue_ps: t0,
             stall: Stall::None,
             issue_scheduled: false,
@@ -365,13 +376,19 @@ impl PeState {
     }
 
     #[inline]
+    fn entry(&self, v: Value) -> usize {
+        self.slot_of[v.as_u32() as usize] as usize
+    }
+
+    #[inline]
     pub fn get(&self, v: Value) -> &Val {
-        &self.env[v.as_u32() as usize]
+        &self.env[self.entry(v)]
     }
 
     #[inline]
     pub fn set(&mut self, v: Value, x: Val) {
-        let slot = &mut self.env[v.as_u32() as usize];
+        let e = self.entry(v);
+        let slot = &mut self.env[e];
         // Most values the issue unit replaces are scalars, which own
         // nothing: no need to call the drop of a `Val` for them.
         if matches!(
@@ -403,7 +420,8 @@ impl PeState {
     pub fn copy_in_order(&mut self, from: &[Value], to: &[Value], moves: u64) {
         for (k, (a, b)) in from.iter().zip(to).enumerate() {
             let v = if k < 64 && moves >> k & 1 != 0 {
-                std::mem::take(&mut self.env[a.as_u32() as usize])
+                let e = self.entry(*a);
+                std::mem::take(&mut self.env[e])
             } else {
                 self.get(*a).clone()
             };

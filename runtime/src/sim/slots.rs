@@ -1,0 +1,278 @@
+//! Where each IR value lives in a PE's environment: values whose live
+//! ranges do not overlap share an entry, the way a register allocator
+//! shares registers.
+//!
+//! **Why.** The issue unit keeps one entry per value it may read. With an
+//! entry per IR value, a PE of a large kernel (the stdlib's all-reduce
+//! inlines a few thousand values) holds tens of KiB of entries, and the
+//! ones a loop body touches are spread over many cache lines among those
+//! of code that never runs. With thousands of PEs the simulator is bound
+//! by those misses (docs/architecture.md, Performance). Sharing entries
+//! packs what is live at any point into a few hundred bytes.
+//!
+//! **Live ranges.** The plan's steps (instructions, and fused groups
+//! where the plan issues them) are numbered in the order the issue unit
+//! walks them, nested regions inside their step's span. A value lives
+//! from its definition to its last use, with three conservative rules
+//! that make sharing safe for the way the issue unit moves values:
+//! - a use inside an instruction's regions (a loop body, an `if` arm) of
+//!   a value defined before that instruction keeps the value alive to the
+//!   instruction's end, since a loop body reads it again on every
+//!   iteration;
+//! - a region's parameters live over the whole region: a `yield` writes
+//!   them while it still reads its operands, one after the other;
+//! - an instruction's results are defined at its start, so the results of
+//!   an `if` or a loop never share an entry with a value inside it that
+//!   the closing `yield` still reads while writing them.
+//!
+//! A definition and a use at the same position overlap, so an
+//! instruction's results never share an entry with its own operands.
+//! Renaming is untouched: operations capture their operands' values when
+//! issued (see [`super::pe`]), so an entry may be reused once the issue
+//! unit has passed the last use.
+
+use kernbench_compiler::datapath::{Plan, Step};
+use kernbench_compiler::ir::{Function, Region, Value};
+use std::collections::BTreeSet;
+
+/// The environment entry of every IR value, and how many entries a PE
+/// needs.
+pub struct EnvSlots {
+    pub slot_of: Vec<u32>,
+    pub count: usize,
+}
+
+/// What one step of the plan reads and defines, and the regions it holds.
+fn step_parts<'a>(func: &'a Function, plan: &'a Plan, step: Step) -> (&'a [Value], &'a [Value], &'a [Region]) {
+    match step {
+        Step::Inst(i) | Step::Relabel(i) | Step::Control(i) => {
+            let d = func.inst(i);
+            (&d.args, &d.results, &d.regions)
+        }
+        Step::Group(g) => {
+            let group = &plan.groups[g];
+            (&group.inputs, &group.outputs, &[])
+        }
+    }
+}
+
+/// Positions of the walk over the plan's steps (the order the issue unit
+/// reads and writes the environment in; a fused group reads its inputs
+/// and defines its outputs where the plan puts it): where each value is
+/// defined and last used, and each step's span.
+struct Walk<'f> {
+    func: &'f Function,
+    plan: &'f Plan,
+    pos: u32,
+    def: Vec<u32>,
+    end: Vec<u32>,
+    /// `[start, end]` of each step, in walk order.
+    spans: Vec<(u32, u32)>,
+}
+
+impl<'f> Walk<'f> {
+    fn new(func: &'f Function, plan: &'f Plan) -> Self {
+        let n = func.values.len();
+        let mut w = Walk {
+            func,
+            plan,
+            pos: 0,
+            def: vec![0; n],
+            end: vec![0; n],
+            spans: Vec::new(),
+        };
+        w.number(func.body);
+        let mut k = 0;
+        w.uses(func.body, &mut Vec::new(), &mut k);
+        w
+    }
+
+    /// Numbers region `r`'s steps; defines its parameters.
+    fn number(&mut self, r: Region) {
+        let (func, plan) = (self.func, self.plan);
+        let start = self.next();
+        let params = &func.region(r).params;
+        for p in params {
+            self.def[p.as_u32() as usize] = start;
+        }
+        for &step in plan.steps.get(r).map_or(&[][..], Vec::as_slice) {
+            let (_, results, regions) = step_parts(func, plan, step);
+            let at = self.next();
+            for v in results {
+                self.def[v.as_u32() as usize] = at;
+            }
+            let k = self.spans.len();
+            self.spans.push((at, at));
+            for &rr in regions {
+                self.number(rr);
+            }
+            if !regions.is_empty() {
+                self.spans[k].1 = self.next();
+            }
+        }
+        let end = self.next();
+        for p in params {
+            self.live_to(*p, end);
+        }
+    }
+
+    fn next(&mut self) -> u32 {
+        let p = self.pos;
+        self.pos += 1;
+        p
+    }
+
+    fn live_to(&mut self, v: Value, at: u32) {
+        let e = &mut self.end[v.as_u32() as usize];
+        *e = (*e).max(at);
+    }
+
+    /// Records the uses in region `r`, visiting steps in the order
+    /// `number` did (`k` counts them); `enclosing` are the spans of the
+    /// steps whose regions contain `r`, outermost first.
+    fn uses(&mut self, r: Region, enclosing: &mut Vec<(u32, u32)>, k: &mut usize) {
+        let (func, plan) = (self.func, self.plan);
+        for &step in plan.steps.get(r).map_or(&[][..], Vec::as_slice) {
+            let (args, _, regions) = step_parts(func, plan, step);
+            let span = self.spans[*k];
+            *k += 1;
+            for &a in args {
+                self.use_at(a, span.0, enclosing);
+            }
+            enclosing.push(span);
+            for &rr in regions {
+                self.uses(rr, enclosing, k);
+            }
+            enclosing.pop();
+        }
+    }
+
+    /// A use of `v` at `at`: alive to there, and to the end of the
+    /// outermost enclosing step that starts after its definition.
+    fn use_at(&mut self, v: Value, at: u32, enclosing: &[(u32, u32)]) {
+        let def = self.def[v.as_u32() as usize];
+        let to = enclosing
+            .iter()
+            .find(|(start, _)| *start > def)
+            .map_or(at, |(_, end)| (*end).max(at));
+        self.live_to(v, to);
+    }
+
+    /// `v`'s live range.
+    fn range(&self, v: usize) -> (u32, u32) {
+        (self.def[v], self.end[v].max(self.def[v]))
+    }
+}
+
+impl EnvSlots {
+    /// Assigns entries to `func`'s values: in order of definition, each
+    /// takes the lowest entry free at that point (deterministic, and the
+    /// values of one loop body end up next to each other).
+    pub fn assign(func: &Function, plan: &Plan) -> EnvSlots {
+        let n = func.values.len();
+        let w = Walk::new(func, plan);
+        // Values the issue unit never holds (those inside a fused group)
+        // are never defined: their range is [0, 0], an entry shared with
+        // nothing live later.
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by_key(|&v| (w.def[v as usize], v));
+        let mut slot_of = vec![0u32; n];
+        let mut free = BTreeSet::new();
+        // Live values by (end, slot): the ones ending first are freed first.
+        let mut live = BTreeSet::new();
+        let mut count = 0u32;
+        for v in order {
+            let (def, end) = w.range(v as usize);
+            while let Some(&(e, s)) = live.first() {
+                if e >= def {
+                    break;
+                }
+                live.pop_first();
+                free.insert(s);
+            }
+            let s = free.pop_first().unwrap_or_else(|| {
+                count += 1;
+                count - 1
+            });
+            slot_of[v as usize] = s;
+            live.insert((end, s));
+        }
+        EnvSlots {
+            slot_of,
+            count: count as usize,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernbench_compiler::ir::Op;
+
+    /// Lowers kernel `k` of `src` and plans it.
+    fn lower(src: &str, k: &str) -> (Function, Plan) {
+        use kernbench_compiler::sema;
+        let mut s = sema::Session::new(sema::Options::default());
+        s.add_file("t.tl", None, src.to_string());
+        let (_, ir) = s.lower(k);
+        let f = ir.unwrap_or_else(|_| panic!("`{k}` lowers"));
+        let plan = kernbench_compiler::datapath::plan(&f, true);
+        (f, plan)
+    }
+
+    const LOOP: &str = "@kernel\ndef k(p: ptr[i32], n: i32):\n    acc = 0\n    for i in range(n):\n        t = i * 2\n        u = t + 1\n        acc = acc + u\n    tl.store(p, acc)\n";
+
+    /// Values with one entry are never live at once; entries are shared.
+    #[test]
+    fn shared_entries_never_hold_two_live_values() {
+        let (f, plan) = lower(LOOP, "k");
+        let s = EnvSlots::assign(&f, &plan);
+        let w = Walk::new(&f, &plan);
+        let n = f.values.len();
+        for a in 0..n {
+            for b in a + 1..n {
+                let ((da, ea), (db, eb)) = (w.range(a), w.range(b));
+                if s.slot_of[a] == s.slot_of[b] {
+                    assert!(ea < db || eb < da, "values {a} and {b} share an entry while both live");
+                }
+            }
+        }
+        assert!(s.count < n, "{} entries for {n} values: nothing shared", s.count);
+    }
+
+    /// The rules the issue unit relies on: what a loop reads from outside
+    /// lives to its end, a loop's parameters over its whole body, and its
+    /// results from its start.
+    #[test]
+    fn loops_keep_what_they_read_and_write() {
+        let (f, plan) = lower(LOOP, "k");
+        let w = Walk::new(&f, &plan);
+        let (_, d) = f.insts.iter().find(|(_, d)| d.op == Op::For).expect("a loop");
+        let body = d.regions[0];
+        // The loop is the kernel's only step with regions.
+        let (start, end) = *w.spans.iter().find(|(s, e)| e > s).expect("the loop's span");
+        // `n` (the bound) is read at the start.
+        let ub = d.args[1];
+        assert!(w.range(ub.as_u32() as usize).1 >= start);
+        for p in &f.region(body).params {
+            assert_eq!(w.range(p.as_u32() as usize), (start + 1, end - 1), "parameter {p:?}");
+        }
+        for r in &d.results {
+            assert_eq!(w.range(r.as_u32() as usize).0, start, "result {r:?}");
+        }
+        // The constants the body reads, defined before the loop, live to
+        // its end.
+        for &step in &plan.steps[body] {
+            let (args, _, _) = step_parts(&f, &plan, step);
+            for a in args {
+                let (def, last) = w.range(a.as_u32() as usize);
+                if def < start {
+                    assert!(
+                        last >= end,
+                        "{a:?} read in the body dies at {last} before the loop's end {end}"
+                    );
+                }
+            }
+        }
+    }
+}
