@@ -366,7 +366,7 @@ impl Sim<'_> {
                 match v.ready_ps() {
                     Some(r) => ready = ready.max(r),
                     None => {
-                        self.pes[p].engines[e.index()].waiting_on_pe = true;
+                        self.pes[p].wait_on_pe(e);
                         return Ok(());
                     }
                 }
@@ -389,7 +389,7 @@ impl Sim<'_> {
                         match front {
                             // A load that has sampled: it finishes then.
                             Some((_, t)) if t != super::pe::UNKNOWN => self.request_kick(p, e, t),
-                            _ => pe.engines[e.index()].waiting_on_pe = true,
+                            _ => pe.wait_on_pe(e),
                         }
                         return Ok(());
                     }
@@ -413,15 +413,16 @@ impl Sim<'_> {
                         let a = self.access(p, head)?;
                         let id = head.mem_id.unwrap_or(0);
                         if !self.pes[p].mem_may_start(id, &a.ranges) {
-                            self.pes[p].engines[e.index()].waiting_on_pe = true;
+                            self.pes[p].wait_on_pe(e);
                             return Ok(());
                         }
                         access = Some(a);
                     }
                 }
             }
-            let eq = &mut self.pes[p].engines[e.index()];
-            eq.waiting_on_pe = false;
+            let pe = &mut self.pes[p];
+            pe.take_waiting(e);
+            let eq = &mut pe.engines[e.index()];
             eq.blocked_since = None;
             let Some(op) = eq.queue.pop_front() else { return Ok(()) };
             // By reference: an `Access` is a few hundred bytes, and moving
@@ -947,9 +948,11 @@ impl Sim<'_> {
     /// Retries, in this event, the engines of PE `p` whose head waits for
     /// something of the PE.
     fn retry_waiting(&mut self, p: usize) -> Result<(), SimError> {
+        if !self.pes[p].any_waits_on_pe() {
+            return Ok(());
+        }
         for e in Engine::ALL {
-            if self.pes[p].engines[e.index()].waiting_on_pe {
-                self.pes[p].engines[e.index()].waiting_on_pe = false;
+            if self.pes[p].take_waiting(e) {
                 self.kick(p, e)?;
             }
         }
@@ -959,8 +962,11 @@ impl Sim<'_> {
     /// Retries (at once, by event) the engines of PE `p` whose head waits
     /// for something of the PE.
     fn kick_waiting(&mut self, p: usize) {
+        if !self.pes[p].any_waits_on_pe() {
+            return;
+        }
         for e in Engine::ALL {
-            if self.pes[p].engines[e.index()].waiting_on_pe {
+            if self.pes[p].waits_on_pe(e) {
                 let now = self.now;
                 self.request_kick(p, e, now);
             }

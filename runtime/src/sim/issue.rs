@@ -485,7 +485,7 @@ impl Sim<'_> {
         }
         match at {
             Some(at) => self.request_kick(p, e, at),
-            None => self.pes[p].engines[e.index()].waiting_on_pe = true,
+            None => self.pes[p].wait_on_pe(e),
         }
     }
 

@@ -187,9 +187,6 @@ pub struct EngineQueue {
     pub kick_at: Option<u64>,
     /// Since when the head waits for credits (poll back-pressure).
     pub blocked_since: Option<u64>,
-    /// The head waits for something of this PE (an operand, an earlier
-    /// memory operation): the PE's next finishing operation retries it.
-    pub waiting_on_pe: bool,
     /// Start times of compute scheduled at issue (it occupies queue
     /// entries until it starts).
     pub scheduled_starts: VecDeque<u64>,
@@ -298,6 +295,11 @@ pub struct PeState {
     pub stall: Stall,
     pub issue_scheduled: bool,
     pub engines: [EngineQueue; Engine::COUNT],
+    /// Bit `e` set when engine `e`'s head waits for something of this PE
+    /// (an operand, an earlier memory operation): the PE's next finishing
+    /// operation retries it. One word for all engines, so that finding
+    /// them does not touch each engine's state.
+    waiting_on_pe: u8,
     /// Started, not finished operations (slab indices).
     pub inflight: Vec<Option<OpBox>>,
     pub free_slots: Vec<u32>,
@@ -343,6 +345,7 @@ impl PeState {
             stall: Stall::None,
             issue_scheduled: false,
             engines: Default::default(),
+            waiting_on_pe: 0,
             inflight: Vec::new(),
             free_slots: Vec::new(),
             inflight_count: 0,
@@ -373,6 +376,34 @@ impl PeState {
                 .iter()
                 .enumerate()
                 .all(|(k, e)| e.queue.is_empty() || k == super::Engine::Recv.index())
+    }
+
+    /// Marks engine `e`'s head as waiting for something of this PE.
+    #[inline]
+    pub fn wait_on_pe(&mut self, e: Engine) {
+        self.waiting_on_pe |= 1 << e.index();
+    }
+
+    /// Whether engine `e`'s head waited for something of this PE; clears
+    /// the mark.
+    #[inline]
+    pub fn take_waiting(&mut self, e: Engine) -> bool {
+        let bit = 1 << e.index();
+        let was = self.waiting_on_pe & bit != 0;
+        self.waiting_on_pe &= !bit;
+        was
+    }
+
+    /// Whether any engine's head waits for something of this PE.
+    #[inline]
+    pub fn any_waits_on_pe(&self) -> bool {
+        self.waiting_on_pe != 0
+    }
+
+    /// Whether engine `e`'s head waits for something of this PE.
+    #[inline]
+    pub fn waits_on_pe(&self, e: Engine) -> bool {
+        self.waiting_on_pe >> e.index() & 1 != 0
     }
 
     #[inline]
