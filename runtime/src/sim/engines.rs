@@ -384,7 +384,8 @@ impl Sim<'_> {
                     let mine = head.mem_id;
                     let pe = &mut self.pes[p];
                     pe.mem_retire(now);
-                    let front = pe.mem_ops.front().map(|m| (m.id, m.done_at_ps));
+                    let first = pe.first_mem_id();
+                    let front = pe.mem_ops.front().map(|m| (first, m.done_at_ps));
                     if front.map(|(id, _)| id) != mine {
                         match front {
                             // A load that has sampled: it finishes then.

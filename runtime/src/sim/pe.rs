@@ -192,10 +192,12 @@ pub struct EngineQueue {
     pub scheduled_starts: VecDeque<u64>,
 }
 
-/// A memory operation's footprint, for ordering inside the PE.
+/// A memory operation's footprint, for ordering inside the PE. Its number
+/// is implicit: the list holds consecutive numbers (operations are added
+/// in program order and retired from the front), so an operation is found
+/// by subtraction, not by a search.
 #[derive(Debug)]
 pub struct MemOp {
-    pub id: u64,
     pub ranges: Ranges,
     /// It has read (or, writing only, started): later operations may be
     /// ordered against its footprint.
@@ -487,7 +489,6 @@ impl PeState {
         let id = self.next_mem_id;
         self.next_mem_id += 1;
         self.mem_ops.push_back(MemOp {
-            id,
             ranges: Ranges::new(),
             started: false,
             done: false,
@@ -497,6 +498,20 @@ impl PeState {
         id
     }
 
+    /// The number of the first memory operation in the list (the next one
+    /// to be added when it is empty).
+    #[inline]
+    pub fn first_mem_id(&self) -> u64 {
+        self.next_mem_id - self.mem_ops.len() as u64
+    }
+
+    /// Memory operation `id`, unless retired.
+    #[inline]
+    fn mem_op(&mut self, id: u64) -> Option<&mut MemOp> {
+        let k = id.checked_sub(self.first_mem_id())?;
+        self.mem_ops.get_mut(usize::try_from(k).ok()?)
+    }
+
     /// Whether memory operation `id` (with `ranges`) may start: every
     /// earlier memory operation has started (a load: has sampled memory),
     /// and none that overlaps and writes is still in flight, nor one that
@@ -504,10 +519,8 @@ impl PeState {
     /// earlier load has read its bytes when it sampled, so a later write to
     /// them may go ahead.)
     pub fn mem_may_start(&self, id: u64, ranges: &[(u64, u64, bool)]) -> bool {
-        for m in &self.mem_ops {
-            if m.id >= id {
-                break;
-            }
+        let earlier = id.saturating_sub(self.first_mem_id()) as usize;
+        for m in self.mem_ops.iter().take(earlier) {
             if !m.started {
                 return false;
             }
@@ -528,7 +541,7 @@ impl PeState {
     /// Records memory operation `id`'s footprint once it has started (a
     /// load: sampled memory).
     pub fn mem_started(&mut self, id: u64, ranges: Ranges, reads_at_end: bool) {
-        if let Some(m) = self.mem_ops.iter_mut().find(|m| m.id == id) {
+        if let Some(m) = self.mem_op(id) {
             m.ranges = ranges;
             m.started = true;
             m.reads_at_end = reads_at_end;
@@ -536,7 +549,7 @@ impl PeState {
     }
 
     pub fn mem_done(&mut self, id: u64, now_ps: u64) {
-        if let Some(m) = self.mem_ops.iter_mut().find(|m| m.id == id) {
+        if let Some(m) = self.mem_op(id) {
             m.done = true;
         }
         self.mem_retire(now_ps);
@@ -545,7 +558,7 @@ impl PeState {
     /// Memory operation `id` finishes at `at_ps` (a load that has sampled
     /// memory: nothing about it changes until then).
     pub fn mem_done_at(&mut self, id: u64, at_ps: u64, now_ps: u64) {
-        if let Some(m) = self.mem_ops.iter_mut().find(|m| m.id == id) {
+        if let Some(m) = self.mem_op(id) {
             m.done_at_ps = at_ps;
         }
         self.mem_retire(now_ps);
