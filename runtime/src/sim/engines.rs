@@ -61,11 +61,20 @@ pub(super) fn fit<'v>(ty: &Type, v: &'v RtValue) -> Cow<'v, RtValue> {
         {
             Cow::Borrowed(v)
         }
-        (Type::Block(_, s), RtValue::Affine(_) | RtValue::Mask(_)) if v.formula_shape() == Some(s.as_slice()) => {
+        (Type::Block(_, s), RtValue::Affine(_) | RtValue::Mask(_))
+            if v.formula_shape().is_some_and(|f| same_axes(f, s)) =>
+        {
             Cow::Borrowed(v)
         }
         _ => refit(ty, v),
     }
+}
+
+/// Whether two shapes are equal, compared inline: the slices' `==` calls
+/// `memcmp`, costly for the one or two axes of a block.
+#[inline]
+fn same_axes(a: &[u64], b: &[u64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 /// [`fit`] for a value not of the type's shape already.

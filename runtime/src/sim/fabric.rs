@@ -614,7 +614,11 @@ impl Fabric {
         match st {
             Stage::Link(i) => {
                 let l = &self.links[i as usize];
-                (l.free_at_ps, l.ser_ps(bytes), l.ser_ps(head), l.latency_ps)
+                let ser = l.ser_ps(bytes);
+                // A transfer of one packet is its own head (one division,
+                // not two).
+                let head_ser = if head == bytes { ser } else { l.ser_ps(head) };
+                (l.free_at_ps, ser, head_ser, l.latency_ps)
             }
             Stage::Hbm { first, .. } => {
                 let mut free = 0;
