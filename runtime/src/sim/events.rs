@@ -79,11 +79,16 @@ fn in_order_yields(func: &Function) -> Vec<bool> {
 }
 
 /// For each `yield`, the operands it may move rather than copy into the
-/// values it sets (bit `k` for operand `k`): those defined in the yield's
-/// own region and named once by it. Nothing reads them after the yield,
-/// the region's last instruction (a loop's next iteration defines them
-/// again; an `if`'s are out of scope), so taking them saves a
-/// reference-count increment now and a decrement later.
+/// values it sets (bit `k` for operand `k`), each named once by it:
+/// - those defined in the yield's own region. Nothing reads them after
+///   the yield, the region's last instruction (a loop's next iteration
+///   defines them again; an `if`'s are out of scope);
+/// - a loop body's own carried parameter `c_j` passed as operand `k <= j`
+///   (a shift `c_k = c_{k+1}`, as in a software pipeline): the in-order
+///   copy ([`in_order_yields`]) reads it before it sets `c_j` anew.
+///
+/// Taking them saves a reference-count increment now and a decrement
+/// later, and with them a touch of each value's shared data.
 fn yield_moves(func: &Function) -> Vec<u64> {
     let mut out = vec![0; func.insts.len()];
     let mut defined_in = vec![false; func.values.len()];
@@ -98,9 +103,11 @@ fn yield_moves(func: &Function) -> Vec<u64> {
                 defined_in[v.as_u32() as usize] = true;
             }
         }
+        let carried = r.params.get(1..).unwrap_or(&[]);
         let mut mask = 0u64;
         for (k, a) in d.args.iter().enumerate().take(64) {
-            if defined_in[a.as_u32() as usize] && d.args.iter().filter(|b| *b == a).count() == 1 {
+            let shifted = carried.iter().position(|c| c == a).is_some_and(|j| j >= k);
+            if (defined_in[a.as_u32() as usize] || shifted) && d.args.iter().filter(|b| *b == a).count() == 1 {
                 mask |= 1 << k;
             }
         }
