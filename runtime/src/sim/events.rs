@@ -300,7 +300,6 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
     };
     let mut pes = Vec::with_capacity(coords.len());
     let env_slots = super::slots::EnvSlots::assign(func, &plan);
-    let slot_of: std::rc::Rc<[u32]> = env_slots.slot_of.as_slice().into();
     let mut group_of = Vec::with_capacity(coords.len());
     let mut group_base = Vec::with_capacity(l.groups.len());
     for (g, c) in l.groups.iter().enumerate() {
@@ -329,7 +328,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
                 mesh_id: [row, col],
                 mesh_size: c.mesh,
             };
-            pes.push(PeState::new(ctx, mine, &env_slots, slot_of.clone(), n_cones, start));
+            pes.push(PeState::new(ctx, mine, &env_slots, n_cones, start));
             group_of.push(g as u32);
         }
     }

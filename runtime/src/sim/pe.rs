@@ -333,7 +333,6 @@ impl PeState {
         ctx: crate::exec::ScalarCtx,
         programs: Programs,
         slots: &super::slots::EnvSlots,
-        slot_of: Rc<[u32]>,
         n_cones: usize,
         t0: u64,
     ) -> PeState {
@@ -342,7 +341,7 @@ impl PeState {
             ctx,
             frames: Vec::new(),
             env: vec![Val::Unset; slots.count],
-            slot_of,
+            slot_of: slots.slot_of.clone(),
             issue_ps: t0,
             stall: Stall::None,
             issue_scheduled: false,

@@ -34,11 +34,12 @@
 use kernbench_compiler::datapath::{Plan, Step};
 use kernbench_compiler::ir::{Function, Region, Value};
 use std::collections::BTreeSet;
+use std::rc::Rc;
 
-/// The environment entry of every IR value, and how many entries a PE
-/// needs.
+/// The environment entry of every IR value (shared by every PE of a
+/// launch), and how many entries a PE needs.
 pub struct EnvSlots {
-    pub slot_of: Vec<u32>,
+    pub slot_of: Rc<[u32]>,
     pub count: usize,
 }
 
@@ -198,7 +199,7 @@ impl EnvSlots {
             live.insert((end, s));
         }
         EnvSlots {
-            slot_of,
+            slot_of: slot_of.into(),
             count: count as usize,
         }
     }
