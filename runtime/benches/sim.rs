@@ -1,6 +1,9 @@
 //! Simulator speed (issue figures): simulated events per wall-clock
 //! second on a ring all-reduce over every PE of the default topology, and
-//! the wall time of one such all-reduce.
+//! the wall time of one such all-reduce; and the same ring on 1,024 PEs of
+//! `large` with 64-byte messages, where the simulator is bound by cache
+//! misses on each PE's state rather than by instructions (the regime of
+//! the 4,096-PE target; docs/architecture.md, Performance).
 //!
 //! `cargo bench -p kernbench-runtime --bench sim`
 
@@ -8,7 +11,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughpu
 use kernbench_compiler::datapath::{elem, jit::Jit, Tensor};
 use kernbench_compiler::sema::{self, DType, Elem, Konst};
 use kernbench_runtime::sim::place::{place_args, LaunchArg, Layout};
-use kernbench_runtime::sim::{ring_order, Communicator, Launch, Machine};
+use kernbench_runtime::sim::{ring_order, select_pes, Communicator, Launch, Machine};
 use kernbench_runtime::topology::{Space, Topology};
 use std::path::Path;
 
@@ -87,5 +90,30 @@ fn ring(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, ring);
+/// 1,024 PEs of `large`, one 64-byte message per ring step (`n_elem`
+/// equal to the PE count, as in the 64 MiB run on all 4,096): ~2 M ring
+/// steps, a few seconds each run.
+fn ring_many_pes(c: &mut Criterion) {
+    let topo = Topology::load("large").expect("the large preset");
+    let func = ring_kernel();
+    let pes = select_pes(&topo, "1024").expect("1,024 PEs");
+    let comm = Communicator::new(pes);
+    let n_elem = comm.world() as usize;
+    let mut jit = Jit::new();
+    let mut g = c.benchmark_group("sim_ring_allreduce_1024_pes_large");
+    g.sample_size(10);
+    let (mut m, args) = placed(&topo, &comm, n_elem);
+    let (events, _) = all_reduce(&mut m, &comm, &func, args, &mut jit);
+    g.throughput(Throughput::Elements(events));
+    g.bench_function("64B_messages_events", |b| {
+        b.iter_batched(
+            || placed(&topo, &comm, n_elem),
+            |(mut m, args)| all_reduce(&mut m, &comm, &func, args, &mut jit),
+            BatchSize::PerIteration,
+        )
+    });
+    g.finish();
+}
+
+criterion_group!(benches, ring, ring_many_pes);
 criterion_main!(benches);
