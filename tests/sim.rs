@@ -1190,3 +1190,79 @@ def carry(src: ptr[i32], out: ptr[i32], n: i32):
         assert_eq!(got, want, "n = {n}");
     }
 }
+
+/// Control flow on the simulator, where values share environment entries
+/// by live range: `while` with `continue` and `break` inside a `for`, an
+/// `if` whose results come from either arm, a block and a scalar defined
+/// before the loops and read only after them (their entries must outlive
+/// every value the loops define), against the same walk computed here.
+#[test]
+fn control_flow_keeps_values_live_across_loops() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def walk(out: ptr[i32], limit: i32):
+    r = tl.arange(0, 8)
+    before = r * 7 + 1
+    kept = limit * 3
+    for start in range(1, 9):
+        n = start
+        steps = 0
+        peak = n
+        while n != 1:
+            if n % 2 == 0:
+                n = n // 2
+                steps += 1
+                continue
+            n = 3 * n + 1
+            peak = tl.maximum(peak, n)
+            steps += 1
+            if steps > limit:
+                break
+        last = steps if steps <= limit else -1
+        tl.store(out + (start - 1), last)
+        tl.store(out + 8 + (start - 1), peak)
+    tl.store(out + 16 + r, before + kept)
+";
+    let (func, _) = lower(src, "walk", &[]);
+    for limit in [3i64, 100] {
+        let run = simulate(
+            &topo,
+            vec![pe(0, 0, 0)],
+            &func,
+            vec![
+                tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[24]), &[]),
+                scalar_i32(limit),
+            ],
+            None,
+            false,
+        )
+        .expect("runs");
+        let mut want = vec![0i64; 24];
+        for start in 1..9i64 {
+            let (mut n, mut steps, mut peak) = (start, 0i64, start);
+            while n != 1 {
+                if n % 2 == 0 {
+                    n /= 2;
+                    steps += 1;
+                    continue;
+                }
+                n = 3 * n + 1;
+                peak = peak.max(n);
+                steps += 1;
+                if steps > limit {
+                    break;
+                }
+            }
+            want[(start - 1) as usize] = if steps <= limit { steps } else { -1 };
+            want[(start + 7) as usize] = peak;
+        }
+        for k in 0..8 {
+            want[16 + k] = k as i64 * 7 + 1 + limit * 3;
+        }
+        let got: Vec<i64> = (0..24)
+            .map(|k| elem::to_i64(DType::I32, run.tensors[0].get_bits(k)))
+            .collect();
+        assert_eq!(got, want, "limit = {limit}");
+    }
+}
