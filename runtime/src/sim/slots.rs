@@ -36,6 +36,9 @@ use kernbench_compiler::ir::{Function, Region, Value};
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
+/// The definition position of a value no step defines.
+const NEVER: u32 = u32::MAX;
+
 /// The environment entry of every IR value (shared by every PE of a
 /// launch), and how many entries a PE needs.
 pub struct EnvSlots {
@@ -78,7 +81,7 @@ impl<'f> Walk<'f> {
             func,
             plan,
             pos: 0,
-            def: vec![0; n],
+            def: vec![NEVER; n],
             end: vec![0; n],
             spans: Vec::new(),
         };
@@ -151,7 +154,13 @@ impl<'f> Walk<'f> {
     /// A use of `v` at `at`: alive to there, and to the end of the
     /// outermost enclosing step that starts after its definition.
     fn use_at(&mut self, v: Value, at: u32, enclosing: &[(u32, u32)]) {
-        let def = self.def[v.as_u32() as usize];
+        // A use of a value no step defines (none in a valid plan) keeps
+        // it alive from the start: it must not share an entry.
+        let def = &mut self.def[v.as_u32() as usize];
+        if *def == NEVER {
+            *def = 0;
+        }
+        let def = *def;
         let to = enclosing
             .iter()
             .find(|(start, _)| *start > def)
@@ -159,9 +168,10 @@ impl<'f> Walk<'f> {
         self.live_to(v, to);
     }
 
-    /// `v`'s live range.
-    fn range(&self, v: usize) -> (u32, u32) {
-        (self.def[v], self.end[v].max(self.def[v]))
+    /// `v`'s live range; `None` for a value the issue unit never holds.
+    fn range(&self, v: usize) -> Option<(u32, u32)> {
+        let def = self.def[v];
+        (def != NEVER).then(|| (def, self.end[v].max(def)))
     }
 }
 
@@ -172,18 +182,19 @@ impl EnvSlots {
     pub fn assign(func: &Function, plan: &Plan) -> EnvSlots {
         let n = func.values.len();
         let w = Walk::new(func, plan);
-        // Values the issue unit never holds (those inside a fused group)
-        // are never defined: their range is [0, 0], an entry shared with
-        // nothing live later.
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        order.sort_by_key(|&v| (w.def[v as usize], v));
+        // Values the issue unit never holds (those inside a fused group:
+        // no step defines or reads them) need no entry; they get entry 0,
+        // which they never touch.
+        let mut order: Vec<(u32, u32, u32)> = (0..n)
+            .filter_map(|v| w.range(v).map(|(def, end)| (def, v as u32, end)))
+            .collect();
+        order.sort_unstable();
         let mut slot_of = vec![0u32; n];
         let mut free = BTreeSet::new();
         // Live values by (end, slot): the ones ending first are freed first.
         let mut live = BTreeSet::new();
         let mut count = 0u32;
-        for v in order {
-            let (def, end) = w.range(v as usize);
+        for (def, v, end) in order {
             while let Some(&(e, s)) = live.first() {
                 if e >= def {
                     break;
@@ -232,7 +243,9 @@ mod tests {
         let n = f.values.len();
         for a in 0..n {
             for b in a + 1..n {
-                let ((da, ea), (db, eb)) = (w.range(a), w.range(b));
+                let (Some((da, ea)), Some((db, eb))) = (w.range(a), w.range(b)) else {
+                    continue;
+                };
                 if s.slot_of[a] == s.slot_of[b] {
                     assert!(ea < db || eb < da, "values {a} and {b} share an entry while both live");
                 }
@@ -254,19 +267,20 @@ mod tests {
         let (start, end) = *w.spans.iter().find(|(s, e)| e > s).expect("the loop's span");
         // `n` (the bound) is read at the start.
         let ub = d.args[1];
-        assert!(w.range(ub.as_u32() as usize).1 >= start);
+        let range = |v: Value| w.range(v.as_u32() as usize).expect("held by the issue unit");
+        assert!(range(ub).1 >= start);
         for p in &f.region(body).params {
-            assert_eq!(w.range(p.as_u32() as usize), (start + 1, end - 1), "parameter {p:?}");
+            assert_eq!(range(*p), (start + 1, end - 1), "parameter {p:?}");
         }
         for r in &d.results {
-            assert_eq!(w.range(r.as_u32() as usize).0, start, "result {r:?}");
+            assert_eq!(range(*r).0, start, "result {r:?}");
         }
         // The constants the body reads, defined before the loop, live to
         // its end.
         for &step in &plan.steps[body] {
             let (args, _, _) = step_parts(&f, &plan, step);
             for a in args {
-                let (def, last) = w.range(a.as_u32() as usize);
+                let (def, last) = range(*a);
                 if def < start {
                     assert!(
                         last >= end,
