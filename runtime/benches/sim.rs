@@ -76,18 +76,33 @@ fn ring(c: &mut Criterion) {
     let mut g = c.benchmark_group("sim_ring_allreduce_256_pes");
     g.sample_size(10);
     for n_elem in [32768usize, 262144] {
-        let (mut m, args) = placed(&topo, &comm, n_elem);
-        let (events, _) = all_reduce(&mut m, &comm, &func, args, &mut jit);
-        g.throughput(Throughput::Elements(events));
-        g.bench_function(format!("{}KiB_per_rank_events", n_elem * 4 / 1024), |b| {
-            b.iter_batched(
-                || placed(&topo, &comm, n_elem),
-                |(mut m, args)| all_reduce(&mut m, &comm, &func, args, &mut jit),
-                BatchSize::PerIteration,
-            )
-        });
+        let name = format!("{}KiB_per_rank_events", n_elem * 4 / 1024);
+        bench_ring(&mut g, &name, &topo, &comm, &func, n_elem, &mut jit);
     }
     g.finish();
+}
+
+/// One benchmark of `g`: the ring with `n_elem` elements per rank, its
+/// throughput in events (counted by one run first).
+fn bench_ring(
+    g: &mut criterion::BenchmarkGroup<criterion::measurement::WallTime>,
+    name: &str,
+    topo: &Topology,
+    comm: &Communicator,
+    func: &kernbench_compiler::ir::Function,
+    n_elem: usize,
+    jit: &mut Jit,
+) {
+    let (mut m, args) = placed(topo, comm, n_elem);
+    let (events, _) = all_reduce(&mut m, comm, func, args, jit);
+    g.throughput(Throughput::Elements(events));
+    g.bench_function(name, |b| {
+        b.iter_batched(
+            || placed(topo, comm, n_elem),
+            |(mut m, args)| all_reduce(&mut m, comm, func, args, jit),
+            BatchSize::PerIteration,
+        )
+    });
 }
 
 /// 1,024 PEs of `large`, one 64-byte message per ring step (`n_elem`
@@ -102,16 +117,7 @@ fn ring_many_pes(c: &mut Criterion) {
     let mut jit = Jit::new();
     let mut g = c.benchmark_group("sim_ring_allreduce_1024_pes_large");
     g.sample_size(10);
-    let (mut m, args) = placed(&topo, &comm, n_elem);
-    let (events, _) = all_reduce(&mut m, &comm, &func, args, &mut jit);
-    g.throughput(Throughput::Elements(events));
-    g.bench_function("64B_messages_events", |b| {
-        b.iter_batched(
-            || placed(&topo, &comm, n_elem),
-            |(mut m, args)| all_reduce(&mut m, &comm, &func, args, &mut jit),
-            BatchSize::PerIteration,
-        )
-    });
+    bench_ring(&mut g, "64B_messages_events", &topo, &comm, &func, n_elem, &mut jit);
     g.finish();
 }
 

@@ -468,11 +468,13 @@ impl Sim<'_> {
         let eq = &mut self.pes[p].engines[e.index()];
         let first = eq.queue.is_empty();
         let head = first && awaits_message.is_none();
+        // Not before its dispatch, nor before the engine is free.
+        let not_before = t.max(eq.free_at_ps);
         if let (true, Some((queue, msg))) = (first, awaits_message) {
             // A new head that waits for its message: the send kicks it.
-            self.queues.queues[queue as usize].waiting_recv = Some((msg, t.max(eq.free_at_ps)));
+            self.queues.queues[queue as usize].waiting_recv = Some((msg, not_before));
         }
-        let mut at = Some(t.max(eq.free_at_ps).max(arrival));
+        let mut at = Some(not_before.max(arrival));
         for (_, v) in &op.args {
             at = match (at, v.ready_ps()) {
                 (Some(a), Some(r)) => Some(a.max(r)),
