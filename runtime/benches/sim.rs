@@ -15,6 +15,10 @@ use kernbench_runtime::sim::{ring_order, select_pes, Communicator, Launch, Machi
 use kernbench_runtime::topology::{Space, Topology};
 use std::path::Path;
 
+/// As `tlc` (its main.rs says why), so that these figures are its.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn ring_kernel() -> kernbench_compiler::ir::Function {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stdlib/ccl/ring_allreduce.tl");
     let source = std::fs::read_to_string(&path).expect("stdlib ring");

@@ -4,6 +4,14 @@
 //! its arguments (clap), calls the library, and turns results into output
 //! and an exit code: 0 ok, 1 user error (diagnostics printed), 2 bad usage.
 
+/// The simulator allocates and frees a few small objects per event (blocks,
+/// result slots) and, with thousands of PEs, touches hundreds of MB at
+/// random: mimalloc's per-thread free lists are cheaper than glibc's, and
+/// it maps memory in aligned regions that transparent huge pages back,
+/// which cuts TLB misses (see docs/architecture.md, Performance).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod bench;
 mod run;
 
