@@ -128,7 +128,11 @@ impl Endpoint {
 }
 
 /// A link's parameters and state. Times are integer picoseconds.
+/// One cache line each: a transfer books several links, each cold once a
+/// launch has thousands of PEs, and a link across two lines costs two
+/// misses.
 #[derive(Clone, Debug)]
+#[repr(align(64))]
 pub struct Link {
     pub id: LinkId,
     /// Bandwidth in bytes per microsecond (bytes/ns × 1000), so that
