@@ -341,7 +341,7 @@ impl Sim<'_> {
                 outs.push(shifted);
                 continue;
             }
-            if let Some(Some((seen, out))) = pe.cone_memo.get(slot) {
+            if let Some(super::pe::ConeMemo(Some((seen, out)))) = pe.cone_memo.get(slot) {
                 if seen.len() == ins.len() && seen.iter().zip(&ins).all(|(a, b)| same_value(a, b)) {
                     outs.push(out.clone());
                     continue;
@@ -356,7 +356,10 @@ impl Sim<'_> {
                 drop(ins);
                 return self.compute_now(p, g);
             };
-            pe.cone_memo[slot] = Some((ins.into_iter().map(std::borrow::Cow::into_owned).collect(), out.clone()));
+            pe.cone_memo[slot] = super::pe::ConeMemo(Some((
+                ins.into_iter().map(std::borrow::Cow::into_owned).collect(),
+                out.clone(),
+            )));
             outs.push(out);
         }
         Ok(outs)

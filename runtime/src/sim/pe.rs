@@ -212,6 +212,14 @@ pub struct MemOp {
     pub reads_at_end: bool,
 }
 
+/// An address-generation cone's last evaluation on a PE: the inputs it
+/// saw and the formula they gave. One cache line, aligned: a loop checks
+/// its memo at every iteration, cold once a launch has thousands of PEs
+/// (two inputs inline, the usual count; more spill).
+#[derive(Clone, Debug, Default)]
+#[repr(align(64))]
+pub struct ConeMemo(pub Option<(SmallVec<[RtValue; 2]>, RtValue)>);
+
 /// Where the issue unit is inside a region.
 #[derive(Clone, Debug)]
 pub enum FrameKind {
@@ -317,9 +325,8 @@ pub struct PeState {
     pub at_barrier: bool,
     /// A blocking receive or wait: issue resumes when this is ready.
     pub wait_for: Option<Rc<Slot>>,
-    /// Per address-generation cone (`Sim::cones`), the inputs it last saw
-    /// and the formula they gave.
-    pub cone_memo: Vec<Option<(SmallVec<[RtValue; 4]>, RtValue)>>,
+    /// Per address-generation cone (`Sim::cones`), its last evaluation.
+    pub cone_memo: Vec<ConeMemo>,
     /// The queue to (`[1]`) and from (`[0]`) each direction's peer, once
     /// used (`u32::MAX` before).
     pub dir_queues: [[u32; Direction::COUNT]; 2],
@@ -357,7 +364,7 @@ impl PeState {
             end_ps: t0,
             at_barrier: false,
             wait_for: None,
-            cone_memo: vec![None; n_cones],
+            cone_memo: vec![ConeMemo::default(); n_cones],
             dir_queues: [[u32::MAX; Direction::COUNT]; 2],
             dma_routes: [None, None],
         }
