@@ -144,6 +144,9 @@ pub struct Link {
     pub bytes: u64,
 }
 
+// A field added to `Link` must keep it to one line.
+const _: () = assert!(std::mem::size_of::<Link>() == 64);
+
 impl Link {
     /// Serialization time of `bytes` on this link.
     #[inline]

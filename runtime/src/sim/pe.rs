@@ -220,6 +220,8 @@ pub struct MemOp {
 #[repr(align(64))]
 pub struct ConeMemo(pub Option<(SmallVec<[RtValue; 2]>, RtValue)>);
 
+const _: () = assert!(std::mem::size_of::<ConeMemo>() == 64);
+
 /// Where the issue unit is inside a region.
 #[derive(Clone, Debug)]
 pub enum FrameKind {
