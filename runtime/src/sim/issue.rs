@@ -333,7 +333,8 @@ impl Sim<'_> {
                 .collect();
             // A pointer moved by a scalar is computed faster than the memo
             // is checked, and its offset is new at nearly every use: no memo.
-            // (The other cones build their operand list only on a memo miss.)
+            // (The other cones build the reference list an evaluation
+            // takes only on a memo miss; `ins` is checked against the memo.)
             if let Some(shifted) = cone.shift.as_ref().and_then(|s| {
                 let refs: SmallVec<[&RtValue; 4]> = ins.iter().map(|x| &**x).collect();
                 s.eval(&refs)
