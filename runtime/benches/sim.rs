@@ -17,7 +17,7 @@ use std::path::Path;
 
 /// As `tlc` (its main.rs says why), so that these figures are its.
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: kernbench_runtime::alloc::Allocator = kernbench_runtime::alloc::Allocator;
 
 fn ring_kernel() -> kernbench_compiler::ir::Function {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stdlib/ccl/ring_allreduce.tl");

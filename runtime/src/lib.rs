@@ -12,6 +12,7 @@
 //! - `topology`: the machine description (`topology.yaml`), presets and
 //!   the summary `tlc topology` prints.
 
+pub mod alloc;
 pub mod args;
 pub mod ccl;
 pub mod exec;

@@ -6,11 +6,13 @@
 
 /// The simulator allocates and frees a few small objects per event (blocks,
 /// result slots) and, with thousands of PEs, touches hundreds of MB at
-/// random: mimalloc's per-thread free lists are cheaper than glibc's, and
-/// it maps memory in aligned regions that transparent huge pages back,
-/// which cuts TLB misses (see docs/architecture.md, Performance).
+/// random: mimalloc's per-thread free lists are cheaper than glibc's, it
+/// maps memory in aligned regions that transparent huge pages back (fewer
+/// TLB misses), and the cache in front of it gives a freed small block
+/// out again while it is still in cache ([`kernbench_runtime::alloc`];
+/// docs/architecture.md, Performance).
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: kernbench_runtime::alloc::Allocator = kernbench_runtime::alloc::Allocator;
 
 mod bench;
 mod run;
