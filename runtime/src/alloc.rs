@@ -9,13 +9,13 @@
 //! allocation's first touch misses. Here the block freed last is the next
 //! one given out, still in cache (a thread-caching allocator's habit).
 //!
-//! Blocks up to [`MAX_CACHED_BYTES`] with alignment up to 16 are rounded to
-//! a class of 16-byte steps and always come from mimalloc at the class's
-//! size and 16-byte alignment, so any cached block of a class fits any
-//! request of that class. Each class keeps at most [`MAX_PER_CLASS`]
+//! Blocks up to [`MAX_CACHED_BYTES`] with alignment up to 8 are rounded to
+//! a class of 8-byte steps (mimalloc's own steps there) and always come
+//! from mimalloc at the class's size and 8-byte alignment, so any cached
+//! block of a class fits any request of that class. Each class keeps at most [`MAX_PER_CLASS`]
 //! blocks, as an intrusive list per thread (the link is written in the
 //! freed block itself); past that, frees go to mimalloc. A thread's cached
-//! blocks stay cached when it exits (at most ~1 MiB per thread).
+//! blocks stay cached when it exits (at most 1.1 MB per thread).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
@@ -26,8 +26,10 @@ pub const MAX_CACHED_BYTES: usize = 128;
 /// Blocks kept per size class and thread.
 pub const MAX_PER_CLASS: u32 = 1024;
 
-const CLASSES: usize = MAX_CACHED_BYTES / 16;
-const CLASS_ALIGN: usize = 16;
+/// Bytes between classes, and their alignment: a block holds at least the
+/// link to the next.
+const CLASS_STEP: usize = std::mem::size_of::<*mut u8>();
+const CLASSES: usize = MAX_CACHED_BYTES / CLASS_STEP;
 
 /// One size class's cached blocks on a thread: the first (its first word
 /// links the next) and how many there are.
@@ -49,15 +51,15 @@ pub struct Allocator;
 #[inline]
 fn class_of(layout: &Layout) -> Option<usize> {
     let size = layout.size();
-    (size != 0 && size <= MAX_CACHED_BYTES && layout.align() <= CLASS_ALIGN).then(|| (size - 1) / 16)
+    (size != 0 && size <= MAX_CACHED_BYTES && layout.align() <= CLASS_STEP).then(|| (size - 1) / CLASS_STEP)
 }
 
 /// The layout mimalloc sees for every block of class `c`.
 #[inline]
 fn class_layout(c: usize) -> Layout {
-    // SAFETY: a non-zero multiple of 16, at most 128, with a power-of-two
+    // SAFETY: a non-zero multiple of 8, at most 128, with a power-of-two
     // alignment that divides it.
-    unsafe { Layout::from_size_align_unchecked((c + 1) * 16, CLASS_ALIGN) }
+    unsafe { Layout::from_size_align_unchecked((c + 1) * CLASS_STEP, CLASS_STEP) }
 }
 
 unsafe impl GlobalAlloc for Allocator {
@@ -71,8 +73,8 @@ unsafe impl GlobalAlloc for Allocator {
             .try_with(|cache| {
                 let list = cache[c].get();
                 if !list.head.is_null() {
-                    // SAFETY: a cached block is at least 16 bytes,
-                    // 16-aligned, and its first word links the next.
+                    // SAFETY: a cached block is at least 8 bytes,
+                    // 8-aligned, and its first word links the next.
                     let next = unsafe { list.head.cast::<*mut u8>().read() };
                     cache[c].set(FreeList {
                         head: next,
@@ -101,8 +103,8 @@ unsafe impl GlobalAlloc for Allocator {
                 if list.len >= MAX_PER_CLASS {
                     return false;
                 }
-                // SAFETY: the block is ours now, at least 16 bytes and
-                // 16-aligned (it came from this class).
+                // SAFETY: the block is ours now, at least 8 bytes and
+                // 8-aligned (it came from this class).
                 unsafe { block.cast::<*mut u8>().write(list.head) };
                 cache[c].set(FreeList {
                     head: block,
@@ -163,7 +165,7 @@ mod tests {
         Layout::from_size_align(size, align).expect("valid layout")
     }
 
-    /// Each class: blocks 16-aligned, the last freed given out first, and
+    /// Each class: blocks 8-aligned, the last freed given out first, and
     /// past the cap freed blocks go back to mimalloc (the cache's length
     /// stays at the cap).
     #[test]
@@ -175,7 +177,7 @@ mod tests {
                 let x = a.alloc(l);
                 let y = a.alloc(l);
                 assert!(!x.is_null() && !y.is_null() && x != y);
-                assert_eq!(x as usize % 16, 0, "size {size}");
+                assert_eq!(x as usize % 8, 0, "size {size}");
                 a.dealloc(x, l);
                 a.dealloc(y, l);
                 assert_eq!(a.alloc(l), y, "size {size}: the last freed first");
@@ -184,7 +186,7 @@ mod tests {
                 a.dealloc(y, l);
             }
         }
-        let l = layout(48, 16);
+        let l = layout(48, 8);
         let c = class_of(&l).expect("cached");
         let blocks: Vec<*mut u8> = (0..MAX_PER_CLASS + 10).map(|_| unsafe { a.alloc(l) }).collect();
         for &b in &blocks {
@@ -197,9 +199,10 @@ mod tests {
     #[test]
     fn large_and_over_aligned_blocks_bypass_the_cache() {
         assert_eq!(class_of(&layout(129, 8)), None);
-        assert_eq!(class_of(&layout(64, 32)), None);
+        assert_eq!(class_of(&layout(64, 16)), None);
         assert_eq!(class_of(&layout(0, 1)), None);
-        assert_eq!(class_of(&layout(128, 16)), Some(CLASSES - 1));
+        assert_eq!(class_of(&layout(128, 8)), Some(CLASSES - 1));
+        assert_eq!(class_of(&layout(9, 4)), class_of(&layout(16, 8)));
         let a = Allocator;
         let l = layout(64, 64);
         unsafe {
@@ -233,7 +236,7 @@ mod tests {
             let tag = (step % 251) as u8 + 1;
             match r % 4 {
                 0 | 1 => {
-                    let l = layout(1 + (r >> 8) as usize % 300, [1, 8, 16][(r >> 20) as usize % 3]);
+                    let l = layout(1 + (r >> 8) as usize % 300, [1, 8, 16, 32][(r >> 20) as usize % 4]);
                     let p = if r % 8 == 1 {
                         let p = unsafe { a.alloc_zeroed(l) };
                         check(p, l.size(), 0);
