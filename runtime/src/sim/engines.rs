@@ -390,7 +390,7 @@ impl Sim<'_> {
                 OpKind::Recv { .. } => {}
                 OpKind::Notify { .. } => {
                     // Every earlier memory operation has finished.
-                    let mine = head.mem_id;
+                    let mine = head.mem_id();
                     let pe = &mut self.pes[p];
                     pe.mem_retire(now);
                     let first = pe.first_mem_id();
@@ -421,7 +421,7 @@ impl Sim<'_> {
                 OpKind::Group(g) => {
                     if self.groups[g].memory {
                         let a = self.access(p, head)?;
-                        let id = head.mem_id.unwrap_or(0);
+                        let id = head.mem_id().unwrap_or(0);
                         if !self.pes[p].mem_may_start(id, &a.ranges) {
                             self.pes[p].wait_on_pe(e);
                             return Ok(());
@@ -505,7 +505,7 @@ impl Sim<'_> {
                 // A load records its footprint when it samples memory; the
                 // others (writes, `tl.gemm`) when they start.
                 if info.effect_at_end {
-                    if let Some(id) = op.mem_id {
+                    if let Some(id) = op.mem_id() {
                         self.pes[p].mem_started(id, access.ranges.clone(), is_gemm);
                         self.kick_waiting(p);
                     }
@@ -549,12 +549,15 @@ impl Sim<'_> {
                     }
                     op.start_ps = now;
                     op.end_ps = end;
-                    op.ranges = access.ranges.clone();
+                    if let Some(id) = op.mem_id() {
+                        self.pes[p].mem_footprint(id, access.ranges.clone());
+                    }
                     let slot = self.pes[p].park(op);
                     self.schedule(transfer_start, Ev::Sample(p as u32, slot));
                 }
             }
             OpKind::Notify { addr, size, .. } => {
+                let size = u64::from(size);
                 let place = self.m.mem.placement_of(addr).ok_or_else(|| {
                     self.exec_error(
                         p,
@@ -566,7 +569,7 @@ impl Sim<'_> {
                         }),
                     )
                 })?;
-                if let Some(id) = op.mem_id {
+                if let Some(id) = op.mem_id() {
                     self.pes[p].mem_started(id, smallvec![(addr, addr + size, true)], false);
                     self.kick_waiting(p);
                 }
@@ -932,14 +935,13 @@ impl Sim<'_> {
     /// writes, it counts as finished (for `tl.notify` and the PE's end)
     /// from its end on, and whatever of the PE waits for it looks again.
     pub(super) fn sample(&mut self, p: usize, slot: u32) -> Result<(), SimError> {
-        let Some(mut op) = self.pes[p].unpark(slot) else {
+        let Some(op) = self.pes[p].unpark(slot) else {
             return Ok(());
         };
-        let ranges = std::mem::take(&mut op.ranges);
         let end = op.end_ps;
-        if let Some(id) = op.mem_id {
+        if let Some(id) = op.mem_id() {
             let pe = &mut self.pes[p];
-            pe.mem_started(id, ranges, false);
+            pe.mem_sampled(id);
             pe.mem_done_at(id, end, self.now);
         }
         let outs = match op.kind {
@@ -1007,7 +1009,7 @@ impl Sim<'_> {
             }
             _ => {}
         }
-        let mem_id = op.mem_id;
+        let mem_id = op.mem_id();
         // An issue unit stalled on data waits for a value, which only an
         // operation with results provides (a send or a store ending wakes
         // it for nothing: it would look and stall again).

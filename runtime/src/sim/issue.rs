@@ -659,8 +659,9 @@ impl Sim<'_> {
         let rank_dt = match self.l.func.ty(d.args[1]).elem() {
             Elem::Num(t) | Elem::Ptr(t) => t,
         };
+        // A dtype's size: at most 8 bytes.
         let size = match self.l.func.ty(d.args[0]).elem() {
-            Elem::Ptr(t) | Elem::Num(t) => t.size_bytes(),
+            Elem::Ptr(t) | Elem::Num(t) => t.size_bytes() as u8,
         };
         let addr = self.symmetric(p, i, vals[0].scalar(), elem::to_i64(rank_dt, vals[1].scalar()))?;
         let mem_id = Some(self.pes[p].new_mem_op());

@@ -96,13 +96,17 @@ pub enum OpKind {
     Send { queue: u32, slots: u32 },
     /// `tl.recv`/`tl.recv_async` of message `msg` of queue `queue`.
     Recv { queue: u32, msg: u64 },
-    /// `tl.notify`: write `bits` (`size` bytes) at `addr` once every
-    /// earlier memory operation of the PE has finished.
-    Notify { addr: u64, bits: u64, size: u64 },
+    /// `tl.notify`: write `bits` (`size` bytes, at most 8) at `addr` once
+    /// every earlier memory operation of the PE has finished.
+    Notify { addr: u64, bits: u64, size: u8 },
 }
 
-/// An issued operation.
+/// An issued operation: three cache lines, aligned. Its engine, its
+/// in-flight slot and the PE's finishing events each look at it long after
+/// the issue unit wrote it, cold once a launch has thousands of PEs, and
+/// every PE has several in flight (docs/architecture.md, Performance).
 #[derive(Debug)]
+#[repr(align(64))]
 pub struct OpRec {
     pub inst: Inst,
     pub kind: OpKind,
@@ -110,8 +114,9 @@ pub struct OpRec {
     /// for a send the value (and rank), for a receive nothing.
     pub args: Args,
     pub results: SmallVec<[Rc<Slot>; 1]>,
-    /// Its entry in the PE's memory-order list.
-    pub mem_id: Option<u64>,
+    /// Its entry in the PE's memory-order list ([`NO_MEM_OP`]: none; see
+    /// [`Self::mem_id`]).
+    mem_id: u64,
     /// When the issue unit dispatched it (filled when queued): it starts
     /// no earlier, whatever wakes its engine.
     pub issued_ps: u64,
@@ -119,9 +124,12 @@ pub struct OpRec {
     pub start_ps: u64,
     /// A load's end, from its start until it samples memory.
     pub end_ps: u64,
-    /// A load's footprint, from its start until it samples memory.
-    pub ranges: Ranges,
 }
+
+const _: () = assert!(std::mem::size_of::<OpRec>() == 192);
+
+/// The memory-order number of an operation that is not a memory operation.
+const NO_MEM_OP: u64 = u64::MAX;
 
 /// An operation as the queues and the in-flight list hold it: boxed, so
 /// that it moves as a pointer, and recycled through [`OpPool`].
@@ -129,7 +137,7 @@ pub type OpBox = Box<OpRec>;
 
 /// Finished operations' boxes, emptied, for the next ones: issuing an
 /// operation then writes its fields in place, with no allocation and no
-/// copy of the 280-byte record (moving it by value between issue, queue,
+/// copy of the 192-byte record (moving it by value between issue, queue,
 /// engine and in-flight list cost ~10 copies per operation).
 #[derive(Default)]
 pub struct OpPool(Vec<OpBox>);
@@ -141,7 +149,7 @@ impl OpPool {
             Some(mut op) => {
                 op.inst = inst;
                 op.kind = kind;
-                op.mem_id = mem_id;
+                op.mem_id = mem_id.unwrap_or(NO_MEM_OP);
                 op.issued_ps = 0;
                 op.start_ps = 0;
                 op.end_ps = 0;
@@ -152,11 +160,10 @@ impl OpPool {
                 kind,
                 args: Args::new(),
                 results: SmallVec::new(),
-                mem_id,
+                mem_id: mem_id.unwrap_or(NO_MEM_OP),
                 issued_ps: 0,
                 start_ps: 0,
                 end_ps: 0,
-                ranges: Ranges::new(),
             }),
         }
     }
@@ -166,12 +173,18 @@ impl OpPool {
     pub fn give(&mut self, mut op: OpBox) {
         op.args.clear();
         op.results.clear();
-        op.ranges.clear();
         self.0.push(op);
     }
 }
 
 impl OpRec {
+    /// Its entry in the PE's memory-order list, if it is a memory
+    /// operation.
+    #[inline]
+    pub fn mem_id(&self) -> Option<u64> {
+        (self.mem_id != NO_MEM_OP).then_some(self.mem_id)
+    }
+
     pub fn arg(&self, v: Value) -> Option<&Val> {
         self.args.iter().find(|(a, _)| *a == v).map(|(_, x)| x)
     }
@@ -553,6 +566,25 @@ impl PeState {
             m.ranges = ranges;
             m.started = true;
             m.reads_at_end = reads_at_end;
+        }
+    }
+
+    /// Records load `id`'s footprint when it starts. Until it samples
+    /// memory ([`Self::mem_sampled`]) it orders nothing: it is not started.
+    /// (Kept here, not in the operation, so that an operation stays three
+    /// cache lines.)
+    pub fn mem_footprint(&mut self, id: u64, ranges: Ranges) {
+        if let Some(m) = self.mem_op(id) {
+            m.ranges = ranges;
+        }
+    }
+
+    /// Load `id`, its footprint recorded, samples memory: from now on it
+    /// orders later writes to its footprint.
+    pub fn mem_sampled(&mut self, id: u64) {
+        if let Some(m) = self.mem_op(id) {
+            m.started = true;
+            m.reads_at_end = false;
         }
     }
 
