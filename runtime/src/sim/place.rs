@@ -144,11 +144,14 @@ pub fn place_args(
 /// A placed tensor's current contents: shards concatenated, rank 0's copy
 /// of a replicated tensor.
 pub fn gather(m: &Machine, t: &PlacedTensor) -> Tensor {
-    let mut bytes = Vec::new();
     let parts: &[u64] = match t.layout.dist {
         Dist::Shard => &t.bases,
         _ => &t.bases[..1],
     };
+    // Sized once: growing it shard by shard copied the tensor again at
+    // every doubling, into fresh pages the kernel zeroes first.
+    let total: usize = parts.iter().map(|&b| m.mem.bytes_at(b).map_or(0, <[u8]>::len)).sum();
+    let mut bytes = Vec::with_capacity(total);
     for &b in parts {
         bytes.extend_from_slice(m.mem.bytes_at(b).unwrap_or(&[]));
     }
