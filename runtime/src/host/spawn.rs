@@ -390,6 +390,10 @@ where
                         Err(HostError::new(format!("panicked: {msg}")))
                     });
                 let _ = ctx.tx.send((rank, Request::Done(result)));
+                drop(ctx);
+                // The thread ends: its cached small blocks go back (when
+                // `tlc`'s allocator is the global one).
+                crate::alloc::flush_thread_cache();
             });
         }
         let mut state: Vec<RankState> = (0..n).map(|_| RankState::Running).collect();
