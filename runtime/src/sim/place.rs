@@ -148,14 +148,20 @@ pub fn gather(m: &Machine, t: &PlacedTensor) -> Tensor {
         Dist::Shard => &t.bases,
         _ => &t.bases[..1],
     };
-    // Sized once: growing it shard by shard copied the tensor again at
-    // every doubling, into fresh pages the kernel zeroes first.
-    let total: usize = parts.iter().map(|&b| m.mem.bytes_at(b).map_or(0, <[u8]>::len)).sum();
-    let mut bytes = Vec::with_capacity(total);
-    for &b in parts {
-        bytes.extend_from_slice(m.mem.bytes_at(b).unwrap_or(&[]));
+    let shards = || parts.iter().map(|&b| m.mem.bytes_at(b).unwrap_or(&[]));
+    // Copied once, straight into the tensor: concatenating first and
+    // converting after copied every byte twice, into fresh pages the
+    // kernel zeroes first.
+    let mut out = Tensor::zeros(t.elem, &t.shape);
+    if shards().map(<[u8]>::len).sum::<usize>() == out.bytes().len() {
+        let mut at = 0;
+        let dst = out.bytes_mut();
+        for shard in shards() {
+            dst[at..at + shard.len()].copy_from_slice(shard);
+            at += shard.len();
+        }
     }
-    Tensor::from_bytes(t.elem, &t.shape, &bytes).unwrap_or_else(|| Tensor::zeros(t.elem, &t.shape))
+    out
 }
 
 /// Every rank's copy of a replicated tensor (or each shard), in rank order.
