@@ -16,9 +16,14 @@
 //! most [`MAX_PER_CLASS`] blocks, as an intrusive list per thread (the
 //! link is written in the freed block itself); past that, frees go to
 //! mimalloc. At most 1.1 MB are cached per thread; a thread that ends
-//! gives them back with [`flush_thread_cache`]. Caching blocks up to 256 bytes instead of 128
-//! changed nothing measurable (1,024 PEs under an 8 MiB LL: 4.21 M LL read
-//! misses against 4.25 M).
+//! gives them back with [`flush_thread_cache`].
+//!
+//! Measured and not kept (1,024 PEs under an 8 MiB LL,
+//! docs/architecture.md, Performance): caching blocks up to 256 bytes
+//! changed nothing (4.21 M LL read misses against 4.25 M); power-of-two
+//! classes, naturally aligned so that no block spans two cache lines, were
+//! worse, the larger blocks costing more lines than the straddling did
+//! (4.86 M against 4.16 M, and 0.65 % more instructions).
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
