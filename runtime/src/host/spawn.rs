@@ -390,9 +390,10 @@ where
                         Err(HostError::new(format!("panicked: {msg}")))
                     });
                 let _ = ctx.tx.send((rank, Request::Done(result)));
-                drop(ctx);
                 // The thread ends: its cached small blocks go back (when
-                // `tlc`'s allocator is the global one).
+                // `tlc`'s allocator is the global one), after `ctx` is
+                // dropped so that what it frees goes back too.
+                drop(ctx);
                 crate::alloc::flush_thread_cache();
             });
         }

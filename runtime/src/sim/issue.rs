@@ -8,7 +8,7 @@
 //! it at `max(that time, its clock)`.
 
 use super::events::Sim;
-use super::pe::{Frame, FrameKind, OpBox, OpKind, Slot, Stall, Val};
+use super::pe::{ConeMemo, Frame, FrameKind, OpBox, OpKind, Slot, Stall, Val};
 use super::{Engine, SimError};
 use crate::exec::{scalar_op, Scalar};
 use kernbench_compiler::datapath::{elem, ExecErrorKind, Outputs, RtValue, Step};
@@ -342,7 +342,7 @@ impl Sim<'_> {
                 outs.push(shifted);
                 continue;
             }
-            if let Some(super::pe::ConeMemo(Some((seen, out)))) = pe.cone_memo.get(slot) {
+            if let Some(ConeMemo(Some((seen, out)))) = pe.cone_memo.get(slot) {
                 if seen.len() == ins.len() && seen.iter().zip(&ins).all(|(a, b)| same_value(a, b)) {
                     outs.push(out.clone());
                     continue;
@@ -357,7 +357,7 @@ impl Sim<'_> {
                 drop(ins);
                 return self.compute_now(p, g);
             };
-            pe.cone_memo[slot] = super::pe::ConeMemo(Some((
+            pe.cone_memo[slot] = ConeMemo(Some((
                 ins.into_iter().map(std::borrow::Cow::into_owned).collect(),
                 out.clone(),
             )));
