@@ -11,7 +11,8 @@ use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Communicator, Engine, Launch,
 use crate::topology::schema::Ipcq;
 use crate::topology::PeCoord;
 use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind, Fusion, GroupId, Plan};
-use kernbench_compiler::ir::{Function, Inst, Op, Value};
+use kernbench_compiler::ir::{BinaryOp, CmpOp, Function, Inst, Op, Value};
+use kernbench_compiler::sema::types::DType;
 use std::collections::HashSet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,25 +33,131 @@ pub(super) enum Ev {
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ScalarStep {
     pub op: crate::exec::PureScalar,
-    pub args: [Value; 3],
+    /// The same operation where a shortcut computes it (the common integer
+    /// arithmetic of loop counters and offsets).
+    pub fast: FastScalar,
+    /// The operands' and the result's entries among the PE's values
+    /// ([`super::slots`]: the same on every PE), found once here instead
+    /// of at every execution.
+    pub arg_entries: [u32; 3],
     pub n_args: u8,
-    pub result: Option<Value>,
+    /// [`NO_ENTRY`] when the instruction has no result.
+    pub result_entry: u32,
 }
 
+/// A [`ScalarStep`] without a result.
+pub(super) const NO_ENTRY: u32 = u32::MAX;
+
 impl ScalarStep {
-    fn decode(func: &Function, i: Inst) -> Option<ScalarStep> {
+    fn decode(func: &Function, i: Inst, slot_of: &[u32]) -> Option<ScalarStep> {
         let op = crate::exec::PureScalar::decode(func, i)?;
         let d = func.inst(i);
         if d.args.len() > 3 {
             return None;
         }
-        let mut args = [Value::from_u32(0); 3];
-        args[..d.args.len()].copy_from_slice(&d.args);
+        let entry = |v: Value| slot_of.get(v.as_u32() as usize).copied();
+        let mut arg_entries = [0; 3];
+        for (k, a) in d.args.iter().enumerate() {
+            arg_entries[k] = entry(*a)?;
+        }
         Some(ScalarStep {
             op,
-            args,
+            fast: FastScalar::of(op),
+            arg_entries,
             n_args: d.args.len() as u8,
-            result: d.results.first().copied(),
+            result_entry: match d.results.first() {
+                Some(r) => entry(*r)?,
+                None => NO_ENTRY,
+            },
+        })
+    }
+}
+
+/// Integer arithmetic, comparisons and selects computed straight from the
+/// operands' bits: what `PureScalar::eval` gives for them (`elem::binary`
+/// and `elem::compare` read an i32 from the low 32 bits and store a
+/// result zero-extended), without its dispatch on dtypes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum FastScalar {
+    I32(BinaryOp),
+    I64(BinaryOp),
+    CmpI32(CmpOp),
+    CmpI64(CmpOp),
+    Select,
+    /// Computed by `PureScalar::eval`.
+    General,
+}
+
+impl FastScalar {
+    fn of(op: crate::exec::PureScalar) -> FastScalar {
+        use crate::exec::PureScalar as P;
+        let simple = |b: BinaryOp| {
+            matches!(
+                b,
+                BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul | BinaryOp::Min | BinaryOp::Max
+            )
+        };
+        match op {
+            P::Binary(b, DType::I32) if simple(b) => FastScalar::I32(b),
+            P::Binary(b, DType::I64) if simple(b) => FastScalar::I64(b),
+            P::Cmp(c, DType::I32) => FastScalar::CmpI32(c),
+            P::Cmp(c, DType::I64) => FastScalar::CmpI64(c),
+            P::Select => FastScalar::Select,
+            _ => FastScalar::General,
+        }
+    }
+
+    /// The result from operand bits `a`; `None` for [`FastScalar::General`].
+    #[inline]
+    pub fn eval(self, a: &[u64; 3]) -> Option<u64> {
+        fn arith<T: Ord + Copy>(
+            b: BinaryOp,
+            x: T,
+            y: T,
+            add: fn(T, T) -> T,
+            sub: fn(T, T) -> T,
+            mul: fn(T, T) -> T,
+        ) -> T {
+            match b {
+                BinaryOp::Add => add(x, y),
+                BinaryOp::Sub => sub(x, y),
+                BinaryOp::Mul => mul(x, y),
+                BinaryOp::Min => x.min(y),
+                _ => x.max(y),
+            }
+        }
+        fn cmp<T: Ord>(c: CmpOp, x: T, y: T) -> u64 {
+            (match c {
+                CmpOp::Eq => x == y,
+                CmpOp::Ne => x != y,
+                CmpOp::Lt => x < y,
+                CmpOp::Le => x <= y,
+                CmpOp::Gt => x > y,
+                CmpOp::Ge => x >= y,
+            }) as u64
+        }
+        let i32_of = |b: u64| b as u32 as i32;
+        Some(match self {
+            FastScalar::I32(b) => arith(
+                b,
+                i32_of(a[0]),
+                i32_of(a[1]),
+                i32::wrapping_add,
+                i32::wrapping_sub,
+                i32::wrapping_mul,
+            ) as u32 as u64,
+            FastScalar::I64(b) => arith(
+                b,
+                a[0] as i64,
+                a[1] as i64,
+                i64::wrapping_add,
+                i64::wrapping_sub,
+                i64::wrapping_mul,
+            ) as u64,
+            FastScalar::CmpI32(c) => cmp(c, i32_of(a[0]), i32_of(a[1])),
+            FastScalar::CmpI64(c) => cmp(c, a[0] as i64, a[1] as i64),
+            FastScalar::Select => a[if a[0] & 1 != 0 { 1 } else { 2 }],
+            FastScalar::General => return None,
         })
     }
 }
@@ -351,7 +458,11 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         events: EventQueue::default(),
         now: start,
         groups,
-        scalar_ops: func.insts.keys().map(|i| ScalarStep::decode(func, i)).collect(),
+        scalar_ops: func
+            .insts
+            .keys()
+            .map(|i| ScalarStep::decode(func, i, &env_slots.slot_of))
+            .collect(),
         in_order_yields: in_order_yields(func),
         yield_moves: yield_moves(func),
         cones,
@@ -647,5 +758,76 @@ impl Sim<'_> {
             return 0;
         }
         self.m.fabric.latency_ps(Endpoint::Core(a), Endpoint::Core(b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::{PureScalar, ScalarCtx};
+
+    /// Every shortcut gives `PureScalar::eval`'s bits, on operands with
+    /// extreme values and with stray high bits above an i32.
+    #[test]
+    fn fast_scalars_agree_with_the_general_evaluation() {
+        let ctx = ScalarCtx {
+            pid: [0; 3],
+            grid: [1; 3],
+            rank: 0,
+            world: 1,
+            mesh_id: [0; 2],
+            mesh_size: [1; 2],
+        };
+        let binary = [
+            BinaryOp::Add,
+            BinaryOp::Sub,
+            BinaryOp::Mul,
+            BinaryOp::Min,
+            BinaryOp::Max,
+        ];
+        let cmps = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+        let mut ops = vec![PureScalar::Select];
+        for d in [DType::I32, DType::I64] {
+            ops.extend(binary.iter().map(|&b| PureScalar::Binary(b, d)));
+            ops.extend(cmps.iter().map(|&c| PureScalar::Cmp(c, d)));
+        }
+        let special = [
+            0u64,
+            1,
+            u64::MAX,
+            i32::MAX as u64,
+            i32::MIN as u32 as u64,
+            i32::MIN as i64 as u64,
+            i64::MIN as u64,
+            0xdead_beef_0000_0007,
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for op in ops {
+            let fast = FastScalar::of(op);
+            assert_ne!(fast, FastScalar::General, "{op:?} has a shortcut");
+            for k in 0..2_000 {
+                let bits = if k < special.len() * special.len() {
+                    [special[k % special.len()], special[k / special.len()], next()]
+                } else {
+                    [next(), next() >> (k % 64), next()]
+                };
+                let want = op.eval(|j| bits[j], &ctx).expect("no division");
+                assert_eq!(fast.eval(&bits), Some(want), "{op:?} on {bits:x?}");
+            }
+        }
+        assert_eq!(
+            FastScalar::of(PureScalar::Binary(BinaryOp::Div, DType::I32)),
+            FastScalar::General
+        );
+        assert_eq!(
+            FastScalar::of(PureScalar::Binary(BinaryOp::Add, DType::F32)),
+            FastScalar::General
+        );
     }
 }

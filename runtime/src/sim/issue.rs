@@ -223,8 +223,8 @@ impl Sim<'_> {
             let mut bits = [0u64; 3];
             let mut ready = 0;
             let mut have_all = true;
-            for (k, a) in step.args[..step.n_args as usize].iter().enumerate() {
-                let (b, at) = match pe.get(*a) {
+            for (k, a) in step.arg_entries[..step.n_args as usize].iter().enumerate() {
+                let (b, at) = match pe.at(*a) {
                     Val::Ready {
                         v: RtValue::Scalar(b),
                         at,
@@ -251,18 +251,21 @@ impl Sim<'_> {
                 // The first one's step was taken by `issue`.
                 *budget -= 1;
             }
-            let b = match step.op.eval(|k| bits[k], &pe.ctx) {
-                Ok(b) => b,
-                Err(kind) => {
-                    failed = Some((inst, kind));
-                    break;
-                }
+            let b = match step.fast.eval(&bits) {
+                Some(b) => b,
+                None => match step.op.eval(|k| bits[k], &pe.ctx) {
+                    Ok(b) => b,
+                    Err(kind) => {
+                        failed = Some((inst, kind));
+                        break;
+                    }
+                },
             };
             // One dispatch, once the operands are ready.
             let at = pe.dispatch(ready, dispatch_ps);
-            if let Some(r) = step.result {
-                pe.set(
-                    r,
+            if step.result_entry != super::events::NO_ENTRY {
+                pe.set_at(
+                    step.result_entry,
                     Val::Ready {
                         v: RtValue::Scalar(b),
                         at,

@@ -439,10 +439,23 @@ impl PeState {
         &self.env[self.entry(v)]
     }
 
+    /// The value in environment entry `e` (`env`'s index: `slot_of[v]` for
+    /// value `v`).
+    #[inline]
+    pub fn at(&self, e: u32) -> &Val {
+        &self.env[e as usize]
+    }
+
     #[inline]
     pub fn set(&mut self, v: Value, x: Val) {
         let e = self.entry(v);
-        let slot = &mut self.env[e];
+        self.set_at(e as u32, x);
+    }
+
+    /// Sets environment entry `e` (as [`Self::at`]).
+    #[inline]
+    pub fn set_at(&mut self, e: u32, x: Val) {
+        let slot = &mut self.env[e as usize];
         // Most values the issue unit replaces are scalars, which own
         // nothing: no need to call the drop of a `Val` for them.
         if matches!(
