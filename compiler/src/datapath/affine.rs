@@ -621,7 +621,18 @@ impl PtrShift {
     /// block's formula with its base moved by `offset · size`, when the
     /// offset fits the splat's dtype (`eval_affine`'s `ptr_add`).
     pub fn eval(&self, inputs: &[&RtValue]) -> Option<RtValue> {
-        let (RtValue::Affine(a), RtValue::Scalar(b)) = (inputs.get(self.ptr)?, inputs.get(self.offset)?) else {
+        self.eval_on(inputs.get(self.ptr)?, inputs.get(self.offset)?)
+    }
+
+    /// The positions of the pointer block and of the scalar offset among
+    /// the group's inputs.
+    pub fn operands(&self) -> (usize, usize) {
+        (self.ptr, self.offset)
+    }
+
+    /// [`Self::eval`] given just the pointer block and the offset.
+    pub fn eval_on(&self, ptr: &RtValue, offset: &RtValue) -> Option<RtValue> {
+        let (RtValue::Affine(a), RtValue::Scalar(b)) = (ptr, offset) else {
             return None;
         };
         if a.shape != self.shape {

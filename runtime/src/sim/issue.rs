@@ -323,6 +323,22 @@ impl Sim<'_> {
             let Some(cone) = self.cones[g].as_ref().and_then(|c| c.get(k)) else {
                 break;
             };
+            // A pointer moved by a scalar is computed faster than the memo
+            // is checked, and its offset is new at nearly every use: no memo,
+            // and no list of the inputs (the general path below gives the
+            // same when the shortcut does not apply).
+            if let Some(s) = &cone.shift {
+                let (pk, ok) = s.operands();
+                let pe = &self.pes[p];
+                let operand = |k: usize| {
+                    let v = cone.group.inputs[k];
+                    super::engines::fit(func.ty(v), pe.get(v).data().unwrap_or(&UNSET))
+                };
+                if let Some(shifted) = s.eval_on(&operand(pk), &operand(ok)) {
+                    outs.push(shifted);
+                    continue;
+                }
+            }
             let slot = self.cone_base[g] + k;
             let pe = &mut self.pes[p];
             let ins: SmallVec<[std::borrow::Cow<RtValue>; 4]> = cone
@@ -334,17 +350,8 @@ impl Sim<'_> {
                     super::engines::fit(func.ty(v), x)
                 })
                 .collect();
-            // A pointer moved by a scalar is computed faster than the memo
-            // is checked, and its offset is new at nearly every use: no memo.
-            // (The other cones build the reference list an evaluation
-            // takes only on a memo miss; `ins` is checked against the memo.)
-            if let Some(shifted) = cone.shift.as_ref().and_then(|s| {
-                let refs: SmallVec<[&RtValue; 4]> = ins.iter().map(|x| &**x).collect();
-                s.eval(&refs)
-            }) {
-                outs.push(shifted);
-                continue;
-            }
+            // (The reference list an evaluation takes is built only on a
+            // memo miss; `ins` is checked against the memo.)
             if let Some(ConeMemo(Some((seen, out)))) = pe.cone_memo.get(slot) {
                 if seen.len() == ins.len() && seen.iter().zip(&ins).all(|(a, b)| same_value(a, b)) {
                     outs.push(out.clone());
