@@ -446,14 +446,14 @@ impl PeState {
         &self.env[e as usize]
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn set(&mut self, v: Value, x: Val) {
         let e = self.entry(v);
         self.set_at(e as u32, x);
     }
 
     /// Sets environment entry `e` (as [`Self::at`]).
-    #[inline]
+    #[inline(always)]
     pub fn set_at(&mut self, e: u32, x: Val) {
         let slot = &mut self.env[e as usize];
         // Most values the issue unit replaces are scalars, which own
