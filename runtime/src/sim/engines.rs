@@ -70,6 +70,28 @@ pub(super) fn fit<'v>(ty: &Type, v: &'v RtValue) -> Cow<'v, RtValue> {
     }
 }
 
+/// `f` on values fitted to their types ([`fit`]): on the values themselves
+/// when each has its type's shape already (nearly always), with no list
+/// of converted copies; on such a list otherwise.
+#[inline]
+pub(super) fn with_fitted<'v, R>(
+    typed: impl Iterator<Item = (&'v Type, &'v RtValue)> + Clone,
+    f: impl FnOnce(&[&RtValue]) -> R,
+) -> R {
+    let mut refs: SmallVec<[&RtValue; 4]> = SmallVec::new();
+    for (ty, v) in typed.clone() {
+        match fit(ty, v) {
+            Cow::Borrowed(x) => refs.push(x),
+            Cow::Owned(_) => {
+                let fitted: SmallVec<[Cow<RtValue>; 4]> = typed.map(|(ty, v)| fit(ty, v)).collect();
+                let refs: SmallVec<[&RtValue; 4]> = fitted.iter().map(|x| &**x).collect();
+                return f(&refs);
+            }
+        }
+    }
+    f(&refs)
+}
+
 /// Whether two shapes are equal, compared inline: the slices' `==` calls
 /// `memcmp`, costly for the one or two axes of a block.
 #[inline]
@@ -706,13 +728,10 @@ impl Sim<'_> {
     fn run_group(&mut self, p: usize, op: &OpRec, g: usize) -> Result<Outputs, SimError> {
         let func = self.l.func;
         const UNSET: RtValue = RtValue::Scalar(0);
-        let inputs: SmallVec<[Cow<RtValue>; 4]> = op
-            .args
-            .iter()
-            .map(|(v, x)| fit(func.ty(*v), x.data().unwrap_or(&UNSET)))
-            .collect();
-        let refs: SmallVec<[&RtValue; 4]> = inputs.iter().map(|x| &**x).collect();
-        let r = self.dp.run(func, self.plan, g, &refs, &mut self.m.mem);
+        let r = with_fitted(
+            op.args.iter().map(|(v, x)| (func.ty(*v), x.data().unwrap_or(&UNSET))),
+            |refs| self.dp.run(func, self.plan, g, refs, &mut self.m.mem),
+        );
         r.map_err(|e| self.fail(p, e))
     }
 
@@ -1163,5 +1182,44 @@ impl Sim<'_> {
             }
             _ => back_ps,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values of their types' shapes are handed on themselves; a block
+    /// under another shape (a reshape's consumer) as a converted copy with
+    /// the same elements, the others still themselves.
+    #[test]
+    fn with_fitted_converts_only_what_needs_it() {
+        let e = Elem::Num(DType::I32);
+        let mut flat = Tensor::zeros(e, &[4]);
+        for k in 0..4 {
+            flat.set_bits(k, 10 + k as u64);
+        }
+        let block = RtValue::Block(Rc::new(flat));
+        let scalar = RtValue::Scalar(7);
+        let (t_scalar, t_flat, t_square) = (Type::Scalar(e), Type::Block(e, vec![4]), Type::Block(e, vec![2, 2]));
+
+        let same = [(&t_scalar, &scalar), (&t_flat, &block)];
+        with_fitted(same.iter().copied(), |refs| {
+            assert!(std::ptr::eq(refs[0], &scalar) && std::ptr::eq(refs[1], &block));
+        });
+
+        let reshaped = [(&t_scalar, &scalar), (&t_square, &block)];
+        let got = with_fitted(reshaped.iter().copied(), |refs| {
+            assert!(std::ptr::eq(refs[0], &scalar), "a scalar is never copied");
+            assert!(!std::ptr::eq(refs[1], &block));
+            match refs[1] {
+                RtValue::Block(t) => (t.shape.to_vec(), t.bytes().to_vec()),
+                other => panic!("a block, not {other:?}"),
+            }
+        });
+        let RtValue::Block(original) = &block else {
+            unreachable!()
+        };
+        assert_eq!(got, (vec![2, 2], original.bytes().to_vec()));
     }
 }

@@ -295,15 +295,14 @@ impl Sim<'_> {
         let func = self.l.func;
         let group = &self.plan.groups[g];
         let pe = &self.pes[p];
-        let inputs: SmallVec<[std::borrow::Cow<RtValue>; 4]> = group
-            .inputs
-            .iter()
-            .map(|v| super::engines::fit(func.ty(*v), pe.get(*v).data().unwrap_or(&UNSET)))
-            .collect();
-        let refs: SmallVec<[&RtValue; 4]> = inputs.iter().map(|x| &**x).collect();
-        self.dp
-            .run(func, self.plan, g, &refs, &mut self.m.mem)
-            .map_err(|e| self.fail(p, e))
+        let r = super::engines::with_fitted(
+            group
+                .inputs
+                .iter()
+                .map(|v| (func.ty(*v), pe.get(*v).data().unwrap_or(&UNSET))),
+            |refs| self.dp.run(func, self.plan, g, refs, &mut self.m.mem),
+        );
+        r.map_err(|e| self.fail(p, e))
     }
 
     /// Address generation group `g` on `vals`. With a data path that
@@ -341,23 +340,21 @@ impl Sim<'_> {
             }
             let slot = self.cone_base[g] + k;
             let pe = &mut self.pes[p];
-            let ins: SmallVec<[std::borrow::Cow<RtValue>; 4]> = cone
-                .inputs
-                .iter()
-                .map(|&j| {
-                    let v = group.inputs[j];
-                    let x = pe.get(v).data().unwrap_or(&UNSET);
-                    super::engines::fit(func.ty(v), x)
-                })
-                .collect();
-            // (The reference list an evaluation takes is built only on a
-            // memo miss; `ins` is checked against the memo.)
+            let input = |j: usize| {
+                let v = group.inputs[j];
+                super::engines::fit(func.ty(v), pe.get(v).data().unwrap_or(&UNSET))
+            };
+            // The memo is checked input by input; the lists an evaluation
+            // takes are built only on a miss.
             if let Some(ConeMemo(Some((seen, out)))) = pe.cone_memo.get(slot) {
-                if seen.len() == ins.len() && seen.iter().zip(&ins).all(|(a, b)| same_value(a, b)) {
+                if seen.len() == cone.inputs.len()
+                    && seen.iter().zip(&cone.inputs).all(|(a, &j)| same_value(a, &input(j)))
+                {
                     outs.push(out.clone());
                     continue;
                 }
             }
+            let ins: SmallVec<[std::borrow::Cow<RtValue>; 4]> = cone.inputs.iter().map(|&j| input(j)).collect();
             let out = {
                 let refs: SmallVec<[&RtValue; 4]> = ins.iter().map(|x| &**x).collect();
                 let out = cone.group.outputs.first().copied();
