@@ -59,6 +59,7 @@ impl RtValue {
     }
 
     /// A formula's shape; `None` for stored values.
+    #[inline]
     pub fn formula_shape(&self) -> Option<&[u64]> {
         match self {
             RtValue::Affine(a) => Some(&a.shape),

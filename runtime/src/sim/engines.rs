@@ -52,7 +52,7 @@ fn pointee(ty: &Type) -> DType {
 /// The same elements under the IR type's shape (a reshape's consumers);
 /// borrowed when the value has that shape already (nearly always: a short
 /// test, with the conversions kept apart in `refit`).
-#[inline]
+#[inline(always)]
 pub(super) fn fit<'v>(ty: &Type, v: &'v RtValue) -> Cow<'v, RtValue> {
     match (ty, v) {
         (Type::Scalar(_), _) => Cow::Borrowed(v),
