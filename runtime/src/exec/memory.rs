@@ -28,10 +28,21 @@ pub struct FlatMemory {
     /// where one over the 64-byte segments touches one per step (with a
     /// segment per PE of a large launch, most of them cold).
     bases: Vec<u64>,
+    /// For each 1 MiB granule from [`BASE_ADDR`], the segment it overlaps
+    /// ([`NO_SEGMENT`]: none). The gap between segments is a granule, so
+    /// no granule overlaps two, and an address's segment is found with one
+    /// load instead of a search (every simulated access looks one up).
+    granules: Vec<u32>,
     /// This memory's current layout (see [`Memory::layout_epoch`]): a
     /// fresh number from [`NEXT_EPOCH`] at creation and at every `alloc`.
     epoch: u64,
 }
+
+/// log2 of a granule of [`FlatMemory::granules`]: the gap between
+/// segments, so that no granule overlaps two.
+const GRANULE_SHIFT: u32 = GAP_BYTES.trailing_zeros();
+const _: () = assert!(1 << GRANULE_SHIFT == GAP_BYTES);
+const NO_SEGMENT: u32 = u32::MAX;
 
 /// Layout epochs, unique across every memory of the process.
 static NEXT_EPOCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -45,6 +56,7 @@ impl Default for FlatMemory {
         FlatMemory {
             segs: Vec::new(),
             bases: Vec::new(),
+            granules: Vec::new(),
             epoch: fresh_epoch(),
         }
     }
@@ -66,6 +78,15 @@ impl FlatMemory {
             Some(s) => (s.base + s.data.len() as u64 + GAP_BYTES).div_ceil(ALIGN_BYTES) * ALIGN_BYTES,
             None => BASE_ADDR,
         };
+        let len = data.len() as u64;
+        if len > 0 && u32::try_from(self.segs.len()).is_ok_and(|k| k != NO_SEGMENT) {
+            let first = ((base - BASE_ADDR) >> GRANULE_SHIFT) as usize;
+            let last = ((base + len - 1 - BASE_ADDR) >> GRANULE_SHIFT) as usize;
+            if self.granules.len() <= last {
+                self.granules.resize(last + 1, NO_SEGMENT);
+            }
+            self.granules[first..=last].fill(self.segs.len() as u32);
+        }
         self.segs.push(Segment {
             name: name.to_string(),
             base,
@@ -86,6 +107,14 @@ impl FlatMemory {
     /// The segment that starts at or below `addr`, if any (whether `addr`
     /// is inside it is the caller's check).
     fn index_of(&self, addr: u64) -> Option<usize> {
+        // The granule's segment, when it starts at or below `addr`: the
+        // next one starts at least a granule past its end, so past `addr`.
+        let granule = (addr.wrapping_sub(BASE_ADDR) >> GRANULE_SHIFT) as usize;
+        if let Some(&k) = self.granules.get(granule) {
+            if k != NO_SEGMENT && self.bases[k as usize] <= addr {
+                return Some(k as usize);
+            }
+        }
         self.bases.partition_point(|&b| b <= addr).checked_sub(1)
     }
 
@@ -164,5 +193,41 @@ mod tests {
         assert!(m.read(a - 4, &mut buf).is_err(), "before the first allocation");
         assert!(m.write(b + 4, &[9; 4]).is_ok());
         assert_eq!(m.segment_named("b").map(|s| s.data[7]), Some(9));
+    }
+
+    /// The granule table finds what a search of the bases finds, for
+    /// addresses inside segments (empty ones and ones of several
+    /// granules too), in the gaps, before the first and past the last.
+    #[test]
+    fn granule_lookup_agrees_with_the_search() {
+        let mut m = FlatMemory::new();
+        let sizes = [4usize, 0, 3 << 20, 1, 0, (1 << 20) - 5, 1 << 20, 4096, 0, 7];
+        for (k, &n) in sizes.iter().enumerate() {
+            m.alloc(&format!("s{k}"), vec![k as u8; n]);
+        }
+        let search = |addr: u64| m.bases.partition_point(|&b| b <= addr).checked_sub(1);
+        let mut probes = vec![0, BASE_ADDR - 1, u64::MAX];
+        for s in m.segments() {
+            let end = s.base + s.data.len() as u64;
+            probes.extend([
+                s.base - 1,
+                s.base,
+                s.base + 1,
+                end.saturating_sub(1),
+                end,
+                end + GAP_BYTES / 2,
+            ]);
+            probes.extend([end + GAP_BYTES - 1, end + GAP_BYTES]);
+        }
+        for addr in probes {
+            assert_eq!(m.index_of(addr), search(addr), "{addr:#x}");
+        }
+        let last = m.segments().last().map(|s| s.base).unwrap_or(0);
+        assert!(m.read(last, &mut [0u8; 7]).is_ok());
+        let empty = m.segment_named("s4").map(|s| s.base).unwrap_or(0);
+        assert!(
+            m.read(empty, &mut []).is_ok(),
+            "an empty read at an empty segment, as before"
+        );
     }
 }
