@@ -308,18 +308,15 @@ pub fn binary(op: BinaryOp, d: DType, a: Bits, b: Bits) -> Result<Bits, ElemErro
 #[inline]
 pub fn compare(op: CmpOp, d: DType, a: Bits, b: Bits) -> bool {
     if d.is_float() {
-        let (x, y) = (to_f32(d, a), to_f32(d, b));
-        return match op {
-            CmpOp::Eq => x == y,
-            // Unordered comparisons: NaN != anything is true.
-            CmpOp::Ne => x != y,
-            CmpOp::Lt => x < y,
-            CmpOp::Le => x <= y,
-            CmpOp::Gt => x > y,
-            CmpOp::Ge => x >= y,
-        };
+        return compare_values(op, to_f32(d, a), to_f32(d, b));
     }
-    let (x, y) = (to_i64(d, a), to_i64(d, b));
+    compare_values(op, to_i64(d, a), to_i64(d, b))
+}
+
+/// `x op y` for numbers of one type; for floats the unordered comparisons
+/// (a NaN is unequal to everything, and neither less nor greater).
+#[inline]
+pub fn compare_values<T: PartialOrd>(op: CmpOp, x: T, y: T) -> bool {
     match op {
         CmpOp::Eq => x == y,
         CmpOp::Ne => x != y,

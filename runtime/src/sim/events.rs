@@ -10,6 +10,7 @@ use super::report::{Blocked, LinkStat, PeStat, Report, Slice, WaitReason};
 use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Communicator, Engine, Launch, Machine, Placement, SimError};
 use crate::topology::schema::Ipcq;
 use crate::topology::PeCoord;
+use kernbench_compiler::datapath::elem::compare_values;
 use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind, Fusion, GroupId, Plan};
 use kernbench_compiler::ir::{BinaryOp, CmpOp, Function, Inst, Op, Value};
 use kernbench_compiler::sema::types::DType;
@@ -126,16 +127,6 @@ impl FastScalar {
                 _ => x.max(y),
             }
         }
-        fn cmp<T: Ord>(c: CmpOp, x: T, y: T) -> u64 {
-            (match c {
-                CmpOp::Eq => x == y,
-                CmpOp::Ne => x != y,
-                CmpOp::Lt => x < y,
-                CmpOp::Le => x <= y,
-                CmpOp::Gt => x > y,
-                CmpOp::Ge => x >= y,
-            }) as u64
-        }
         let i32_of = |b: u64| b as u32 as i32;
         Some(match self {
             FastScalar::I32(b) => arith(
@@ -154,8 +145,8 @@ impl FastScalar {
                 i64::wrapping_sub,
                 i64::wrapping_mul,
             ) as u64,
-            FastScalar::CmpI32(c) => cmp(c, i32_of(a[0]), i32_of(a[1])),
-            FastScalar::CmpI64(c) => cmp(c, a[0] as i64, a[1] as i64),
+            FastScalar::CmpI32(c) => compare_values(c, i32_of(a[0]), i32_of(a[1])) as u64,
+            FastScalar::CmpI64(c) => compare_values(c, a[0] as i64, a[1] as i64) as u64,
             FastScalar::Select => a[if a[0] & 1 != 0 { 1 } else { 2 }],
             FastScalar::General => return None,
         })
