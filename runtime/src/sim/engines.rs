@@ -459,7 +459,7 @@ impl Sim<'_> {
             let Some(op) = eq.queue.pop_front() else { return Ok(()) };
             // By reference: an `Access` is a few hundred bytes, and moving
             // it costs a copy on every start.
-            self.start(p, e, op, access.as_ref())?;
+            self.start(p, e, op, access.as_mut())?;
             if self.pes[p].stall == Stall::QueueFull(e) {
                 self.resume_issue(p)?;
             }
@@ -497,7 +497,7 @@ impl Sim<'_> {
         self.schedule(end, Ev::Done(p as u32, slot));
     }
 
-    fn start(&mut self, p: usize, e: Engine, mut op: OpBox, access: Option<&Access>) -> Result<(), SimError> {
+    fn start(&mut self, p: usize, e: Engine, mut op: OpBox, access: Option<&mut Access>) -> Result<(), SimError> {
         let now = self.now;
         match op.kind {
             OpKind::Group(g) => {
@@ -515,12 +515,12 @@ impl Sim<'_> {
                     self.op_pool.give(op);
                     return self.op_settled(p, end, true);
                 }
-                let computed;
+                let mut computed;
                 let access = match access {
                     Some(a) => a,
                     None => {
                         computed = self.access(p, &op)?;
-                        &computed
+                        &mut computed
                     }
                 };
                 let is_gemm = matches!(self.l.func.inst(op.inst).op, Op::Gemm { .. });
@@ -528,7 +528,7 @@ impl Sim<'_> {
                 // others (writes, `tl.gemm`) when they start.
                 if info.effect_at_end {
                     if let Some(id) = op.mem_id() {
-                        self.pes[p].mem_started(id, access.ranges.clone(), is_gemm);
+                        self.pes[p].mem_started(id, std::mem::take(&mut access.ranges), is_gemm);
                         self.kick_waiting(p);
                     }
                 }
@@ -572,7 +572,7 @@ impl Sim<'_> {
                     op.start_ps = now;
                     op.end_ps = end;
                     if let Some(id) = op.mem_id() {
-                        self.pes[p].mem_footprint(id, access.ranges.clone());
+                        self.pes[p].mem_footprint(id, std::mem::take(&mut access.ranges));
                     }
                     let slot = self.pes[p].park(op);
                     self.schedule(transfer_start, Ev::Sample(p as u32, slot));
