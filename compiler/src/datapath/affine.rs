@@ -565,7 +565,7 @@ pub fn eval_output(func: &Function, group: &Group, inputs: &[&RtValue], out: cra
 /// A group that is exactly `ptr + splat(offset)`, a pointer block moved by
 /// a scalar: the commonest address computation (a ring moves its pointer
 /// so every step, and no two steps' offsets are the same, so nothing
-/// reuses the formula). [`PtrShift::eval`] gives what [`eval_output`]
+/// reuses the formula). [`PtrShift::eval_on`] gives what [`eval_output`]
 /// gives for it, a tenth of the work; `None` where it would not give a
 /// formula *or* where the shortcut does not apply (ask `eval_output`).
 #[derive(Clone, Debug)]
@@ -617,20 +617,17 @@ impl PtrShift {
         })
     }
 
-    /// The output's formula, as `eval_output` computes it: the pointer
-    /// block's formula with its base moved by `offset · size`, when the
-    /// offset fits the splat's dtype (`eval_affine`'s `ptr_add`).
-    pub fn eval(&self, inputs: &[&RtValue]) -> Option<RtValue> {
-        self.eval_on(inputs.get(self.ptr)?, inputs.get(self.offset)?)
-    }
-
     /// The positions of the pointer block and of the scalar offset among
     /// the group's inputs.
     pub fn operands(&self) -> (usize, usize) {
         (self.ptr, self.offset)
     }
 
-    /// [`Self::eval`] given just the pointer block and the offset.
+    /// The output's formula, as `eval_output` computes it, from the
+    /// pointer block and the offset (the group's inputs at
+    /// [`Self::operands`]): the pointer block's formula with its base moved
+    /// by `offset · size`, when the offset fits the splat's dtype
+    /// (`eval_affine`'s `ptr_add`).
     pub fn eval_on(&self, ptr: &RtValue, offset: &RtValue) -> Option<RtValue> {
         let (RtValue::Affine(a), RtValue::Scalar(b)) = (ptr, offset) else {
             return None;
@@ -976,7 +973,8 @@ mod tests {
                         let k_val = RtValue::Scalar(bits);
                         let inputs = [&k_val, ptr];
                         let general = eval_output(&func, &group, &inputs, out[0]);
-                        match shift.eval(&inputs) {
+                        let (pk, ok) = shift.operands();
+                        match shift.eval_on(inputs[pk], inputs[ok]) {
                             Some(got) => {
                                 shortcuts += 1;
                                 assert_eq!(Some(&got), general.as_ref(), "{scalar} offset {x} into {splat}");

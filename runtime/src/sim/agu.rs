@@ -254,8 +254,6 @@ pub fn address_values(func: &Function) -> HashSet<Value> {
 /// of a ring step keeps its bound while the pointer beside it moves.
 pub(super) struct Cone {
     pub group: Group,
-    /// Positions of `group.inputs` among the whole group's inputs.
-    pub inputs: Vec<usize>,
     /// The shortcut when the cone is `ptr + splat(offset)`.
     pub shift: Option<affine::PtrShift>,
 }
@@ -281,18 +279,14 @@ pub(super) fn cones(func: &Function, group: &Group) -> Option<Vec<Cone>> {
                 }
             }
             insts.reverse();
-            let inputs: Vec<usize> = (0..group.inputs.len())
-                .filter(|&k| needed.contains(&group.inputs[k]))
-                .collect();
             let group = Group {
                 insts,
-                inputs: inputs.iter().map(|&k| group.inputs[k]).collect(),
+                inputs: group.inputs.iter().copied().filter(|v| needed.contains(v)).collect(),
                 outputs: vec![out],
             };
             Cone {
                 shift: affine::PtrShift::of(func, &group),
                 group,
-                inputs,
             }
         })
         .collect();

@@ -458,7 +458,8 @@ impl Sim<'_> {
             eq.blocked_since = None;
             let Some(op) = eq.queue.pop_front() else { return Ok(()) };
             // By reference: an `Access` is a few hundred bytes, and moving
-            // it costs a copy on every start.
+            // it costs a copy on every start (which takes its byte ranges
+            // out for the memory-order entry).
             self.start(p, e, op, access.as_mut())?;
             if self.pes[p].stall == Stall::QueueFull(e) {
                 self.resume_issue(p)?;

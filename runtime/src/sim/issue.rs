@@ -316,11 +316,17 @@ impl Sim<'_> {
             return self.compute_now(p, g);
         }
         let func = self.l.func;
-        let group = &self.plan.groups[g];
         let mut outs = SmallVec::new();
         for k in 0..n {
             let Some(cone) = self.cones[g].as_ref().and_then(|c| c.get(k)) else {
                 break;
+            };
+            let slot = self.cone_base[g] + k;
+            let pe = &mut self.pes[p];
+            // The cone's input `j`, fitted to its type, read in place.
+            let input = |j: usize| {
+                let v = cone.group.inputs[j];
+                super::engines::fit(func.ty(v), pe.get(v).data().unwrap_or(&UNSET))
             };
             // A pointer moved by a scalar is computed faster than the memo
             // is checked, and its offset is new at nearly every use: no memo,
@@ -328,33 +334,21 @@ impl Sim<'_> {
             // same when the shortcut does not apply).
             if let Some(s) = &cone.shift {
                 let (pk, ok) = s.operands();
-                let pe = &self.pes[p];
-                let operand = |k: usize| {
-                    let v = cone.group.inputs[k];
-                    super::engines::fit(func.ty(v), pe.get(v).data().unwrap_or(&UNSET))
-                };
-                if let Some(shifted) = s.eval_on(&operand(pk), &operand(ok)) {
+                if let Some(shifted) = s.eval_on(&input(pk), &input(ok)) {
                     outs.push(shifted);
                     continue;
                 }
             }
-            let slot = self.cone_base[g] + k;
-            let pe = &mut self.pes[p];
-            let input = |j: usize| {
-                let v = group.inputs[j];
-                super::engines::fit(func.ty(v), pe.get(v).data().unwrap_or(&UNSET))
-            };
             // The memo is checked input by input; the lists an evaluation
             // takes are built only on a miss.
+            let n_inputs = cone.group.inputs.len();
             if let Some(ConeMemo(Some((seen, out)))) = pe.cone_memo.get(slot) {
-                if seen.len() == cone.inputs.len()
-                    && seen.iter().zip(&cone.inputs).all(|(a, &j)| same_value(a, &input(j)))
-                {
+                if seen.len() == n_inputs && seen.iter().enumerate().all(|(j, a)| same_value(a, &input(j))) {
                     outs.push(out.clone());
                     continue;
                 }
             }
-            let ins: SmallVec<[std::borrow::Cow<RtValue>; 4]> = cone.inputs.iter().map(|&j| input(j)).collect();
+            let ins: SmallVec<[std::borrow::Cow<RtValue>; 4]> = (0..n_inputs).map(input).collect();
             let out = {
                 let refs: SmallVec<[&RtValue; 4]> = ins.iter().map(|x| &**x).collect();
                 let out = cone.group.outputs.first().copied();
