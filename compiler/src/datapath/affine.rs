@@ -66,6 +66,19 @@ impl Affine {
         }
     }
 
+    /// The same formula of `elem` elements with base `base`: what
+    /// [`Self::new`] makes of this one's shape and strides, copied as they
+    /// are (`new` has already zeroed the strides of extent-1 axes).
+    fn moved_to(&self, elem: Elem, base: i64) -> Affine {
+        let mut words = SmallVec::from_slice(&self.words);
+        words[0] = base;
+        Affine {
+            elem,
+            shape: SmallVec::from_slice(&self.shape),
+            words,
+        }
+    }
+
     pub fn base(&self) -> i64 {
         self.words[0]
     }
@@ -640,12 +653,7 @@ impl PtrShift {
             return None;
         }
         let base = a.base().wrapping_add(x.wrapping_mul(self.size));
-        Some(RtValue::Affine(Rc::new(Affine::new(
-            self.out_elem,
-            &self.shape,
-            base,
-            a.strides(),
-        ))))
+        Some(RtValue::Affine(Rc::new(a.moved_to(self.out_elem, base))))
     }
 }
 

@@ -32,6 +32,7 @@
 
 use crate::topology::{PeCoord, SipTopology, Topology};
 use rustc_hash::FxHashMap as HashMap;
+use std::cell::Cell;
 use std::rc::Rc;
 
 /// A link's identity. Directed links name both ends.
@@ -236,6 +237,39 @@ pub struct Fabric {
     interleave_bytes: u64,
     /// When set, each reservation's (link, start, end) is recorded (trace).
     pub record: Option<Vec<(u32, u64, u64)>>,
+    ser: SerMemo,
+}
+
+/// Serialization times already computed, by byte count and bandwidth. A
+/// run books the same few sizes on the same few link classes millions of
+/// times, and each is a 64-bit division (tens of cycles); a hit here is a
+/// hash and two compares. It only caches [`ser_ps`], so results are the
+/// same bits.
+struct SerMemo([Cell<(u64, u64, u64)>; 64]);
+
+impl SerMemo {
+    fn new() -> SerMemo {
+        // (0 bytes, 1 B/us) takes 0 ps: every entry starts out true.
+        SerMemo(std::array::from_fn(|_| Cell::new((0, 1, 0))))
+    }
+
+    /// The entry a key lives in.
+    #[inline]
+    fn entry_of(bytes: u64, bw_bytes_per_us: u64) -> usize {
+        ((bytes ^ bw_bytes_per_us.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize
+    }
+
+    #[inline]
+    fn ser_ps(&self, bytes: u64, bw_bytes_per_us: u64) -> u64 {
+        let entry = &self.0[Self::entry_of(bytes, bw_bytes_per_us)];
+        let (b, bw, ser) = entry.get();
+        if b == bytes && bw == bw_bytes_per_us {
+            return ser;
+        }
+        let ser = ser_ps(bytes, bw_bytes_per_us);
+        entry.set((bytes, bw_bytes_per_us, ser));
+        ser
+    }
 }
 
 impl Fabric {
@@ -250,6 +284,7 @@ impl Fabric {
             channels: c.pseudo_channels.0 as u32,
             interleave_bytes: c.interleave_bytes.0,
             record: None,
+            ser: SerMemo::new(),
         }
     }
 
@@ -621,10 +656,12 @@ impl Fabric {
         match st {
             Stage::Link(i) => {
                 let l = &self.links[i as usize];
-                let ser = l.ser_ps(bytes);
-                // A transfer of one packet is its own head (one division,
-                // not two).
-                let head_ser = if head == bytes { ser } else { l.ser_ps(head) };
+                let ser = self.ser.ser_ps(bytes, l.bw_bytes_per_us);
+                let head_ser = if head == bytes {
+                    ser
+                } else {
+                    self.ser.ser_ps(head, l.bw_bytes_per_us)
+                };
                 (l.free_at_ps, ser, head_ser, l.latency_ps)
             }
             Stage::Hbm { first, .. } => {
@@ -637,7 +674,7 @@ impl Fabric {
                     }
                     let l = &self.links[first as usize + ch];
                     free = free.max(l.free_at_ps);
-                    ser = ser.max(l.ser_ps(b));
+                    ser = ser.max(self.ser.ser_ps(b, l.bw_bytes_per_us));
                     lat = l.latency_ps;
                 }
                 if lat == 0 {
@@ -723,8 +760,8 @@ impl Fabric {
                             continue;
                         }
                         let i = first + ch as u32;
+                        let busy = self.ser.ser_ps(b, self.links[i as usize].bw_bytes_per_us);
                         let l = &mut self.links[i as usize];
-                        let busy = l.ser_ps(b);
                         l.free_at_ps = e + busy;
                         l.busy_ps += busy;
                         l.bytes += b;
@@ -786,6 +823,42 @@ mod tests {
             for bw in [0, 1, 3, 7_999, 204_800, 256_000, u64::MAX] {
                 assert_eq!(ser_ps(b, bw), exact(b, bw), "{b} bytes at {bw} B/us");
             }
+        }
+    }
+
+    /// The memo gives `ser_ps` whether it hits, misses, or two keys share
+    /// an entry and evict each other (more keys than its 64 entries, asked
+    /// in an order that revisits evicted ones), and at its initial key.
+    #[test]
+    fn memoized_serialization_time_is_the_same() {
+        let memo = SerMemo::new();
+        assert_eq!(memo.ser_ps(0, 1), 0);
+        // Each byte count at three bandwidths.
+        let keys: Vec<(u64, u64)> = (0..300u64)
+            .map(|k| (k / 3 * 37 % 4099, [1, 7_999, 204_800][(k % 3) as usize]))
+            .collect();
+        for round in 0..3 {
+            for &(b, bw) in keys.iter().rev().skip(round) {
+                assert_eq!(memo.ser_ps(b, bw), ser_ps(b, bw), "{b} bytes at {bw} B/us");
+                assert_eq!(memo.ser_ps(b, bw), ser_ps(b, bw), "{b} bytes at {bw} B/us, again");
+            }
+        }
+        assert_eq!(memo.ser_ps(u64::MAX, 0), ser_ps(u64::MAX, 0));
+        // Keys that share an entry, asked one after the other: the same
+        // byte count at another bandwidth, another count at the same one.
+        let (b, bw) = (1024, 204_800);
+        let at = SerMemo::entry_of(b, bw);
+        let differs = |x: u64, w: u64| ser_ps(x, w) != ser_ps(b, bw);
+        let other_bw = (1..)
+            .map(|k| bw + 1000 * k)
+            .find(|&w| SerMemo::entry_of(b, w) == at && differs(b, w))
+            .unwrap();
+        let other_b = (1..)
+            .map(|k| b + k)
+            .find(|&x| SerMemo::entry_of(x, bw) == at && differs(x, bw))
+            .unwrap();
+        for (x, w) in [(b, bw), (b, other_bw), (b, bw), (other_b, bw), (b, bw)] {
+            assert_eq!(memo.ser_ps(x, w), ser_ps(x, w), "{x} bytes at {w} B/us");
         }
     }
 

@@ -332,9 +332,13 @@ impl Sim<'_> {
             // is checked, and its offset is new at nearly every use: no memo,
             // and no list of the inputs (the general path below gives the
             // same when the shortcut does not apply).
+            // Its operands are read as they are, not fitted: `eval_on`
+            // checks the pointer's shape itself and wants a scalar offset,
+            // which fitting leaves alone.
             if let Some(s) = &cone.shift {
                 let (pk, ok) = s.operands();
-                if let Some(shifted) = s.eval_on(&input(pk), &input(ok)) {
+                let raw = |j: usize| pe.get(cone.group.inputs[j]).data().unwrap_or(&UNSET);
+                if let Some(shifted) = s.eval_on(raw(pk), raw(ok)) {
                     outs.push(shifted);
                     continue;
                 }
