@@ -677,7 +677,7 @@ impl Sim<'_> {
     ) -> Result<u32, SimError> {
         let ipcq = &self.ipcq;
         let bytes = value_bytes(self.l.func.ty(value));
-        let slots = bytes.div_ceil(ipcq.slot_size_bytes.0).max(1);
+        let slots = self.ipcq_slot_bytes.div_ceil(bytes).max(1);
         if slots > ipcq.n_slots.0 {
             return Err(self.exec_error(
                 p,
@@ -706,7 +706,7 @@ impl Sim<'_> {
         let owner_pe = self.coords[q.dst as usize];
         let ipcq = &self.ipcq;
         let place = Placement::near(ipcq.buffer_space, owner_pe);
-        let offset = (msg % ipcq.n_slots.0) * ipcq.slot_size_bytes.0;
+        let offset = self.ipcq_slots.rem(msg) * ipcq.slot_size_bytes.0;
         let route = match &q.routes[to_slots as usize] {
             Some(r) => r.clone(),
             None => {

@@ -2,6 +2,7 @@
 //! queue (integer time, ties broken by creation order), launch set-up, and
 //! the end of a run (a report, or the deadlock diagnostic's facts).
 
+use super::divisor::Divisor;
 use super::fabric::Endpoint;
 use super::ipcq::Queues;
 use super::pe::{PeState, Programs, Stall};
@@ -273,6 +274,9 @@ pub(super) struct Sim<'a> {
     pub group_base: Vec<usize>,
     /// The IPCQ of this launch.
     pub ipcq: Ipcq,
+    /// Its slot count and slot size, as divisors.
+    pub ipcq_slots: Divisor,
+    pub ipcq_slot_bytes: Divisor,
     /// Per group: ranks at the barrier, the latest arrival, the release
     /// latency once computed.
     pub barrier_arrived: Vec<u32>,
@@ -437,6 +441,8 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         dma_setup_ps: t.cycles_to_ps(t.spec.pe.dma.setup_cycles),
         queue_depth: t.spec.pe.queue_depth.0 as usize,
         queues: Queues::new(ipcq.n_slots.0 as u32),
+        ipcq_slots: Divisor::new(ipcq.n_slots.0),
+        ipcq_slot_bytes: Divisor::new(ipcq.slot_size_bytes.0),
         ipcq,
         m,
         dp,

@@ -30,6 +30,7 @@
 //! (FIFO in reservation order), so N flows through one link take about N
 //! times as long. All arithmetic is on integers.
 
+use super::divisor::Divisor;
 use crate::topology::{PeCoord, SipTopology, Topology};
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::Cell;
@@ -234,7 +235,9 @@ pub struct Fabric {
     routes: HashMap<(Endpoint, Endpoint), Rc<Route>>,
     pub packet_bytes: u64,
     channels: u32,
-    interleave_bytes: u64,
+    /// By the channel count and by the interleave.
+    channels_div: Divisor,
+    interleave: Divisor,
     /// When set, each reservation's (link, start, end) is recorded (trace).
     pub record: Option<Vec<(u32, u64, u64)>>,
     ser: SerMemo,
@@ -282,7 +285,8 @@ impl Fabric {
             routes: HashMap::default(),
             packet_bytes: topo.spec.fabric.packet_bytes.0,
             channels: c.pseudo_channels.0 as u32,
-            interleave_bytes: c.interleave_bytes.0,
+            channels_div: Divisor::new(c.pseudo_channels.0),
+            interleave: Divisor::new(c.interleave_bytes.0),
             record: None,
             ser: SerMemo::new(),
         }
@@ -603,7 +607,7 @@ impl Fabric {
     /// Bytes per pseudo-channel of `len` contiguous bytes from `addr`.
     pub fn split_contiguous(&self, addr: u64, len: u64, out: &mut [u64]) {
         out.iter_mut().for_each(|b| *b = 0);
-        let (il, n) = (self.interleave_bytes, self.channels as u64);
+        let (il, n) = (self.interleave.get(), self.channels as u64);
         let mut a = addr;
         let end = addr.saturating_add(len);
         while a < end {
@@ -628,26 +632,15 @@ impl Fabric {
         self.channel_of_chunk(self.chunk_of(addr))
     }
 
-    /// The interleave chunk holding `addr` (a shift for the usual power of
-    /// two: this runs for every DMA, and a division is slow).
+    /// The interleave chunk holding `addr`.
     #[inline]
     fn chunk_of(&self, addr: u64) -> u64 {
-        let il = self.interleave_bytes;
-        if il.is_power_of_two() {
-            addr >> il.trailing_zeros()
-        } else {
-            addr / il
-        }
+        self.interleave.div(addr)
     }
 
     #[inline]
     fn channel_of_chunk(&self, chunk: u64) -> usize {
-        let n = self.channels as u64;
-        (if n.is_power_of_two() {
-            chunk & (n - 1)
-        } else {
-            chunk % n
-        }) as usize
+        self.channels_div.rem(chunk) as usize
     }
 
     /// Per-stage (entry, serialization of all bytes, of the head, latency)

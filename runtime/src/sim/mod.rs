@@ -24,6 +24,7 @@
 mod agu;
 mod comm;
 pub mod cost;
+mod divisor;
 mod engines;
 mod events;
 pub mod fabric;
