@@ -62,6 +62,10 @@ mod spare {
     /// Larger buffers go back to the allocator.
     const MAX_WORDS: usize = 1 << 13;
     const MAX_SPARES: usize = 64;
+    /// Smaller ones too: allocating and freeing them is cheaper than the
+    /// search here (`tlc`'s allocator keeps blocks up to 128 bytes in a
+    /// last-in-first-out cache of its own).
+    const MIN_WORDS: usize = 17;
 
     thread_local! {
         static SPARES: RefCell<Vec<Vec<u64>>> = const { RefCell::new(Vec::new()) };
@@ -70,6 +74,9 @@ mod spare {
     /// `n` zero words, in a spare buffer of at most twice that capacity
     /// when there is one.
     pub fn zeroed(n: usize) -> Vec<u64> {
+        if n < MIN_WORDS {
+            return vec![0; n];
+        }
         let found = SPARES.try_with(|s| {
             let mut s = s.try_borrow_mut().ok()?;
             let k = s
@@ -87,7 +94,7 @@ mod spare {
     }
 
     pub fn give(mut v: Vec<u64>) {
-        if v.capacity() == 0 || v.capacity() > MAX_WORDS {
+        if v.capacity() < MIN_WORDS || v.capacity() > MAX_WORDS {
             return;
         }
         v.clear();
