@@ -4,9 +4,9 @@
 //! (operation, dtype) pair; proptest then varies shapes and data.
 //! Failures (integer division by zero) must agree too.
 
-use kernbench_compiler::datapath::{elem, Tensor};
+use kernbench_compiler::datapath::{elem, Fusion, Tensor};
 use kernbench_compiler::sema::types::{promote, DType, Elem};
-use kernbench_tests::exec::{lower, run, Arg};
+use kernbench_tests::exec::{lower, run, run_text, Arg};
 use proptest::prelude::*;
 
 #[derive(Clone, Copy, Debug)]
@@ -297,29 +297,34 @@ fn check_case(tpl: &Template, t: DType, shape: Shape, seed: u64) -> Result<bool,
         Arg::Tensor(Tensor::zeros(Elem::Num(r), &out_dims(tpl, shape))),
         Arg::Scalar(random_tensor(t, &[1], seed ^ 0x3333).get_bits(0)),
     ];
-    let jit = run(&func, &args, [1, 1, 1], true);
     let interp = run(&func, &args, [1, 1, 1], false);
-    match (&jit, &interp) {
-        (Ok(a), Ok(b)) if a[3].bytes() == b[3].bytes() => Ok(true),
-        (Err(a), Err(b)) if a == b => Ok(true),
-        _ => {
-            let show = |x: &Result<Vec<Tensor>, String>| match x {
-                Ok(ts) => format!(
-                    "{:?}",
-                    (0..ts[3].numel())
-                        .map(|i| format!("{:x}", ts[3].get_bits(i)))
-                        .collect::<Vec<_>>()
-                ),
-                Err(e) => e.clone(),
-            };
-            Err(format!(
-                "{} on {t} {shape:?} seed {seed}: jit {} vs interp {}\n{src}",
-                tpl.name,
-                show(&jit),
-                show(&interp)
-            ))
+    // Fused whole, and with the operation alone in its group, on the
+    // blocks its loads produced (the simulator's plan, and the JIT's
+    // shortcut for such groups).
+    for fusion in [Fusion::Full, Fusion::Compute] {
+        let jit = run_text(&func, &args, [1, 1, 1], true, fusion);
+        match (&jit, &interp) {
+            (Ok(a), Ok(b)) if a[3].bytes() == b[3].bytes() => continue,
+            (Err(a), Err(b)) if a == b => continue,
+            _ => {}
         }
+        let show = |x: &Result<Vec<Tensor>, String>| match x {
+            Ok(ts) => format!(
+                "{:?}",
+                (0..ts[3].numel())
+                    .map(|i| format!("{:x}", ts[3].get_bits(i)))
+                    .collect::<Vec<_>>()
+            ),
+            Err(e) => e.clone(),
+        };
+        return Err(format!(
+            "{} on {t} {shape:?} seed {seed} ({fusion:?}): jit {} vs interp {}\n{src}",
+            tpl.name,
+            show(&jit),
+            show(&interp)
+        ));
     }
+    Ok(true)
 }
 
 /// Every operation on every dtype it applies to, two shapes each.

@@ -284,7 +284,18 @@ pub mod exec {
 
     /// [`run_raw`] with the error as text.
     pub fn run(func: &Function, args: &[Arg], grid: [u32; 3], jit: bool) -> Result<Vec<Tensor>, String> {
-        run_raw(func, args, grid, jit).map_err(|e| format!("{} at {:?}", e.error.kind, e.error.inst))
+        run_text(func, args, grid, jit, Fusion::Full)
+    }
+
+    /// [`run_fused`] with the error as text.
+    pub fn run_text(
+        func: &Function,
+        args: &[Arg],
+        grid: [u32; 3],
+        jit: bool,
+        fusion: Fusion,
+    ) -> Result<Vec<Tensor>, String> {
+        run_fused(func, args, grid, jit, fusion).map_err(|e| format!("{} at {:?}", e.error.kind, e.error.inst))
     }
 }
 

@@ -590,6 +590,22 @@ impl DataPath for Jit {
         if let Kind::Interp = kind {
             return self.interp.run(func, plan, g, inputs, mem);
         }
+        // The usual compute group (a combine, a scale): compiled, touching no
+        // memory, with no `arange` and only stored blocks for inputs. No
+        // formula can come of it and no input needs converting, so it runs
+        // straight; on a failure the general path below runs it again (it
+        // wrote nothing) and finds which.
+        if matches!(kind, Kind::Direct)
+            && !ptr.is_null()
+            && !p.has_arange
+            && self.segment_caches[g].1.is_empty()
+            && inputs.iter().all(|v| matches!(v, RtValue::Block(_)))
+        {
+            let caches = self.segment_caches[g].1.as_mut_ptr();
+            if let Some(r) = run_plain(func, group, ptr, inputs, mem, caches) {
+                return Ok(r);
+            }
+        }
         // Outputs that are formulas: all of them, and the group need not
         // run; or some, which replace what the run computes (so later
         // groups get formulas).
@@ -685,14 +701,13 @@ impl DataPath for Jit {
             .enumerate()
             .map(|(k, o)| {
                 let t = func.ty(*o);
-                let shape: smallvec::SmallVec<[usize; 4]> = t.shape().iter().map(|&d| d as usize).collect();
                 let elem = match kind {
                     Kind::DotF32 => Elem::Num(DType::F32),
                     _ => t.elem(),
                 };
                 match has_formula(k) {
                     true => Tensor::zeros(elem, &[0]),
-                    false => Tensor::zeros(elem, if shape.is_empty() { &[1] } else { &shape }),
+                    false => new_output(t, elem),
                 }
             })
             .collect();
@@ -772,11 +787,78 @@ impl DataPath for Jit {
                 }
                 _ => t,
             };
-            results.push(match ty {
-                Type::Scalar(_) => RtValue::Scalar(t.get_bits(0)),
-                _ => RtValue::Block(Rc::new(t)),
-            });
+            results.push(output_value(ty, t));
         }
         Ok(results)
     }
+}
+
+/// A zeroed output of type `ty` with elements `elem` (a scalar is a block
+/// of one).
+fn new_output(ty: &Type, elem: Elem) -> Tensor {
+    let shape: smallvec::SmallVec<[usize; 4]> = ty.shape().iter().map(|&d| d as usize).collect();
+    Tensor::zeros(elem, if shape.is_empty() { &[1] } else { &shape })
+}
+
+/// What a group hands on for its output of type `ty` computed into `t`.
+fn output_value(ty: &Type, t: Tensor) -> RtValue {
+    match ty {
+        Type::Scalar(_) => RtValue::Scalar(t.get_bits(0)),
+        _ => RtValue::Block(Rc::new(t)),
+    }
+}
+
+/// Runs `code`, compiled for `group` with every input a stored block, on
+/// `inputs` (all [`RtValue::Block`]) with the group's segment caches
+/// `caches` (none: it has no load or store); `None` when the code reports
+/// a failure. What [`Jit::run`]'s general path does for such a group, less
+/// its checks for formulas, copies and conversions that cannot apply.
+fn run_plain(
+    func: &Function,
+    group: &Group,
+    code: *const u8,
+    inputs: &[&RtValue],
+    mem: &mut dyn Memory,
+    caches: *mut u64,
+) -> Option<Outputs> {
+    let mut words: smallvec::SmallVec<[u64; 16]> = smallvec::SmallVec::new();
+    for v in inputs {
+        if let RtValue::Block(t) = v {
+            words.push(t.as_ptr() as u64);
+        }
+    }
+    let mut outs: smallvec::SmallVec<[Tensor; 2]> = group
+        .outputs
+        .iter()
+        .map(|o| {
+            let t = func.ty(*o);
+            new_output(t, t.elem())
+        })
+        .collect();
+    for o in &mut outs {
+        words.push(o.as_mut_ptr() as u64);
+    }
+    let mut mref: &mut dyn Memory = mem;
+    let mut ctx = JitCtx::new(&mut mref as *mut &mut dyn Memory as *mut std::ffi::c_void, caches);
+    // SAFETY: as in `Jit::run`: `code` is a finalized function of this
+    // module with the `GroupFn` signature, compiled for this group with no
+    // affine input; `words` holds a pointer to each input block (live in
+    // `inputs`, sized by the IR types the code was compiled for) and to
+    // each output (live in `outs`, sized by its type); `ctx.mem` points to
+    // `mref`, alive here; `ctx.caches` holds the group's (no) caches.
+    let failed = unsafe {
+        let f: GroupFn = std::mem::transmute::<*const u8, GroupFn>(code);
+        f(words.as_ptr(), &mut ctx)
+    } != 0;
+    if failed {
+        return None;
+    }
+    Some(
+        group
+            .outputs
+            .iter()
+            .zip(outs)
+            .map(|(o, t)| output_value(func.ty(*o), t))
+            .collect(),
+    )
 }
