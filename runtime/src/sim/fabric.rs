@@ -149,14 +149,6 @@ pub struct Link {
 // A field added to `Link` must keep it to one line.
 const _: () = assert!(std::mem::size_of::<Link>() == 64);
 
-impl Link {
-    /// Serialization time of `bytes` on this link.
-    #[inline]
-    pub fn ser_ps(&self, bytes: u64) -> u64 {
-        ser_ps(bytes, self.bw_bytes_per_us)
-    }
-}
-
 /// `ceil(bytes / bandwidth)` in picoseconds.
 #[inline]
 pub fn ser_ps(bytes: u64, bw_bytes_per_us: u64) -> u64 {

@@ -323,21 +323,22 @@ impl Sim<'_> {
             };
             let slot = self.cone_base[g] + k;
             let pe = &mut self.pes[p];
-            // The cone's input `j`, fitted to its type, read in place.
+            // The cone's input `j` read in place, as it is and fitted to its
+            // type.
+            let value = |v: Value| pe.get(v).data().unwrap_or(&UNSET);
+            let raw = |j: usize| value(cone.group.inputs[j]);
             let input = |j: usize| {
                 let v = cone.group.inputs[j];
-                super::engines::fit(func.ty(v), pe.get(v).data().unwrap_or(&UNSET))
+                super::engines::fit(func.ty(v), value(v))
             };
             // A pointer moved by a scalar is computed faster than the memo
             // is checked, and its offset is new at nearly every use: no memo,
             // and no list of the inputs (the general path below gives the
-            // same when the shortcut does not apply).
-            // Its operands are read as they are, not fitted: `eval_on`
-            // checks the pointer's shape itself and wants a scalar offset,
-            // which fitting leaves alone.
+            // same when the shortcut does not apply). Its operands are not
+            // fitted: `eval_on` checks the pointer's shape itself and wants
+            // a scalar offset, which fitting leaves alone.
             if let Some(s) = &cone.shift {
                 let (pk, ok) = s.operands();
-                let raw = |j: usize| pe.get(cone.group.inputs[j]).data().unwrap_or(&UNSET);
                 if let Some(shifted) = s.eval_on(raw(pk), raw(ok)) {
                     outs.push(shifted);
                     continue;
