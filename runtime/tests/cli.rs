@@ -600,3 +600,44 @@ fn bench_ccl_prints_the_nccl_tests_table() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_sim_reports_the_simulators_speed() {
+    let run = || {
+        let o = tlc(&[
+            "bench", "sim", "--pes", "16", "--bytes", "4K", "--runs", "3", "--format", "json",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).expect("json")
+    };
+    let v = run();
+    assert_eq!(v["algorithm"], "ring_allreduce");
+    assert_eq!(v["ranks"], 16);
+    assert_eq!(v["bytes_per_rank"], 4096);
+    assert_eq!(v["wrong"], 0);
+    assert_eq!(v["wall_s"]["runs"], 3);
+    let events = v["events"].as_f64().expect("events");
+    let f = |k: &str| v["wall_s"][k].as_f64().expect("a wall time");
+    let (min, median, max) = (f("min"), f("median"), f("max"));
+    assert!(events > 0.0 && min > 0.0 && min <= median && median <= max, "{v}");
+    // The rates are the events over those wall times.
+    let best = v["events_per_s"]["best"].as_f64().expect("rate");
+    let med = v["events_per_s"]["median"].as_f64().expect("rate");
+    assert!((best - events / min).abs() <= 1e-6 * best, "{v}");
+    assert!((med - events / median).abs() <= 1e-6 * med, "{v}");
+    // Another process simulates the same events and time.
+    let w = run();
+    assert_eq!((&v["events"], &v["simulated_us"]), (&w["events"], &w["simulated_us"]));
+    // The human form.
+    let o = tlc(&["bench", "sim", "--pes", "4", "--bytes", "1K", "--runs", "1"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("on 4 PEs of `default`") && text.contains("#wrong 0 OK") && text.contains("events/s (M)"),
+        "{text}"
+    );
+    // Bad usage.
+    assert_eq!(tlc(&["bench", "sim", "--runs", "0"]).status.code(), Some(2));
+    assert_eq!(tlc(&["bench", "sim", "--algo", "all_gather"]).status.code(), Some(2));
+    assert_eq!(tlc(&["bench", "sim", "--bytes", "lots"]).status.code(), Some(2));
+}

@@ -31,6 +31,9 @@ pub struct Row {
     pub busbw_gbps: f64,
     pub wrong: u64,
     pub events: u64,
+    /// Wall-clock time of the simulation alone (not the machine's set-up,
+    /// the data's placement or the check), for the simulator's speed.
+    pub sim_wall: std::time::Duration,
 }
 
 /// nccl-tests' name of a dtype.
@@ -256,7 +259,10 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
     let mut launch = Launch::new(func, &comm, args);
     launch.ipcq = Some(reg.ipcq(a, topo));
     launch.packet_bytes = reg.defaults.packet_bytes;
-    let report = m.run(&launch, jit).map_err(|e| match e {
+    let t0 = std::time::Instant::now();
+    let result = m.run(&launch, jit);
+    let sim_wall = t0.elapsed();
+    let report = result.map_err(|e| match e {
         crate::sim::SimError::Deadlock { blocked, .. } => {
             format!(
                 "algorithm `{}` deadlocked on {n} PEs ({} ranks blocked)",
@@ -299,6 +305,7 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
         busbw_gbps: algbw * a.collective.bus_factor(comm.world()),
         wrong,
         events: report.events,
+        sim_wall,
     })
 }
 

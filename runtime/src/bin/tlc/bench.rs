@@ -1,6 +1,7 @@
 //! `tlc bench ccl`: the nccl-tests table for the collective algorithms of
 //! the registry (the stdlib's `ccl.yaml`, with `--config` merged over it),
-//! with simulated times.
+//! with simulated times. `tlc bench sim`: the simulator's own speed
+//! (events per wall-clock second) on one all-reduce, run several times.
 
 use super::{default_stdlib, load_topology, usage_error, Format};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -44,6 +45,171 @@ pub struct CclArgs {
     pub stdlib: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "human")]
     pub format: Format,
+}
+
+/// The options of `tlc bench sim`.
+#[derive(clap::Args)]
+pub struct SimArgs {
+    /// The all-reduce algorithm of the registry to simulate.
+    #[arg(long, default_value = "ring_allreduce")]
+    pub algo: String,
+    /// Bytes of int32 each rank reduces (K, M, G suffixes).
+    #[arg(long, default_value = "128K")]
+    pub bytes: String,
+    /// The PEs: 1, N, cube, sip, all, or SIP.CUBE.PE,….
+    #[arg(long, default_value = "all")]
+    pub pes: String,
+    /// A topology file or preset (default: the embedded default machine).
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<String>,
+    /// Timed runs, each on a fresh machine (the JIT compiles once, before).
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
+    #[arg(long, value_name = "DIR")]
+    pub stdlib: Option<PathBuf>,
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+}
+
+/// The simulator's speed: the all-reduce run `--runs` times after one
+/// untimed run (the JIT's compilation, the first touch of memory), each
+/// time on a fresh machine; only the simulation itself is timed. Every run
+/// is checked against the exact result, and must give the same events and
+/// simulated time (the simulator is deterministic).
+pub fn sim(a: SimArgs) -> ExitCode {
+    let size = match bench::parse_size(&a.bytes) {
+        Ok(s) => s,
+        Err(e) => return usage_error(&format!("--bytes: {e}")),
+    };
+    if a.runs == 0 {
+        return usage_error("--runs: expected at least 1");
+    }
+    let topo = match load_topology(a.topology.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let pes = match sim::select_pes(&topo, &a.pes) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    let Some(root) = a.stdlib.clone().or_else(default_stdlib) else {
+        eprintln!("error: cannot find the stdlib (set KERNBENCH_STDLIB or pass --stdlib)");
+        return ExitCode::from(2);
+    };
+    let reg = match Registry::stdlib(&root) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let alg = match reg.get(&a.algo) {
+        Ok(x) if x.collective == Collective::AllReduce => x.clone(),
+        Ok(x) => {
+            return usage_error(&format!(
+                "`{}` is a {} algorithm, not an all_reduce",
+                x.name, x.collective
+            ))
+        }
+        Err(e) => return usage_error(&e),
+    };
+    let (dtype, redop) = (DType::I32, ReduceOp::Sum);
+    let (func, sources) = match bench::compile(&topo, &reg, &alg, dtype, redop) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let case = bench::Case {
+        topo: &topo,
+        reg: &reg,
+        algorithm: &alg,
+        func: &func,
+        sources: &sources,
+        pes: &pes,
+        dtype,
+        op: redop,
+    };
+    let mut jit = Jit::new();
+    let mut cache = bench::DataCache::default();
+    let progress = ProgressBar::new(u64::from(a.runs) + 1);
+    let mut rows: Vec<Row> = Vec::new();
+    for _ in 0..=a.runs {
+        match bench::run_one(&case, &mut jit, &mut cache, size) {
+            Ok(r) => rows.push(r),
+            Err(e) => {
+                progress.finish_and_clear();
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    let first = rows.remove(0);
+    if let Some(r) = rows
+        .iter()
+        .find(|r| (r.events, r.time_ps) != (first.events, first.time_ps))
+    {
+        eprintln!(
+            "error: the simulator is not deterministic: {} events in {} ps, then {} events in {} ps",
+            first.events, first.time_ps, r.events, r.time_ps
+        );
+        return ExitCode::from(1);
+    }
+    let wrong: u64 = rows.iter().map(|r| r.wrong).sum::<u64>() + first.wrong;
+    let mut walls: Vec<f64> = rows.iter().map(|r| r.sim_wall.as_secs_f64()).collect();
+    walls.sort_by(f64::total_cmp);
+    let median = if walls.len() % 2 == 1 {
+        walls[walls.len() / 2]
+    } else {
+        (walls[walls.len() / 2 - 1] + walls[walls.len() / 2]) / 2.0
+    };
+    let (min, max) = (walls[0], walls[walls.len() - 1]);
+    let rate = |wall: f64| first.events as f64 / wall.max(1e-12);
+    let ranks = pes.len();
+    match a.format {
+        Format::Human => {
+            println!(
+                "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank ({} bytes in all) on {ranks} PEs of `{}`",
+                alg.name,
+                first.size_bytes,
+                first.size_bytes * ranks as u64,
+                topo.spec.name
+            );
+            println!(
+                "# {} events, {:.3} us simulated, #wrong {wrong} {}",
+                first.events,
+                first.time_ps as f64 / 1e6,
+                if wrong == 0 { "OK" } else { "FAILED" }
+            );
+            println!(
+                "wall per run (s)   min {min:.4}   median {median:.4}   max {max:.4}   ({} runs)",
+                walls.len()
+            );
+            println!(
+                "events/s (M)       best {:.3}   median {:.3}",
+                rate(min) / 1e6,
+                rate(median) / 1e6
+            );
+        }
+        Format::Json => println!(
+            "{}",
+            json!({
+                "algorithm": alg.name, "ranks": ranks, "topology": topo.spec.name,
+                "bytes_per_rank": first.size_bytes, "events": first.events,
+                "simulated_us": first.time_ps as f64 / 1e6, "wrong": wrong,
+                "wall_s": { "min": min, "median": median, "max": max, "runs": walls.len() },
+                "events_per_s": { "best": rate(min), "median": rate(median) },
+            })
+        ),
+    }
+    if wrong > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// A module's path relative to the current folder when it is inside it.

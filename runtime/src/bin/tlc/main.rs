@@ -173,6 +173,9 @@ enum BenchCommand {
     /// nccl-tests for the collective algorithms of ccl.yaml: size, count,
     /// type, redop, simulated time, algbw, busbw and #wrong per size.
     Ccl(bench::CclArgs),
+    /// The simulator's speed: events per wall-clock second on one
+    /// all-reduce (default: the ring over every PE), run several times.
+    Sim(bench::SimArgs),
 }
 
 fn main() -> ExitCode {
@@ -196,6 +199,9 @@ fn main() -> ExitCode {
         Command::Bench {
             what: BenchCommand::Ccl(args),
         } => bench::ccl(args),
+        Command::Bench {
+            what: BenchCommand::Sim(args),
+        } => bench::sim(args),
         Command::Probe {
             case,
             bytes,
