@@ -172,10 +172,11 @@ pub fn sim(a: SimArgs) -> ExitCode {
     match a.format {
         Format::Human => {
             println!(
-                "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank ({} bytes in all) on {ranks} PEs of `{}`",
+                "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank ({} bytes in all) on {ranks} PE{} of `{}`",
                 alg.name,
                 first.size_bytes,
                 first.size_bytes * ranks as u64,
+                if ranks == 1 { "" } else { "s" },
                 topo.spec.name
             );
             println!(
