@@ -10,6 +10,7 @@ use kernbench_compiler::sema::DType;
 use kernbench_runtime::ccl::bench::{self, Row};
 use kernbench_runtime::ccl::{communicator, Collective, ReduceOp, Registry};
 use kernbench_runtime::sim;
+use kernbench_runtime::topology::{PeCoord, Topology};
 use serde_json::json;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -84,24 +85,9 @@ pub fn sim(a: SimArgs) -> ExitCode {
     if a.runs == 0 {
         return usage_error("--runs: expected at least 1");
     }
-    let topo = match load_topology(a.topology.as_deref()) {
-        Ok(t) => t,
+    let (topo, pes, reg) = match machine_and_registry(a.topology.as_deref(), &a.pes, a.stdlib.clone()) {
+        Ok(x) => x,
         Err(code) => return code,
-    };
-    let pes = match sim::select_pes(&topo, &a.pes) {
-        Ok(p) => p,
-        Err(e) => return usage_error(&e),
-    };
-    let Some(root) = a.stdlib.clone().or_else(default_stdlib) else {
-        eprintln!("error: cannot find the stdlib (set KERNBENCH_STDLIB or pass --stdlib)");
-        return ExitCode::from(2);
-    };
-    let reg = match Registry::stdlib(&root) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
     };
     let alg = match reg.get(&a.algo) {
         Ok(x) if x.collective == Collective::AllReduce => x.clone(),
@@ -213,6 +199,27 @@ pub fn sim(a: SimArgs) -> ExitCode {
     }
 }
 
+/// The topology (`--topology`), the PEs picked from it (`--pes`) and the
+/// stdlib's algorithm registry (`--stdlib`, else the default), or the exit
+/// code after the message: 2 for bad usage, 1 for a bad file.
+fn machine_and_registry(
+    topology: Option<&str>,
+    pes: &str,
+    stdlib: Option<PathBuf>,
+) -> Result<(Topology, Vec<PeCoord>, Registry), ExitCode> {
+    let topo = load_topology(topology)?;
+    let pes = sim::select_pes(&topo, pes).map_err(|e| usage_error(&e))?;
+    let Some(root) = stdlib.or_else(default_stdlib) else {
+        eprintln!("error: cannot find the stdlib (set KERNBENCH_STDLIB or pass --stdlib)");
+        return Err(ExitCode::from(2));
+    };
+    let reg = Registry::stdlib(&root).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(1)
+    })?;
+    Ok((topo, pes, reg))
+}
+
 /// A module's path relative to the current folder when it is inside it.
 fn shown(p: &std::path::Path) -> String {
     let cwd = std::env::current_dir().ok().and_then(|c| c.canonicalize().ok());
@@ -245,24 +252,9 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return usage_error(&format!("--sizes: {e}")),
     };
-    let topo = match load_topology(a.topology.as_deref()) {
-        Ok(t) => t,
+    let (topo, pes, mut reg) = match machine_and_registry(a.topology.as_deref(), &a.pes, a.stdlib.clone()) {
+        Ok(x) => x,
         Err(code) => return code,
-    };
-    let pes = match sim::select_pes(&topo, &a.pes) {
-        Ok(p) => p,
-        Err(e) => return usage_error(&e),
-    };
-    let Some(root) = a.stdlib.clone().or_else(default_stdlib) else {
-        eprintln!("error: cannot find the stdlib (set KERNBENCH_STDLIB or pass --stdlib)");
-        return ExitCode::from(2);
-    };
-    let mut reg = match Registry::stdlib(&root) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
     };
     if let Some(cfg) = &a.config {
         if let Err(e) = reg.merge_file(cfg) {
