@@ -5,7 +5,7 @@
 use super::divisor::Divisor;
 use super::fabric::Endpoint;
 use super::ipcq::Queues;
-use super::pe::{PeState, Programs, Stall};
+use super::pe::{EventKind, PeState, Programs, Stall};
 use super::queue::EventQueue;
 use super::report::{Blocked, LinkStat, PeStat, Report, Slice, WaitReason};
 use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Communicator, Engine, Launch, Machine, Placement, SimError};
@@ -584,6 +584,7 @@ impl Sim<'_> {
         while let Some((t, ev)) = self.events.pop() {
             self.now = t;
             self.events_run += 1;
+            self.prefetch_next();
             match ev {
                 Ev::Issue(p) => {
                     self.pes[p as usize].issue_scheduled = false;
@@ -619,6 +620,31 @@ impl Sim<'_> {
                 time_ps: stuck_ps,
                 blocked,
             })
+        }
+    }
+
+    /// Starts fetching the PE state the next two events will read, when
+    /// the queue knows them: with thousands of PEs, each event's first
+    /// reads of its PE would otherwise miss the caches one after the other
+    /// (the state, then an operation it points to). The event after next
+    /// gets its PE's fields, the next one (whose fields the previous call
+    /// fetched) what those point to.
+    #[inline(always)]
+    fn prefetch_next(&self) {
+        let at = |ev: &Ev| match *ev {
+            Ev::Issue(p) => (p, EventKind::Issue),
+            Ev::Kick(p, e) => (p, EventKind::Kick(e as usize)),
+            Ev::Done(p, slot) | Ev::Sample(p, slot) => (p, EventKind::Finish(slot)),
+        };
+        if let Some((p, kind)) = self.events.peek_now(1).map(at) {
+            if let Some(pe) = self.pes.get(p as usize) {
+                pe.prefetch_state(kind);
+            }
+        }
+        if let Some((p, kind)) = self.events.peek_now(0).map(at) {
+            if let Some(pe) = self.pes.get(p as usize) {
+                pe.prefetch_targets(kind);
+            }
         }
     }
 

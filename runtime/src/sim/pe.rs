@@ -284,6 +284,16 @@ impl Iterator for Programs {
     }
 }
 
+/// What an event will look at in its PE, for prefetching.
+#[derive(Clone, Copy, Debug)]
+pub enum EventKind {
+    Issue,
+    /// Engine queue (by index).
+    Kick(usize),
+    /// An operation in flight (by slot) finishing or sampling memory.
+    Finish(u32),
+}
+
 /// Why the issue unit is not issuing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stall {
@@ -350,6 +360,29 @@ pub struct PeState {
     pub dma_routes: [Option<(Endpoint, Rc<Route>)>; 2],
 }
 
+/// Asks the CPU to bring the cache line holding `at` into its caches: a
+/// hint with no effect on results.
+#[inline(always)]
+fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and never changes memory, whatever
+    // the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
+/// [`prefetch`]es the lines of an issued operation.
+#[inline(always)]
+fn prefetch_op(op: &OpRec) {
+    let at: *const OpRec = op;
+    for line in 0..std::mem::size_of::<OpRec>() / 64 {
+        prefetch(at.cast::<u8>().wrapping_add(64 * line));
+    }
+}
+
 impl PeState {
     pub fn new(
         ctx: crate::exec::ScalarCtx,
@@ -382,6 +415,50 @@ impl PeState {
             cone_memo: vec![ConeMemo::default(); n_cones],
             dir_queues: [[u32::MAX; Direction::COUNT]; 2],
             dma_routes: [None, None],
+        }
+    }
+
+    /// Prefetches the fields an event of `kind` reads first (see
+    /// `Sim::run_events`).
+    #[inline(always)]
+    pub fn prefetch_state(&self, kind: EventKind) {
+        match kind {
+            EventKind::Issue => {
+                prefetch(&self.stall);
+                prefetch(&self.frames);
+                prefetch(&self.env);
+            }
+            EventKind::Kick(e) => {
+                let eq: *const EngineQueue = &self.engines[e];
+                prefetch(eq);
+                prefetch(eq.cast::<u8>().wrapping_add(64));
+            }
+            EventKind::Finish(_) => prefetch(&self.inflight),
+        }
+    }
+
+    /// Prefetches what the fields [`Self::prefetch_state`] fetched point
+    /// to: the current frame and the values, an engine queue's head, an
+    /// operation in flight.
+    #[inline(always)]
+    pub fn prefetch_targets(&self, kind: EventKind) {
+        match kind {
+            EventKind::Issue => {
+                if let Some(f) = self.frames.last() {
+                    prefetch(f);
+                }
+                prefetch(self.env.as_ptr());
+            }
+            EventKind::Kick(e) => {
+                if let Some(op) = self.engines[e].queue.front() {
+                    prefetch_op(op);
+                }
+            }
+            EventKind::Finish(slot) => {
+                if let Some(Some(op)) = self.inflight.get(slot as usize) {
+                    prefetch_op(op);
+                }
+            }
         }
     }
 

@@ -85,6 +85,13 @@ impl<T> EventQueue<T> {
         Some((self.last, item))
     }
 
+    /// The `k`-th item due at the time of the last pop, after those
+    /// popped: what comes next unless it is empty, for prefetching.
+    #[inline]
+    pub fn peek_now(&self, k: usize) -> Option<&T> {
+        self.now.get(k)
+    }
+
     #[cfg(test)]
     fn len(&self) -> usize {
         self.now.len() + self.later.iter().map(Vec::len).sum::<usize>()
@@ -131,7 +138,13 @@ mod tests {
                 q.push(now + dt, step);
                 reference.push(std::cmp::Reverse((now + dt, seq, step)));
             } else {
+                let predicted = (q.peek_now(0).copied(), q.peek_now(1).copied());
                 let got = q.pop();
+                if let Some(next) = predicted.0 {
+                    // Items due now come first, in order.
+                    assert_eq!(got.map(|(_, item)| item), Some(next), "peek_now(0) is the next pop");
+                    assert_eq!(q.peek_now(0).copied(), predicted.1);
+                }
                 let std::cmp::Reverse((t, _, want)) = reference.pop().expect("same length");
                 assert_eq!(got, Some((t, want)));
                 now = t;
