@@ -287,6 +287,7 @@ impl Iterator for Programs {
 /// What an event will look at in its PE, for prefetching.
 #[derive(Clone, Copy, Debug)]
 pub enum EventKind {
+    /// The issue unit (its frames and values).
     Issue,
     /// Engine queue (by index).
     Kick(usize),
@@ -374,12 +375,13 @@ fn prefetch<T>(at: *const T) {
     let _ = at;
 }
 
-/// [`prefetch`]es the lines of an issued operation.
+/// [`prefetch`]es all of `x`: a line at its start and at every 64 bytes
+/// after (exactly its lines when it is aligned to them, as [`OpRec`] is).
 #[inline(always)]
-fn prefetch_op(op: &OpRec) {
-    let at: *const OpRec = op;
-    for line in 0..std::mem::size_of::<OpRec>() / 64 {
-        prefetch(at.cast::<u8>().wrapping_add(64 * line));
+fn prefetch_all<T>(x: &T) {
+    let at: *const u8 = (x as *const T).cast();
+    for offset in (0..std::mem::size_of::<T>()).step_by(64) {
+        prefetch(at.wrapping_add(offset));
     }
 }
 
@@ -428,11 +430,7 @@ impl PeState {
                 prefetch(&self.frames);
                 prefetch(&self.env);
             }
-            EventKind::Kick(e) => {
-                let eq: *const EngineQueue = &self.engines[e];
-                prefetch(eq);
-                prefetch(eq.cast::<u8>().wrapping_add(64));
-            }
+            EventKind::Kick(e) => prefetch_all(&self.engines[e]),
             EventKind::Finish(_) => prefetch(&self.inflight),
         }
     }
@@ -451,12 +449,12 @@ impl PeState {
             }
             EventKind::Kick(e) => {
                 if let Some(op) = self.engines[e].queue.front() {
-                    prefetch_op(op);
+                    prefetch_all::<OpRec>(op);
                 }
             }
             EventKind::Finish(slot) => {
                 if let Some(Some(op)) = self.inflight.get(slot as usize) {
-                    prefetch_op(op);
+                    prefetch_all::<OpRec>(op);
                 }
             }
         }
