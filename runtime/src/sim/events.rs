@@ -258,6 +258,9 @@ pub(super) struct Sim<'a> {
     /// Per instruction: a `yield`'s operands that may be moved (see
     /// [`yield_moves`]).
     pub yield_moves: Vec<u64>,
+    /// Per group: the inputs its queued operation may move out of the
+    /// environment (see [`super::slots::EnvSlots::group_moves`]).
+    pub group_moves: Vec<u64>,
     /// Per address-generation group, its outputs' cones (see
     /// [`super::agu::cones`]), and the index of its first cone in each
     /// PE's `cone_memo`.
@@ -462,6 +465,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
             .collect(),
         in_order_yields: in_order_yields(func),
         yield_moves: yield_moves(func),
+        group_moves: env_slots.group_moves,
         cones,
         cone_base,
         barrier_arrived: vec![0; n_groups],

@@ -447,7 +447,14 @@ impl Sim<'_> {
         let pe = &mut self.pes[p];
         let mem_id = info.memory.then(|| pe.new_mem_op());
         let mut op = self.op_pool.take(info.label, OpKind::Group(g), mem_id);
-        op.args.extend(group.inputs.iter().map(|v| (*v, pe.get(*v).clone())));
+        let moves = self.group_moves[g];
+        for (k, v) in group.inputs.iter().enumerate() {
+            let x = match k < 64 && moves >> k & 1 != 0 {
+                true => pe.take_value(*v),
+                false => pe.get(*v).clone(),
+            };
+            op.args.push((*v, x));
+        }
         for v in &group.outputs {
             let s = Slot::new();
             pe.set(*v, Val::Pending(s.clone()));

@@ -514,6 +514,14 @@ impl PeState {
         &self.env[self.entry(v)]
     }
 
+    /// Takes value `v` out of the environment (leaving it unset): for its
+    /// last reader (see `slots::EnvSlots::group_moves`).
+    #[inline]
+    pub fn take_value(&mut self, v: Value) -> Val {
+        let e = self.entry(v);
+        std::mem::take(&mut self.env[e])
+    }
+
     /// The value in environment entry `e` (`env`'s index: `slot_of[v]` for
     /// value `v`).
     #[inline]

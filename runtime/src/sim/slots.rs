@@ -44,6 +44,8 @@ const NEVER: u32 = u32::MAX;
 pub struct EnvSlots {
     pub slot_of: Rc<[u32]>,
     pub count: usize,
+    /// Per group, the inputs it may move (see [`last_use_moves`]).
+    pub group_moves: Vec<u64>,
 }
 
 /// What one step of the plan reads and defines, and the regions it holds.
@@ -175,6 +177,47 @@ impl<'f> Walk<'f> {
     }
 }
 
+/// For each fused group of the walk's plan (by index), the inputs it reads for the
+/// last time (bit `k` for input `k`, named once by the group): the issue
+/// unit may move them out of the environment into the operation it
+/// queues instead of copying them, since no later step reads the entry
+/// before a new definition overwrites it.
+///
+/// **Why.** A copy of a block or a pending result increments a reference
+/// count in memory the PE last touched long ago (cold once a launch has
+/// thousands of PEs), and the entry's next definition decrements it
+/// again; a move touches neither.
+///
+/// A use inside a region of a value defined outside it lives to the end
+/// of the enclosing step (see [`Walk::use_at`]), so a loop body never
+/// moves what its next iteration reads again.
+fn last_use_moves(w: &Walk) -> Vec<u64> {
+    let mut out = vec![0; w.plan.groups.len()];
+    // The steps in `Walk::number`'s order: a region's steps, each followed
+    // by its own regions' (depth first).
+    fn visit(w: &Walk, r: Region, k: &mut usize, out: &mut [u64]) {
+        let (func, plan) = (w.func, w.plan);
+        for &step in plan.steps.get(r).map_or(&[][..], Vec::as_slice) {
+            let (args, _, regions) = step_parts(func, plan, step);
+            let at = w.spans[*k].0;
+            *k += 1;
+            if let Step::Group(g) = step {
+                for (j, a) in args.iter().enumerate().take(64) {
+                    let once = args.iter().filter(|b| *b == a).count() == 1;
+                    if once && w.range(a.as_u32() as usize).is_some_and(|(_, end)| end == at) {
+                        out[g] |= 1 << j;
+                    }
+                }
+            }
+            for &rr in regions {
+                visit(w, rr, k, out);
+            }
+        }
+    }
+    visit(w, w.func.body, &mut 0, &mut out);
+    out
+}
+
 impl EnvSlots {
     /// Assigns entries to `func`'s values: in order of definition, each
     /// takes the lowest entry free at that point (deterministic, and the
@@ -212,6 +255,7 @@ impl EnvSlots {
         EnvSlots {
             slot_of: slot_of.into(),
             count: count as usize,
+            group_moves: last_use_moves(&w),
         }
     }
 }
@@ -252,6 +296,48 @@ mod tests {
             }
         }
         assert!(s.count < n, "{} entries for {n} values: nothing shared", s.count);
+    }
+
+    /// A group moves the inputs it reads last (a block loaded in the loop
+    /// body, the pointers computed there), never one defined before the
+    /// loop that every iteration reads again, and nothing it names twice.
+    #[test]
+    fn groups_move_only_their_last_reads() {
+        const SRC: &str = "@kernel\ndef k(p: ptr[i32], n: i32):\n    offs = tl.arange(0, 4)\n    x = tl.load(p + offs)\n    for i in range(n):\n        y = tl.load(p + offs + 4 * i)\n        tl.store(p + offs, x + y)\n    tl.store(p + offs, x * x)\n";
+        let (f, _) = lower(SRC, "k");
+        let plan = kernbench_compiler::datapath::plan_with(&f, kernbench_compiler::datapath::Fusion::Compute);
+        let moves = EnvSlots::assign(&f, &plan).group_moves;
+        let w = Walk::new(&f, &plan);
+        let (_, body) = f.insts.iter().find(|(_, d)| d.op == Op::For).expect("a loop");
+        let body = body.regions[0];
+        // `x`: the load outside the loop.
+        let x = f
+            .insts
+            .iter()
+            .find(|(i, d)| matches!(d.op, Op::Load { .. }) && !f.region(body).insts.contains(i))
+            .map(|(_, d)| d.results[0]);
+        let mut checked = 0;
+        for &step in &plan.steps[body] {
+            let Step::Group(g) = step else { continue };
+            let group = &plan.groups[g];
+            for (j, a) in group.inputs.iter().enumerate() {
+                let moved = moves[g] >> j & 1 != 0;
+                let (def, _) = w.range(a.as_u32() as usize).expect("held by the issue unit");
+                let defined_in_body = def > w.spans.iter().find(|(s, e)| e > s).expect("the loop").0;
+                // Every input of a group in this body is read once, by one
+                // group: moved exactly when it is the body's own.
+                assert_eq!(moved, defined_in_body, "input {j} ({a:?}) of group {g}");
+                if Some(*a) == x {
+                    assert!(
+                        !moved,
+                        "the block loaded before the loop is read again by the next iteration"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 1, "the loop reads the block loaded before it once");
+        assert!(moves.iter().any(|m| *m != 0), "nothing moves at all");
     }
 
     /// The rules the issue unit relies on: what a loop reads from outside
