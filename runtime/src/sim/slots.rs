@@ -177,11 +177,11 @@ impl<'f> Walk<'f> {
     }
 }
 
-/// For each fused group of the walk's plan (by index), the inputs it reads for the
-/// last time (bit `k` for input `k`, named once by the group): the issue
-/// unit may move them out of the environment into the operation it
-/// queues instead of copying them, since no later step reads the entry
-/// before a new definition overwrites it.
+/// For each fused group of the walk's plan (by index), the inputs it
+/// reads for the last time (bit `k` for input `k`, named once by the
+/// group): the issue unit may move them out of the environment into the
+/// operation it queues instead of copying them, since no later step reads
+/// the entry before a new definition overwrites it.
 ///
 /// **Why.** A copy of a block or a pending result increments a reference
 /// count in memory the PE last touched long ago (cold once a launch has
