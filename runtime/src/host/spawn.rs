@@ -11,7 +11,9 @@
 //! When a rank fails (its `f` returns an error or panics), every other
 //! rank's pending and later requests fail as *stopped*, the queued launches
 //! are dropped, and `spawn` returns the root-cause errors (those of ranks
-//! that failed by themselves, not because they were stopped).
+//! that failed by themselves, not because they were stopped). A panic is
+//! caught only where panics unwind: a binary built with `panic = "abort"`
+//! (this workspace's `release` profile) stops at the first one.
 
 use super::{Arg, DpPolicy, Element, HostError, Kernel, Result, Runtime, Tensor};
 use crate::ccl::{Collective, ReduceOp};
