@@ -270,6 +270,78 @@ def ops(x: ptr[f32], a: ptr[f16], b: ptr[f16], out: ptr[f32], N: constexpr = 100
     assert_eq!(dot.engine, Engine::Gemm);
 }
 
+/// `pe.queue_depth`: the issue unit stalls while an engine queue holds
+/// that many waiting operations. Six loads queue on the DMA engine ahead
+/// of an `exp` that needs none of them: with depth `d` the sixth load (and
+/// so the `exp` after it) is issued only once the load `d` places before
+/// it has started, and no later than the start of the one after that; with
+/// a queue deeper than the loads the `exp` runs while the first load is
+/// still moving.
+#[test]
+fn a_full_engine_queue_stalls_issue() {
+    let src = "
+@kernel
+def k(x: ptr[f32], out: ptr[f32], N: constexpr = 2048):
+    offs = tl.arange(0, N)
+    a0 = tl.load(x + offs)
+    a1 = tl.load(x + offs)
+    a2 = tl.load(x + offs)
+    a3 = tl.load(x + offs)
+    a4 = tl.load(x + offs)
+    a5 = tl.load(x + offs)
+    tl.store(out + offs, tl.exp(offs.to(f32)))
+    tl.store(x + offs, a0 + a1 + a2 + a3 + a4 + a5)
+";
+    let (func, _) = lower(src, "k", &[]);
+    let loads = 6usize;
+    for depth in [1usize, 2, 4, 8] {
+        let y = kernbench_runtime::topology::DEFAULT_YAML.replace("queue_depth: 8", &format!("queue_depth: {depth}"));
+        let topo = Topology::parse("depth.yaml", &y).expect("valid variant");
+        let run = simulate(
+            &topo,
+            vec![pe(0, 0, 0)],
+            &func,
+            vec![
+                tensor("x", random_tensor(DType::F32, &[2048], 9), &[]),
+                tensor("out", Tensor::zeros(Elem::Num(DType::F32), &[2048]), &[]),
+            ],
+            None,
+            true,
+        )
+        .expect("runs");
+        let mut load_starts: Vec<u64> = run
+            .report
+            .slices
+            .iter()
+            .filter(|s| func.inst(s.inst).op.mnemonic() == "load")
+            .map(|s| s.start_ps)
+            .collect();
+        load_starts.sort_unstable();
+        assert_eq!(load_starts.len(), loads);
+        assert!(
+            load_starts.windows(2).all(|w| w[0] < w[1]),
+            "the loads take the DMA engine one after the other: {load_starts:?}"
+        );
+        // The group of the cast and the exp, named by its first instruction.
+        let exp = slice_of(&run, &func, "cast").start_ps;
+        if depth < loads {
+            let freed = load_starts[loads - 1 - depth];
+            assert!(
+                exp > freed && exp < load_starts[loads - depth],
+                "depth {depth}: exp at {exp} ps, after load {} starts ({freed} ps), before the next ({} ps)",
+                loads - 1 - depth,
+                load_starts[loads - depth]
+            );
+        } else {
+            assert!(
+                exp < load_starts[1],
+                "depth {depth}: nothing stalls, exp at {exp} ps, second load at {} ps",
+                load_starts[1]
+            );
+        }
+    }
+}
+
 #[test]
 fn n_flows_into_one_hbm_controller_take_n_times_as_long() {
     let topo = Topology::default_machine();

@@ -120,14 +120,9 @@ fn grid_cycle(w: u32, h: u32) -> Vec<u32> {
 /// The PEs of one cube in ring order round its corners.
 fn cube_ring(topo: &Topology, sip: u32, cube: u32) -> Vec<PeCoord> {
     let per = topo.spec.cube.pe_layout.pe_per_corner.0 as u32;
-    let corners = topo.spec.cube.pe_layout.corners.0 as u32;
-    let order: Vec<u32> = if corners == 4 {
-        vec![0, 1, 3, 2]
-    } else {
-        (0..corners).collect()
-    };
     let mut out = Vec::new();
-    for c in order {
+    // Round the 2×2 router grid (a cube has 4 corners: the topology checks).
+    for c in [0, 1, 3, 2] {
         for k in 0..per {
             out.push(PeCoord {
                 sip,
@@ -163,7 +158,8 @@ pub fn ring_order(topo: &Topology) -> Vec<PeCoord> {
 }
 
 /// The PEs of `--pes`: `1`, a count `N` (the first N in ring order),
-/// `cube` (cube 0 of SIP 0), `sip` (SIP 0), `all`, or a list
+/// `cube` (the first cube in ring order: the IO chiplet's cube of SIP 0),
+/// `sip` (SIP 0), `all`, or a list
 /// `SIP.CUBE.PE,…` in the order given.
 pub fn select_pes(topo: &Topology, spec: &str) -> Result<Vec<PeCoord>, String> {
     let all = ring_order(topo);

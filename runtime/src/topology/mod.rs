@@ -100,6 +100,18 @@ impl Topology {
                 "a ring of SIPs is a single row or column: use [n, 1]".into(),
             ));
         }
+        // The fabric builds one router per corner on a 2×2 grid
+        // (`fabric.rs`); another count would leave PEs on routers that do
+        // not exist.
+        if s.cube.pe_layout.corners.0 != 4 {
+            return Err(err(
+                "cube.pe_layout.corners",
+                format!(
+                    "a cube has 4 corners (its router mesh is 2×2), not {}; change `pe_per_corner` for more or fewer PEs",
+                    s.cube.pe_layout.corners.0
+                ),
+            ));
+        }
         if s.sip.io_chiplet_cube >= self.cubes_per_sip() as u64 {
             return Err(err(
                 "sip.io_chiplet_cube",
@@ -265,6 +277,12 @@ mod tests {
             .position(|l| l.trim_start().starts_with("sip_grid:"))
             .map(|i| i + 1);
         assert_eq!(e.line, line);
+
+        let corners = DEFAULT_YAML.replace("corners: 4", "corners: 8");
+        let e = Topology::parse("t.yaml", &corners).expect_err("no router for corners 4-7");
+        assert_eq!(e.path, "cube.pe_layout.corners");
+        assert_eq!(e.line, key_line(&corners, "cube.pe_layout.corners"));
+        assert!(e.message.contains("not 8"), "{e}");
 
         let unknown = DEFAULT_YAML.replace("  packet_bytes: 256", "  packet_bytes: 256\n  pakcet_bytes: 1");
         let e = Topology::parse("t.yaml", &unknown).expect_err("unknown key");
