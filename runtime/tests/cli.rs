@@ -641,3 +641,70 @@ fn bench_sim_reports_the_simulators_speed() {
     assert_eq!(tlc(&["bench", "sim", "--algo", "all_gather"]).status.code(), Some(2));
     assert_eq!(tlc(&["bench", "sim", "--bytes", "lots"]).status.code(), Some(2));
 }
+
+/// docs/hardware-model.md §8 walks through a trace of one launch; its
+/// figures are the simulator's. The command is read from the document and
+/// run, and the figures the walk-through leans on are checked against the
+/// run, so a change to the ring kernel or the model that moves them fails
+/// here until the document is re-read.
+#[test]
+fn the_worked_trace_example_in_the_docs_is_current() {
+    let doc = std::fs::read_to_string(repo().join("docs/hardware-model.md")).expect("the hardware model doc");
+    let section = doc
+        .split("## 8. Reading a trace")
+        .nth(1)
+        .expect("section 8 of docs/hardware-model.md");
+    let command: String = section
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("tlc run"))
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| l.trim().trim_end_matches('\\'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut args: Vec<String> = command
+        .split_whitespace()
+        .skip(1)
+        .map(|a| a.trim_matches('\'').to_string())
+        .collect();
+    let dir = temp_dir("worked-example");
+    let trace_at = args
+        .iter()
+        .position(|a| a == "--trace")
+        .expect("the command writes a trace")
+        + 1;
+    args[trace_at] = dir.join("ring.json").to_string_lossy().into_owned();
+    args.extend(["--format".to_string(), "json".to_string()]);
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = tlc(&argv);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json summary");
+    let us = v["time_ps"].as_u64().unwrap_or(0) as f64 / 1e6;
+    let stated = format!("{us:.3} µs in all");
+    assert!(
+        section.contains(&stated),
+        "the run took {us:.3} µs; §8 should say `{stated}`"
+    );
+    let busy = |engine: &str| {
+        v["engines"]
+            .as_array()
+            .and_then(|es| es.iter().find(|e| e["engine"] == engine))
+            .and_then(|e| e["busy_pct_mean"].as_f64())
+            .unwrap_or(-1.0)
+    };
+    for (engine, phrase) in [("dma", "`dma` is the busiest ("), ("issue", "then `issue` (")] {
+        let stated = format!("{phrase}{:.1} %", busy(engine));
+        assert!(section.contains(&stated), "§8 should say `{stated}`");
+    }
+    // The slice named in the text is in the trace, under that name.
+    let trace = std::fs::read_to_string(dir.join("ring.json")).expect("the trace");
+    let named = section
+        .split("(`send ring_allreduce.tl:")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .map(|line_col| format!("send ring_allreduce.tl:{line_col}"))
+        .expect("§8 names a send slice");
+    assert!(
+        trace.contains(&format!("\"{named}\"")),
+        "no slice `{named}` in the trace"
+    );
+}
