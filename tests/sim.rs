@@ -715,13 +715,20 @@ fn same_inputs_give_same_bits_and_times() {
     assert_eq!(links(&a), links(&b));
 }
 
+/// `tl.gemm`'s time is its pipeline's closed form, and the pipeline holds
+/// the PE's DMA and MATH engines too: they are busy for their stages'
+/// work, it starts once the load issued before it has left the DMA
+/// engine, and the store issued after it once it has drained.
 #[test]
 fn tl_gemm_follows_its_pipeline_closed_form() {
     let topo = Topology::default_machine();
     let src = "
 @kernel
-def g(a: ptr[f16], b: ptr[f16], c: ptr[f32], M: i32, N: i32, K: i32):
+def g(a: ptr[f16], b: ptr[f16], c: ptr[f32], M: i32, N: i32, K: i32, x: ptr[f32], y: ptr[f32]):
+    offs = tl.arange(0, 256)
+    v = tl.load(x + offs)
     tl.gemm(a, b, c, M, N, K)
+    tl.store(y + offs, v)
 ";
     let (func, _) = lower(src, "g", &[]);
     let (m, n, k) = (128usize, 128usize, 128usize);
@@ -738,6 +745,8 @@ def g(a: ptr[f16], b: ptr[f16], c: ptr[f32], M: i32, N: i32, K: i32):
             scalar_i32(m as i64),
             scalar_i32(n as i64),
             scalar_i32(k as i64),
+            tensor("x", random_tensor(DType::F32, &[256], 13), &[]),
+            tensor("y", Tensor::zeros(Elem::Num(DType::F32), &[256]), &[]),
         ],
         None,
         true,
@@ -776,11 +785,59 @@ def g(a: ptr[f16], b: ptr[f16], c: ptr[f32], M: i32, N: i32, K: i32):
         + math
         + wb
         + (tiles - 1.0) * slowest);
-    let sl = slice_of(&run, &func, "gemm");
+    let on = |engine: Engine| {
+        let found: Vec<&sim::Slice> = run
+            .report
+            .slices
+            .iter()
+            .filter(|s| s.engine == engine && func.inst(s.inst).op.mnemonic() == "gemm")
+            .collect();
+        assert_eq!(found.len(), 1, "one tl.gemm slice on {engine:?}");
+        found[0]
+    };
+    let sl = on(Engine::Gemm);
     let got = (sl.done_ps - sl.start_ps) as f64;
     assert!(
         rel(got, want) < 1e-3,
         "tl.gemm took {got} ps, pipeline closed form {want} ps"
+    );
+    // The DMA and MATH engines are held over the same span.
+    for engine in [Engine::Dma, Engine::Math] {
+        let held = on(engine);
+        assert_eq!((held.start_ps, held.end_ps), (sl.start_ps, sl.end_ps), "{engine:?}");
+    }
+    let load = slice_of(&run, &func, "load");
+    let store = slice_of(&run, &func, "store");
+    assert!(
+        sl.start_ps >= load.end_ps,
+        "tl.gemm starts at {} ps, while the load issued before it holds the DMA engine (until {} ps)",
+        sl.start_ps,
+        load.end_ps
+    );
+    assert!(
+        store.start_ps >= sl.end_ps,
+        "the store starts at {} ps, before tl.gemm drains at {} ps",
+        store.start_ps,
+        sl.end_ps
+    );
+    // Busy time is the stages' work, not the span: every tile's DMA_IN and
+    // DMA_WB (and the load and the store) on DMA, its epilogue on MATH.
+    let busy = &run.report.pes[0].busy_ps;
+    let dma_want = ps(tiles * (dma_in + wb)) + ((load.end_ps - load.start_ps) + (store.end_ps - store.start_ps)) as f64;
+    let dma_got = busy[Engine::Dma.index()] as f64;
+    assert!(
+        rel(dma_got, dma_want) < 1e-3,
+        "DMA busy {dma_got} ps, want {dma_want} ps"
+    );
+    let math_got = busy[Engine::Math.index()] as f64;
+    assert!(
+        rel(math_got, ps(tiles * math)) < 1e-3,
+        "MATH busy {math_got} ps, want {} ps",
+        ps(tiles * math)
+    );
+    assert!(
+        dma_got < (sl.end_ps - sl.start_ps) as f64,
+        "busy counts work, not the held span"
     );
 }
 

@@ -31,6 +31,10 @@ use smallvec::{smallvec, SmallVec};
 use std::borrow::Cow;
 use std::rc::Rc;
 
+/// The engines `tl.gemm`'s pipeline holds besides its own (GEMM): DMA for
+/// DMA_IN and DMA_WB, MATH for the epilogue.
+const PIPELINE_ENGINES: [Engine; 2] = [Engine::Dma, Engine::Math];
+
 /// What a memory operation touches.
 struct Access {
     /// One entry per memory touched: where, bytes, bytes per HBM
@@ -378,6 +382,14 @@ impl Sim<'_> {
             // for a receive, before its message has arrived; a message
             // not sent yet kicks the engine when its send starts.
             let mut not_before = eq.free_at_ps.max(head.issued_ps);
+            if let OpKind::Group(g) = head.kind {
+                if self.groups[g].pipeline {
+                    let engines = &self.pes[p].engines;
+                    for held in PIPELINE_ENGINES {
+                        not_before = not_before.max(engines[held.index()].free_at_ps);
+                    }
+                }
+            }
             if let OpKind::Recv { queue, msg } = head.kind {
                 let q = &mut self.queues.queues[queue as usize];
                 match q.arrival_ps(msg) {
@@ -491,6 +503,33 @@ impl Sim<'_> {
         }
     }
 
+    /// Holds engine `e` over `[start, end)` for a pipeline that keeps it
+    /// busy `busy_ps` of that time (its stages overlap with the other
+    /// engines'); the trace shows the whole span.
+    fn hold(
+        &mut self,
+        p: usize,
+        e: Engine,
+        (start, end): (u64, u64),
+        busy_ps: u64,
+        inst: kernbench_compiler::ir::Inst,
+    ) {
+        let pe = &mut self.pes[p];
+        let eq = &mut pe.engines[e.index()];
+        eq.free_at_ps = eq.free_at_ps.max(end);
+        pe.busy_ps[e.index()] += busy_ps.min(end - start);
+        if self.l.trace {
+            self.slices.push(super::report::Slice {
+                rank: p as u32,
+                engine: e,
+                start_ps: start,
+                end_ps: end,
+                done_ps: end,
+                inst,
+            });
+        }
+    }
+
     /// Parks a started operation and schedules its end.
     fn finish_at(&mut self, p: usize, mut op: OpBox, start: u64, end: u64) {
         op.start_ps = start;
@@ -524,7 +563,7 @@ impl Sim<'_> {
                         &mut computed
                     }
                 };
-                let is_gemm = matches!(self.l.func.inst(op.inst).op, Op::Gemm { .. });
+                let is_gemm = info.pipeline;
                 // A load records its footprint when it samples memory; the
                 // others (writes, `tl.gemm`) when they start.
                 if info.effect_at_end {
@@ -534,8 +573,17 @@ impl Sim<'_> {
                     }
                 }
                 if is_gemm {
-                    let end = self.gemm_composite(p, &op, access)?;
-                    self.occupy(p, e, (now, end, end), op.inst);
+                    let (end, pipe) = self.gemm_composite(p, &op, access)?;
+                    // Each engine of the pipeline is held until it drains and
+                    // busy for its stages' work.
+                    let work = [
+                        (Engine::Gemm, pipe.tiles * pipe.gemm_ps),
+                        (Engine::Dma, pipe.tiles * (pipe.dma_in_ps + pipe.dma_wb_ps)),
+                        (Engine::Math, pipe.tiles * pipe.math_ps),
+                    ];
+                    for (held, busy_ps) in work {
+                        self.hold(p, held, (now, end), busy_ps, op.inst);
+                    }
                     self.finish_at(p, op, now, end);
                     return Ok(());
                 }
@@ -887,8 +935,9 @@ impl Sim<'_> {
 
     /// `tl.gemm`: the pipeline's closed form on idle paths, and the
     /// operands' total traffic reserved on the links (so others see the
-    /// contention, and contention slows it down). Returns when it ends.
-    fn gemm_composite(&mut self, p: usize, op: &OpRec, access: &Access) -> Result<u64, SimError> {
+    /// contention, and contention slows it down). Returns when it ends and
+    /// the pipeline's stage times (the caller holds the engines).
+    fn gemm_composite(&mut self, p: usize, op: &OpRec, access: &Access) -> Result<(u64, cost::GemmPipeline), SimError> {
         let func = self.l.func;
         let d = func.inst(op.inst);
         let now = self.now;
@@ -905,7 +954,15 @@ impl Sim<'_> {
         let t0 = now + self.dma_setup_ps;
         if access.parts.len() < 3 {
             // An empty product: nothing moves.
-            return Ok(t0);
+            let idle = cost::GemmPipeline {
+                tiles: 0,
+                dma_in_ps: 0,
+                gemm_ps: 0,
+                math_ps: 0,
+                dma_wb_ps: 0,
+                latency_ps: 0,
+            };
+            return Ok((t0, idle));
         }
         // Idle per-tile streaming (bytes at the bottleneck) and latency of
         // each operand's path.
@@ -946,7 +1003,7 @@ impl Sim<'_> {
             let tr = self.m.fabric.reserve(&routes[k], bytes, &scale, t0);
             end = end.max(tr.end_ps);
         }
-        Ok(end)
+        Ok((end, pipe))
     }
 
     /// A load's transfer starts: it reads memory now. Its end is known

@@ -232,6 +232,10 @@ pub(super) struct GroupInfo {
     pub effect_at_end: bool,
     /// Address generation (see [`super::agu`]): computed when issued.
     pub address: bool,
+    /// `tl.gemm`: its pipeline also holds the PE's DMA and MATH engines
+    /// (DMA_IN and DMA_WB, the epilogue), so it starts when they are free
+    /// too, and they are busy until it ends.
+    pub pipeline: bool,
     /// The member that names the group in traces and diagnostics (the
     /// first that is not address generation).
     pub label: Inst,
@@ -328,6 +332,7 @@ fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, address: &H
         memory,
         effect_at_end,
         address: !memory && group.insts.iter().all(is_address),
+        pipeline: matches!(func.inst(i).op, Op::Gemm { .. }),
         label: group.insts.iter().copied().find(|i| !is_address(i)).unwrap_or(i),
     }
 }
