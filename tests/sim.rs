@@ -1038,6 +1038,60 @@ def big(x: ptr[f32], N: constexpr = 524288):
     }
 }
 
+/// With the IPCQ in TCM every queue into a PE keeps its slots there: a PE
+/// that receives from one rank fits, one that receives from three does not,
+/// and the error counts the queues.
+#[test]
+fn every_queue_into_a_pe_takes_its_slots_of_the_tcm() {
+    // 4 slots of 128 KiB: one queue's half MiB fits the 1 MiB TCM, two do
+    // not.
+    let y = kernbench_runtime::topology::DEFAULT_YAML.replace("slot_size_bytes: 4096", "slot_size_bytes: 131072");
+    let topo = Topology::parse("big-slots.yaml", &y).expect("valid variant");
+    let src = "
+@kernel
+def gather(x: ptr[i32], N: constexpr = 64):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        for r in range(1, tl.world_size()):
+            tl.store(x + offs, tl.recv(r, [N], i32))
+    else:
+        tl.send(0, tl.load(x + offs))
+";
+    let (func, _) = lower(src, "gather", &[]);
+    let launch = |world: usize| {
+        let pes = sim::select_pes(&topo, &world.to_string()).expect("enough PEs");
+        simulate(
+            &topo,
+            pes,
+            &func,
+            vec![tensor("x", i32s(&[world, 64], |k| k as i32), &["shard"])],
+            None,
+            false,
+        )
+    };
+    let two = launch(2).expect("one queue into rank 0 fits");
+    assert_eq!(
+        elem::to_i64(DType::I32, two.tensors[0].get_bits(5)),
+        64 + 5,
+        "rank 1's block in rank 0's row"
+    );
+    match launch(4).err().expect("three queues into rank 0 do not fit") {
+        SimError::TcmCapacity {
+            kernel,
+            need_bytes,
+            have_bytes,
+            queues,
+            ..
+        } => {
+            assert_eq!(kernel, "gather");
+            assert_eq!(queues, 2, "the second queue is the first that does not fit");
+            assert_eq!(have_bytes, topo.spec.pe.tcm.capacity_bytes.0);
+            assert!(need_bytes > have_bytes && need_bytes >= 2 * 4 * 131072, "{need_bytes}");
+        }
+        other => panic!("expected a TCM error, got {other:?}"),
+    }
+}
+
 #[test]
 fn bad_accesses_are_errors_at_the_source_line() {
     let topo = Topology::default_machine();

@@ -251,6 +251,11 @@ pub(super) struct Sim<'a> {
     events: EventQueue<Ev>,
     pub now: u64,
     pub queues: Queues,
+    /// Per PE: the TCM its live blocks and TCM allocations take, and the
+    /// IPCQ queues into it so far (each holds its slots there when the
+    /// buffer space is TCM).
+    pub tcm_base_bytes: Vec<u64>,
+    pub queues_into: Vec<u32>,
     pub groups: Vec<GroupInfo>,
     /// Per instruction (by index), its decoded form when it is pure
     /// scalar arithmetic.
@@ -355,19 +360,24 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         return Err(SimError::Setup(format!("{pe} is in the launch twice")));
     }
     let ipcq = l.ipcq.clone().unwrap_or_else(|| m.topo.spec.pe.ipcq.clone());
-    // Live blocks, the PE's TCM allocations and IPCQ slots must fit.
-    let live = peak_live_bytes(func) + ipcq_tcm_bytes(&ipcq);
+    // Live blocks, the PE's TCM allocations and one queue's IPCQ slots must
+    // fit; each further queue into a PE is checked when it is first used.
+    let live = peak_live_bytes(func);
+    let mut tcm_base_bytes = Vec::with_capacity(coords.len());
     for &pe in &coords {
         let tcm = Placement::Tcm(pe);
         let (cap, used) = (m.mem.capacity(tcm), m.mem.used(tcm));
-        if live + used > cap {
+        let need = live + used + ipcq_tcm_bytes(&ipcq);
+        if need > cap {
             return Err(SimError::TcmCapacity {
                 kernel: func.name.clone(),
                 pe,
-                need_bytes: live + used,
+                need_bytes: need,
                 have_bytes: cap,
+                queues: u32::from(ipcq_tcm_bytes(&ipcq) > 0),
             });
         }
+        tcm_base_bytes.push(live + used);
     }
     let plan = plan_with(func, Fusion::Compute);
     dp.prepare(func, &plan)
@@ -449,6 +459,8 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         dma_setup_ps: t.cycles_to_ps(t.spec.pe.dma.setup_cycles),
         queue_depth: t.spec.pe.queue_depth.0 as usize,
         queues: Queues::new(ipcq.n_slots.0 as u32),
+        queues_into: vec![0; tcm_base_bytes.len()],
+        tcm_base_bytes,
         ipcq_slots: Divisor::new(ipcq.n_slots.0),
         ipcq_slot_bytes: Divisor::new(ipcq.slot_size_bytes.0),
         ipcq,

@@ -555,15 +555,41 @@ impl Sim<'_> {
         let Some(other) = self.peer_rank(p, i, peer)? else {
             return Ok(None);
         };
-        let queue = if sending {
-            self.queues.get(p as u32, other)
-        } else {
-            self.queues.get(other, p as u32)
-        };
+        let existing = self.queues.queues.len();
+        let (src, dst) = if sending { (p as u32, other) } else { (other, p as u32) };
+        let queue = self.queues.get(src, dst);
+        if self.queues.queues.len() > existing {
+            self.queue_slots_fit(dst as usize)?;
+        }
         if let Peer::Dir(d) = peer {
             self.pes[p].dir_queues[sending as usize][d as usize] = queue;
         }
         Ok(Some(queue))
+    }
+
+    /// A new queue into PE `dst` keeps its slots in `dst`'s TCM when that
+    /// is the IPCQ's buffer space: they must fit with the slots of the
+    /// queues into it so far (the launch checked one queue's).
+    fn queue_slots_fit(&mut self, dst: usize) -> Result<(), SimError> {
+        let slot_bytes = super::ipcq_tcm_bytes(&self.ipcq);
+        self.queues_into[dst] += 1;
+        let queues = self.queues_into[dst];
+        if slot_bytes == 0 || queues == 1 {
+            return Ok(());
+        }
+        let pe = self.coords[dst];
+        let need_bytes = self.tcm_base_bytes[dst] + u64::from(queues) * slot_bytes;
+        let have_bytes = self.m.mem.capacity(super::Placement::Tcm(pe));
+        if need_bytes <= have_bytes {
+            return Ok(());
+        }
+        Err(SimError::TcmCapacity {
+            kernel: self.l.func.name.clone(),
+            pe,
+            need_bytes,
+            have_bytes,
+            queues,
+        })
     }
 
     fn issue_send(&mut self, p: usize, i: Inst, peer: Peer) -> Result<bool, SimError> {

@@ -193,6 +193,8 @@ pub enum SimError {
         pe: PeCoord,
         need_bytes: u64,
         have_bytes: u64,
+        /// IPCQ queues into the PE whose slots are counted (in TCM).
+        queues: u32,
     },
     /// The launch itself is malformed (arguments, compilation).
     Setup(String),
@@ -282,8 +284,8 @@ pub fn peak_live_bytes(func: &Function) -> u64 {
     peak.max(0) as u64
 }
 
-/// Bytes a PE's TCM must hold for a launch besides its live blocks: one
-/// queue's IPCQ slots when they live in TCM.
+/// Bytes one IPCQ queue's slots take in its receiver's TCM (0 when they
+/// live elsewhere).
 pub fn ipcq_tcm_bytes(q: &Ipcq) -> u64 {
     if q.buffer_space == Space::Tcm {
         q.n_slots.0 * q.slot_size_bytes.0

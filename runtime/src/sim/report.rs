@@ -357,9 +357,11 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
             pe,
             need_bytes,
             have_bytes,
+            queues,
         } => format!(
             "error: kernel `{kernel}` needs {need_bytes} bytes of TCM on {pe} (its live blocks, the PE's TCM \
-             allocations and IPCQ slots) but the TCM holds {have_bytes} bytes\n"
+             allocations and the IPCQ slots of {queues} queue{} into it) but the TCM holds {have_bytes} bytes\n",
+            if *queues == 1 { "" } else { "s" }
         ),
         SimError::Setup(m) => format!("error: {m}\n"),
     }
