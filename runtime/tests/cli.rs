@@ -348,7 +348,46 @@ fn run_on_many_pes_shards_gathers_and_reports_time() {
     assert!(events
         .iter()
         .any(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("rank 3 "))));
-    assert!(events.iter().any(|e| e["ph"] == "C"), "link counter tracks");
+    // A counter track for every link that carried data, and with
+    // `--trace-links` for that many.
+    let tracks = |events: &[serde_json::Value]| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "C")
+            .filter_map(|e| e["name"].as_str().map(str::to_string))
+            .collect::<std::collections::BTreeSet<String>>()
+            .len()
+    };
+    let busy_links: u64 = v["link_classes"]
+        .as_array()
+        .map_or(0, |cs| cs.iter().filter_map(|c| c["links"].as_u64()).sum());
+    assert!(busy_links > 3, "{busy_links} busy links");
+    assert_eq!(tracks(events) as u64, busy_links, "one counter track per busy link");
+    let o = tlc(&[
+        "run",
+        "stdlib/ccl/ring_allreduce.tl",
+        "--kernel",
+        "ring_allreduce",
+        "-D",
+        "T=i32",
+        "--pes",
+        "4",
+        "--arg",
+        "buf=rand((4,100),i32,5):shard",
+        "--arg",
+        "n_elem=100",
+        "--trace",
+        &trace,
+        "--trace-links",
+        "3",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
+    assert_eq!(
+        tracks(t["traceEvents"].as_array().expect("events")),
+        3,
+        "--trace-links 3"
+    );
     // The human summary.
     let o = tlc(&[
         "run",

@@ -491,13 +491,25 @@ impl Sim<'_> {
         let pe = &mut self.pes[p];
         pe.engines[e.index()].free_at_ps = busy_end;
         pe.busy_ps[e.index()] += busy_end - start;
+        self.trace_slice(p, e, (start, busy_end, done), inst);
+    }
+
+    /// Records a slice for the trace, when the launch keeps one.
+    #[inline]
+    fn trace_slice(
+        &mut self,
+        p: usize,
+        engine: Engine,
+        (start_ps, end_ps, done_ps): (u64, u64, u64),
+        inst: kernbench_compiler::ir::Inst,
+    ) {
         if self.l.trace {
             self.slices.push(super::report::Slice {
                 rank: p as u32,
-                engine: e,
-                start_ps: start,
-                end_ps: busy_end,
-                done_ps: done,
+                engine,
+                start_ps,
+                end_ps,
+                done_ps,
                 inst,
             });
         }
@@ -518,16 +530,7 @@ impl Sim<'_> {
         let eq = &mut pe.engines[e.index()];
         eq.free_at_ps = eq.free_at_ps.max(end);
         pe.busy_ps[e.index()] += busy_ps.min(end - start);
-        if self.l.trace {
-            self.slices.push(super::report::Slice {
-                rank: p as u32,
-                engine: e,
-                start_ps: start,
-                end_ps: end,
-                done_ps: end,
-                inst,
-            });
-        }
+        self.trace_slice(p, e, (start, end, end), inst);
     }
 
     /// Parks a started operation and schedules its end.

@@ -11,7 +11,7 @@ use codespan_reporting::term;
 use kernbench_compiler::diag::{ColorMode, SourceMap};
 use kernbench_compiler::ir::{Function, Inst};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// One operation on one engine, for the trace.
 #[derive(Clone, Debug)]
@@ -186,8 +186,9 @@ pub fn summary_json(r: &Report) -> serde_json::Value {
 
 /// A Chrome trace (chrome://tracing, Perfetto): one process per PE, one
 /// thread per engine, each operation a slice named by its source line;
-/// the busiest links' occupancy as counter tracks. Times in µs.
-pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap) -> serde_json::Value {
+/// every busy link's occupancy as a counter track, busiest first (only the
+/// `max_links` busiest with a limit). Times in µs.
+pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: Option<usize>) -> serde_json::Value {
     let mut events = Vec::new();
     for (k, p) in r.pes.iter().enumerate() {
         events.push(
@@ -210,23 +211,28 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap) -> serde_jso
             "args": {"source": sources.snippet(d.loc.file, d.loc.span).trim()},
         }));
     }
-    // Counter tracks for the busiest links: 1 while a transfer holds it.
+    // Counter tracks for the busy links: 1 while a transfer holds it. The
+    // intervals are sorted once by (link, time), busiest link first.
     let links_pid = r.pes.len();
     events.push(json!({"ph": "M", "name": "process_name", "pid": links_pid, "args": {"name": "links"}}));
-    let top: Vec<LinkId> = r.top_links(16).iter().map(|l| l.id).collect();
-    for id in top {
-        let mut iv: Vec<(u64, u64)> = r
-            .link_intervals
-            .iter()
-            .filter(|(l, _, _)| *l == id)
-            .map(|(_, s, e)| (*s, *e))
-            .collect();
-        iv.sort();
-        let name = id.describe();
-        for (s, e) in iv {
-            events.push(json!({"ph": "C", "name": name, "pid": links_pid, "ts": t(s), "args": {"busy": 1}}));
-            events.push(json!({"ph": "C", "name": name, "pid": links_pid, "ts": t(e), "args": {"busy": 0}}));
-        }
+    let shown: Vec<LinkId> = r
+        .top_links(max_links.unwrap_or(usize::MAX))
+        .iter()
+        .filter(|l| l.busy_ps > 0)
+        .map(|l| l.id)
+        .collect();
+    let rank: HashMap<LinkId, usize> = shown.iter().enumerate().map(|(k, id)| (*id, k)).collect();
+    let names: Vec<String> = shown.iter().map(|id| id.describe()).collect();
+    let mut intervals: Vec<(usize, u64, u64)> = r
+        .link_intervals
+        .iter()
+        .filter_map(|(l, s, e)| rank.get(l).map(|k| (*k, *s, *e)))
+        .collect();
+    intervals.sort_unstable();
+    for (k, s, e) in intervals {
+        let name = &names[k];
+        events.push(json!({"ph": "C", "name": name, "pid": links_pid, "ts": t(s), "args": {"busy": 1}}));
+        events.push(json!({"ph": "C", "name": name, "pid": links_pid, "ts": t(e), "args": {"busy": 0}}));
     }
     json!({ "traceEvents": events, "displayTimeUnit": "ns" })
 }

@@ -103,6 +103,10 @@ enum Command {
         /// Write a Chrome trace (Perfetto, chrome://tracing) of the run.
         #[arg(long, value_name = "FILE.json")]
         trace: Option<PathBuf>,
+        /// Link counter tracks in the trace for the N busiest links only
+        /// (default: every link that carried data).
+        #[arg(long, value_name = "N", requires = "trace")]
+        trace_links: Option<usize>,
         /// The timing summary as human text or JSON (on stdout).
         #[arg(long, value_enum, default_value = "human")]
         format: Format,
@@ -216,6 +220,7 @@ fn main() -> ExitCode {
             pes,
             topology,
             trace,
+            trace_links,
             format,
             functional,
             define,
@@ -237,6 +242,7 @@ fn main() -> ExitCode {
             pes,
             topology,
             trace,
+            trace_links,
             format,
         }),
     }

@@ -34,6 +34,7 @@ pub struct RunArgs {
     pub pes: String,
     pub topology: Option<String>,
     pub trace: Option<PathBuf>,
+    pub trace_links: Option<usize>,
     pub format: Format,
 }
 
@@ -272,7 +273,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         Format::Json => println!("{}", sim::summary_json(&report)),
     }
     if let Some(path) = &a.trace {
-        let trace = sim::trace_json(&report, &func, &sources);
+        let trace = sim::trace_json(&report, &func, &sources, a.trace_links);
         if let Err(e) = std::fs::write(path, trace.to_string()) {
             eprintln!("error: cannot write `{}`: {e}", path.display());
             return ExitCode::from(1);
