@@ -1141,6 +1141,28 @@ def far(x: ptr[f32], y: ptr[f32], N: constexpr = 64):
     .expect("cross-SIP load");
     let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
     assert!(text.contains("on another SIP") && text.contains("rank 1"), "{text}");
+    // A PE's TCM is its own: `x` in rank 0's TCM is out of rank 1's reach,
+    // even in the same cube.
+    let e = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(0, 0, 1)],
+        &func,
+        vec![
+            tensor("x", random_tensor(DType::F32, &[64], 1), &["tcm"]),
+            tensor("y", Tensor::zeros(Elem::Num(DType::F32), &[128]), &["shard"]),
+        ],
+        None,
+        false,
+    )
+    .err()
+    .expect("a load from another PE's TCM");
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    assert!(
+        text.contains("in the TCM of (sip 0, cube 0, pe 0), which only that PE can access")
+            && text.contains("rank 1")
+            && text.contains("case.tl:4:"),
+        "{text}"
+    );
 }
 
 const PUT_NOTIFY: &str = "

@@ -888,6 +888,52 @@ mod tests {
         assert!(!classes(&f, &local).contains(&"ucie"), "same cube uses no UCIe");
     }
 
+    /// Packetization (`fabric.packet_bytes`): a lone transfer over links
+    /// of bandwidths b_1..b_n ends after the links' latencies plus, for
+    /// the stage that streams all its bytes, `bytes / b_k`, and for every
+    /// other stage one head packet `min(bytes, packet) / b_j`, whichever
+    /// stage makes that longest (store and forward of the head, then the
+    /// stream). Bigger packets cost more on a multi-hop path.
+    #[test]
+    fn packet_size_sets_the_store_and_forward_term() {
+        let bytes = 64 << 10;
+        let mut ends = Vec::new();
+        for packet in [64u64, 256, 1024, 4096] {
+            let yaml = crate::topology::DEFAULT_YAML.replace("packet_bytes: 256", &format!("packet_bytes: {packet}"));
+            let topo = Topology::parse("packets.yaml", &yaml).expect("valid variant");
+            let mut f = Fabric::new(&topo);
+            let r = f.route(Endpoint::Core(pe(0, 0, 0)), Endpoint::Tcm(pe(0, 5, 3)));
+            let links: Vec<(u64, u64)> = f
+                .route_links(&r)
+                .iter()
+                .map(|l| {
+                    let l = &f.links[f.index[l] as usize];
+                    (l.bw_bytes_per_us, l.latency_ps)
+                })
+                .collect();
+            let lat: u64 = links.iter().map(|(_, latency)| latency).sum();
+            let head = bytes.min(packet);
+            let want = lat
+                + (0..links.len())
+                    .map(|k| {
+                        links
+                            .iter()
+                            .enumerate()
+                            .map(|(j, (bw, _))| ser_ps(if j == k { bytes } else { head }, *bw))
+                            .sum::<u64>()
+                    })
+                    .max()
+                    .unwrap_or(0);
+            let t = f.reserve(&r, bytes, &[], 1000);
+            assert_eq!(t.end_ps - 1000, want, "packet {packet} B over {} links", links.len());
+            ends.push(t.end_ps);
+        }
+        assert!(
+            ends.windows(2).all(|w| w[0] < w[1]),
+            "bigger packets, later ends: {ends:?}"
+        );
+    }
+
     #[test]
     fn flows_sharing_a_link_serialize() {
         let topo = Topology::default_machine();
