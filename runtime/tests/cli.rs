@@ -303,7 +303,8 @@ fn run_on_many_pes_shards_gathers_and_reports_time() {
     let dir = temp_dir("sim");
     let out = dir.to_string_lossy().into_owned();
     let trace = dir.join("trace.json").to_string_lossy().into_owned();
-    let o = tlc(&[
+    // The ring all-reduce of 100 i32 on 4 PEs.
+    let ring = [
         "run",
         "stdlib/ccl/ring_allreduce.tl",
         "--kernel",
@@ -316,13 +317,8 @@ fn run_on_many_pes_shards_gathers_and_reports_time() {
         "buf=rand((4,100),i32,5):shard",
         "--arg",
         "n_elem=100",
-        "--format",
-        "json",
-        "--trace",
-        &trace,
-        "--out",
-        &out,
-    ]);
+    ];
+    let o = tlc(&[&ring[..], &["--format", "json", "--trace", &trace, "--out", &out]].concat());
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     // The JSON summary on stdout.
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json summary");
@@ -363,24 +359,7 @@ fn run_on_many_pes_shards_gathers_and_reports_time() {
         .map_or(0, |cs| cs.iter().filter_map(|c| c["links"].as_u64()).sum());
     assert!(busy_links > 3, "{busy_links} busy links");
     assert_eq!(tracks(events) as u64, busy_links, "one counter track per busy link");
-    let o = tlc(&[
-        "run",
-        "stdlib/ccl/ring_allreduce.tl",
-        "--kernel",
-        "ring_allreduce",
-        "-D",
-        "T=i32",
-        "--pes",
-        "4",
-        "--arg",
-        "buf=rand((4,100),i32,5):shard",
-        "--arg",
-        "n_elem=100",
-        "--trace",
-        &trace,
-        "--trace-links",
-        "3",
-    ]);
+    let o = tlc(&[&ring[..], &["--trace", &trace, "--trace-links", "3"]].concat());
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
     assert_eq!(
