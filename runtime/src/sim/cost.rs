@@ -83,8 +83,8 @@ pub fn dot_cycles_of(topo: &Topology, func: &Function, i: Inst) -> u64 {
 }
 
 /// The per-tile stage times of the `tl.gemm` pipeline (picoseconds) and
-/// its one-off latency.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// its one-off latency (all zero: an empty product).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct GemmPipeline {
     pub tiles: u64,
     pub dma_in_ps: u64,

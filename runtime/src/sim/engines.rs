@@ -957,15 +957,7 @@ impl Sim<'_> {
         let t0 = now + self.dma_setup_ps;
         if access.parts.len() < 3 {
             // An empty product: nothing moves.
-            let idle = cost::GemmPipeline {
-                tiles: 0,
-                dma_in_ps: 0,
-                gemm_ps: 0,
-                math_ps: 0,
-                dma_wb_ps: 0,
-                latency_ps: 0,
-            };
-            return Ok((t0, idle));
+            return Ok((t0, cost::GemmPipeline::default()));
         }
         // Idle per-tile streaming (bytes at the bottleneck) and latency of
         // each operand's path.

@@ -363,18 +363,19 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
     // Live blocks, the PE's TCM allocations and one queue's IPCQ slots must
     // fit; each further queue into a PE is checked when it is first used.
     let live = peak_live_bytes(func);
+    let slot_bytes = ipcq_tcm_bytes(&ipcq);
     let mut tcm_base_bytes = Vec::with_capacity(coords.len());
     for &pe in &coords {
         let tcm = Placement::Tcm(pe);
         let (cap, used) = (m.mem.capacity(tcm), m.mem.used(tcm));
-        let need = live + used + ipcq_tcm_bytes(&ipcq);
+        let need = live + used + slot_bytes;
         if need > cap {
             return Err(SimError::TcmCapacity {
                 kernel: func.name.clone(),
                 pe,
                 need_bytes: need,
                 have_bytes: cap,
-                queues: u32::from(ipcq_tcm_bytes(&ipcq) > 0),
+                queues: u32::from(slot_bytes > 0),
             });
         }
         tcm_base_bytes.push(live + used);
