@@ -229,6 +229,197 @@ def copy(src: ptr[f32], dst: ptr[f32], N: constexpr = 4096):
     assert!(rel(got, closed) < 0.05);
 }
 
+const BUMP: &str = "
+@kernel
+def bump(x: ptr[i32], N: constexpr = 64):
+    offs = tl.arange(0, N)
+    tl.store(x + offs, tl.load(x + offs) + 1)
+";
+
+/// `text` with `from` replaced by `to`; `from` must occur exactly once, so
+/// a variant of a preset changes the key it means to and no other.
+fn replace_once(text: &str, from: &str, to: &str) -> String {
+    assert_eq!(text.matches(from).count(), 1, "`{from}` once in the topology");
+    text.replacen(from, to, 1)
+}
+
+/// The host path's numbers of a topology variant, in ns.
+#[derive(Clone, Copy, Debug)]
+struct HostPath {
+    pcie: u64,
+    io_cpu: u64,
+    overhead: u64,
+    hop: u64,
+}
+
+impl HostPath {
+    /// The `tiny` preset with these numbers.
+    fn tiny(self) -> Topology {
+        let (_, yaml) = kernbench_runtime::topology::PRESETS
+            .iter()
+            .find(|(n, _)| *n == "tiny")
+            .expect("the tiny preset");
+        let y = replace_once(yaml, "latency_ns: 1000\n", &format!("latency_ns: {}\n", self.pcie));
+        let y = replace_once(
+            &y,
+            "io_cpu_latency_ns: 200\n",
+            &format!("io_cpu_latency_ns: {}\n", self.io_cpu),
+        );
+        let y = replace_once(
+            &y,
+            "launch_overhead_ns: 2000\n",
+            &format!("launch_overhead_ns: {}\n", self.overhead),
+        );
+        let y = replace_once(&y, "hop_latency_ns: 2\n", &format!("hop_latency_ns: {}\n", self.hop));
+        let topo = Topology::parse("host-path.yaml", &y).expect("valid variant");
+        let h = &topo.spec.host;
+        assert_eq!(
+            (h.pcie.latency_ns.0, h.io_cpu_latency_ns.0, h.launch_overhead_ns.0),
+            (self.pcie as f64, self.io_cpu as f64, self.overhead as f64),
+            "the variant sets the host path"
+        );
+        topo
+    }
+}
+
+/// Runs `bump` on `pes` (each rank its own shard in its TCM) and checks
+/// every rank's result; returns the run.
+fn bump_on(topo: &Topology, pes: &[PeCoord]) -> SimRun {
+    let (func, _) = lower(BUMP, "bump", &[]);
+    let world = pes.len();
+    let run = simulate(
+        topo,
+        pes.to_vec(),
+        &func,
+        vec![tensor("x", i32s(&[world, 64], |k| k as i32), &["shard", "tcm"])],
+        None,
+        true,
+    )
+    .expect("runs");
+    for k in 0..world * 64 {
+        assert_eq!(elem::to_i64(DType::I32, run.tensors[0].get_bits(k)), k as i64 + 1);
+    }
+    // One common start: every rank reaches its load after the same
+    // instructions, so the loads start together.
+    let loads: Vec<u64> = (0..world as u32)
+        .map(|r| {
+            run.report
+                .slices
+                .iter()
+                .find(|s| s.rank == r && func.inst(s.inst).op.mnemonic() == "load")
+                .expect("each rank's load")
+                .start_ps
+        })
+        .collect();
+    assert!(
+        loads.iter().all(|&t| t == loads[0]) && loads[0] >= run.report.start_ps,
+        "ranks start at once: loads at {loads:?}, launch start {}",
+        run.report.start_ps
+    );
+    run
+}
+
+/// A launch starts on all its PEs at one time the IO CPU stamps
+/// (docs/hardware-model.md §7): PCIe latency + IO CPU latency + launch
+/// overhead + the NoC latency from the IO chiplet (corner 0 of
+/// `io_chiplet_cube`, in each PE's own SIP) to the farthest PE of the
+/// launch. The closed form counts the links from the routing rules of §3:
+/// router hops XY between the corners of the 2×2 mesh (corner `c` at
+/// `(c % 2, c / 2)`), a UCIe port per cube crossed, and the router→PE link.
+/// Each host number is changed on its own and the start moves by exactly
+/// the change; a second launch on the same machine starts the same time
+/// after the first one ended.
+#[test]
+fn a_launch_starts_after_the_host_path_on_every_pe() {
+    let base = HostPath {
+        pcie: 1000,
+        io_cpu: 200,
+        overhead: 2000,
+        hop: 2,
+    };
+    // `tiny`: one cube (the IO chiplet's), one PE per corner (PE p at
+    // corner p).
+    let noc_ns = |h: HostPath, p: u32| h.hop * u64::from(p % 2 + p / 2 + 1);
+    let sets: [&[u32]; 6] = [&[0], &[1], &[2], &[3], &[0, 1, 2, 3], &[3, 0]];
+    let start_of = |h: HostPath, set: &[u32]| {
+        let pes: Vec<PeCoord> = set.iter().map(|&p| pe(0, 0, p)).collect();
+        bump_on(&h.tiny(), &pes).report.start_ps
+    };
+    let closed = |h: HostPath, set: &[u32]| {
+        1000 * (h.pcie + h.io_cpu + h.overhead + set.iter().map(|&p| noc_ns(h, p)).max().unwrap_or(0))
+    };
+    let base_starts: Vec<u64> = sets.iter().map(|set| start_of(base, set)).collect();
+    for (set, got) in sets.iter().zip(&base_starts) {
+        assert_eq!(*got, closed(base, set), "tiny, PEs {set:?}");
+    }
+    // The farthest PE sets the start, wherever it is in the list.
+    assert_eq!(base_starts[4], base_starts[3]);
+    assert_eq!(base_starts[5], base_starts[3]);
+    for (variant, shift_ns) in [
+        (HostPath { pcie: 1750, ..base }, 750),
+        (HostPath { io_cpu: 530, ..base }, 330),
+        (HostPath { overhead: 2125, ..base }, 125),
+    ] {
+        for (set, b) in sets.iter().zip(&base_starts) {
+            let got = start_of(variant, set);
+            assert_eq!(got, closed(variant, set), "{variant:?}, PEs {set:?}");
+            assert_eq!(
+                got - b,
+                1000 * shift_ns,
+                "{variant:?}, PEs {set:?}: the start shifts by the change"
+            );
+        }
+    }
+    let slow_noc = HostPath { hop: 7, ..base };
+    for set in sets {
+        assert_eq!(
+            start_of(slow_noc, set),
+            closed(slow_noc, set),
+            "{slow_noc:?}, PEs {set:?}"
+        );
+    }
+
+    // The default machine: 4×4 cubes, IO chiplet at cube 0, two PEs per
+    // corner. (s, 5, 3) is in cube 5 = (1, 1), at corner 1: corner 0→1 of
+    // cube 0 to its east port, UCIe 0→1, in at corner 0; corner 0→2 to the
+    // south port, UCIe 1→5, in at corner 0; corner 0→1; router→PE. On
+    // SIP 1 the path starts at SIP 1's own IO chiplet (each SIP has its
+    // PCIe link), so no SIP link is crossed.
+    let topo = Topology::default_machine();
+    let s = &topo.spec;
+    let host = s.host.pcie.latency_ns.0 + s.host.io_cpu_latency_ns.0 + s.host.launch_overhead_ns.0;
+    let hop = s.cube.router.hop_latency_ns.0;
+    let far = 4.0 * hop + 2.0 * s.sip.ucie.latency_ns.0;
+    for (pes, noc) in [
+        (vec![pe(0, 0, 0)], hop),
+        (vec![pe(1, 0, 0)], hop),
+        (vec![pe(0, 5, 3)], far),
+        (vec![pe(1, 5, 3)], far),
+        (vec![pe(0, 0, 0), pe(0, 5, 3), pe(1, 0, 1)], far),
+    ] {
+        let got = bump_on(&topo, &pes).report.start_ps;
+        assert_eq!(got as f64, ps(host + noc), "default machine, PEs {pes:?}");
+    }
+
+    // A launch issued at the machine's time t starts at t + the same
+    // latency: a second launch after the first one ended.
+    let tiny = base.tiny();
+    let mut first = bump_on(&tiny, &[pe(0, 0, 3), pe(0, 0, 0)]);
+    let (func, _) = lower(BUMP, "bump", &[]);
+    let comm = sim::Communicator::new(vec![pe(0, 0, 3), pe(0, 0, 0)]);
+    let args = (0..2)
+        .map(|r| vec![kernbench_compiler::datapath::RtValue::Scalar(first.placed[0].bases[r])])
+        .collect();
+    let launch = sim::Launch::new(&func, &comm, args);
+    let mut jit = kernbench_compiler::datapath::jit::Jit::verifying();
+    let second = first.machine.run(&launch, &mut jit).expect("runs again");
+    assert_eq!(
+        second.start_ps,
+        first.report.end_ps + closed(base, &[3, 0]),
+        "the second launch starts after the first one's end"
+    );
+}
+
 #[test]
 fn math_and_dot_cost_their_cycles() {
     let topo = Topology::default_machine();
