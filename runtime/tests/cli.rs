@@ -393,6 +393,105 @@ fn run_on_many_pes_shards_gathers_and_reports_time() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `tlc run` with a tensor read from a NumPy file and sharded over an
+/// explicit `--pes` list: rank r is the r-th PE of the list (the order
+/// given, not the ring order or a sorted one), shard r (rows r·R … of axis
+/// 0) is placed in rank r's PE's own HBM slice, and `--out DIR` writes the
+/// gathered tensors to DIR/NAME.npy with shard r back at rows r·R ….
+#[test]
+fn run_shards_an_npy_argument_over_an_explicit_pe_list() {
+    use ndarray::Array2;
+    let dir = temp_dir("npy-shard");
+    let kernel = dir.join("shift.tl");
+    std::fs::write(
+        &kernel,
+        "@kernel\ndef shift(x: ptr[i32], out: ptr[i32], N: constexpr = 16):\n    offs = tl.arange(0, N)\n    \
+         v = tl.load(x + offs, mask=offs < N)\n    \
+         tl.store(out + offs, v * 10 + tl.rank() * 1000 + tl.world_size(), mask=offs < N)\n",
+    )
+    .expect("write the kernel");
+    // Three ranks on two SIPs, listed neither in ring order nor sorted.
+    let list = [(0u32, 5u32, 3u32), (0, 0, 6), (1, 2, 0)];
+    let world = list.len();
+    let n = 16;
+    let input = Array2::from_shape_fn((world, n), |(r, k)| 100 * r as i32 + 3 * k as i32 - 37);
+    let x_path = dir.join("x.npy");
+    ndarray_npy::write_npy(&x_path, &input).expect("write x.npy");
+    let out_dir = dir.join("out");
+    let trace = dir.join("trace.json");
+    let pes = list
+        .iter()
+        .map(|(s, c, p)| format!("{s}.{c}.{p}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let o = tlc(&[
+        "run",
+        &kernel.to_string_lossy(),
+        "--kernel",
+        "shift",
+        "--pes",
+        &pes,
+        "--arg",
+        &format!("x=@{}:shard", x_path.display()),
+        "--arg",
+        &format!("out=zeros(({world},{n}),i32):shard"),
+        "--out",
+        &out_dir.to_string_lossy(),
+        "--trace",
+        &trace.to_string_lossy(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    // The gathered output, element by element: rank r computed row r
+    // from row r of the file.
+    let got: Array2<i32> = ndarray_npy::read_npy(out_dir.join("out.npy")).expect("out.npy");
+    assert_eq!(got.dim(), (world, n));
+    for r in 0..world {
+        for k in 0..n {
+            let want = input[[r, k]] * 10 + 1000 * r as i32 + world as i32;
+            assert_eq!(got[[r, k]], want, "out[{r}, {k}]");
+        }
+    }
+    let x_back: Array2<i32> = ndarray_npy::read_npy(out_dir.join("x.npy")).expect("x.npy");
+    assert_eq!(x_back, input, "the input is gathered back unchanged");
+    // Rank r is the r-th PE of the list.
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
+    let events = t["traceEvents"].as_array().expect("events");
+    let coord = |(s, c, p): (u32, u32, u32)| format!("(sip {s}, cube {c}, pe {p})");
+    for (r, at) in list.iter().enumerate() {
+        let want = format!("rank {r} {}", coord(*at));
+        assert!(
+            events
+                .iter()
+                .any(|e| e["ph"] == "M" && e["name"] == "process_name" && e["args"]["name"] == want.as_str()),
+            "no process `{want}` in the trace"
+        );
+    }
+    // Each shard is in its rank's own HBM slice: the only links that
+    // carried data are pseudo-channels of the listed PEs (a shard anywhere
+    // else would be read over the routers), and each listed PE's were used.
+    let busy: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(!busy.is_empty());
+    for link in &busy {
+        assert!(
+            link.starts_with("HBM pseudo-channel ")
+                && list.iter().any(|at| link.ends_with(&format!(" of {}", coord(*at)))),
+            "link `{link}` carried data: {busy:?}"
+        );
+    }
+    for at in &list {
+        assert!(
+            busy.iter().any(|l| l.ends_with(&format!(" of {}", coord(*at)))),
+            "{} used no channel of its slice: {busy:?}",
+            coord(*at)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn run_reports_deadlocks_and_bad_machine_arguments() {
     let dir = temp_dir("deadlock");
