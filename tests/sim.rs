@@ -1231,7 +1231,10 @@ def big(x: ptr[f32], N: constexpr = 524288):
 
 /// With the IPCQ in TCM every queue into a PE keeps its slots there: a PE
 /// that receives from one rank fits, one that receives from three does not,
-/// and the error counts the queues.
+/// and the error counts the queues and points at the send or receive that
+/// opened the queue that did not fit: a sender's `tl.send` when the senders
+/// get there first, the receiver's `tl.recv_async` when it opens its
+/// queues before the senders (which spin first) send.
 #[test]
 fn every_queue_into_a_pe_takes_its_slots_of_the_tcm() {
     // 4 slots of 128 KiB: one queue's half MiB fits the 1 MiB TCM, two do
@@ -1247,39 +1250,74 @@ def gather(x: ptr[i32], N: constexpr = 64):
             tl.store(x + offs, tl.recv(r, [N], i32))
     else:
         tl.send(0, tl.load(x + offs))
+
+@kernel
+def early(x: ptr[i32], N: constexpr = 64, SPIN: constexpr = 100):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        a = tl.recv_async(1, [N], i32)
+        b = tl.recv_async(2, [N], i32)
+        tl.store(x + offs, tl.wait(a) + tl.wait(b))
+    else:
+        acc = 0
+        for i in range(SPIN):
+            acc += i
+        tl.send(0, tl.load(x + offs) + acc)
 ";
-    let (func, _) = lower(src, "gather", &[]);
-    let launch = |world: usize| {
+    let launch = |kernel: &str, world: usize| {
+        let (func, sources) = lower(src, kernel, &[]);
         let pes = sim::select_pes(&topo, &world.to_string()).expect("enough PEs");
-        simulate(
+        let run = simulate(
             &topo,
             pes,
             &func,
             vec![tensor("x", i32s(&[world, 64], |k| k as i32), &["shard"])],
             None,
             false,
-        )
+        );
+        (run, func, sources)
     };
-    let two = launch(2).expect("one queue into rank 0 fits");
+    let two = launch("gather", 2).0.expect("one queue into rank 0 fits");
     assert_eq!(
         elem::to_i64(DType::I32, two.tensors[0].get_bits(5)),
         64 + 5,
         "rank 1's block in rank 0's row"
     );
-    match launch(4).err().expect("three queues into rank 0 do not fit") {
-        SimError::TcmCapacity {
-            kernel,
-            need_bytes,
-            have_bytes,
-            queues,
-            ..
-        } => {
-            assert_eq!(kernel, "gather");
-            assert_eq!(queues, 2, "the second queue is the first that does not fit");
-            assert_eq!(have_bytes, topo.spec.pe.tcm.capacity_bytes.0);
-            assert!(need_bytes > have_bytes && need_bytes >= 2 * 4 * 131072, "{need_bytes}");
+    // (kernel, world, the line and column of the opening operation, the
+    // rank that ran it). In `gather` ranks 1, 2 and 3 reach their sends at
+    // the same time and events at equal times run in the order they were
+    // created: the queue from rank 1 (which rank 0 also receives from
+    // first) opens first, rank 2's send opens the second.
+    for (kernel, world, at, rank) in [("gather", 4, "case.tl:9:9", 2), ("early", 3, "case.tl:16:13", 0)] {
+        let (run, func, sources) = launch(kernel, world);
+        let err = run.err().expect("a second queue into rank 0 does not fit");
+        match &err {
+            SimError::TcmCapacity {
+                kernel: k,
+                need_bytes,
+                have_bytes,
+                queues,
+                ..
+            } => {
+                assert_eq!(k, kernel);
+                assert_eq!(*queues, 2, "the second queue is the first that does not fit");
+                assert_eq!(*have_bytes, topo.spec.pe.tcm.capacity_bytes.0);
+                assert!(
+                    *need_bytes > *have_bytes && *need_bytes >= 2 * 4 * 131072,
+                    "{need_bytes}"
+                );
+            }
+            other => panic!("expected a TCM error, got {other:?}"),
         }
-        other => panic!("expected a TCM error, got {other:?}"),
+        let text = sim::render_sim_error(&func, &sources, &err, ColorMode::Never);
+        assert!(
+            text.contains("bytes of TCM on (sip 0, cube 0, pe 0)") && text.contains(&format!("┌─ {at}\n")),
+            "{kernel}: the error points at {at}:\n{text}"
+        );
+        assert!(
+            text.contains(&format!("rank {rank} ")) && text.contains("opens queue 2 into (sip 0, cube 0, pe 0)"),
+            "{kernel}: rank {rank} opens the queue:\n{text}"
+        );
     }
 }
 

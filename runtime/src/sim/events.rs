@@ -376,6 +376,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
                 need_bytes: need,
                 have_bytes: cap,
                 queues: u32::from(slot_bytes > 0),
+                opened_by: None,
             });
         }
         tcm_base_bytes.push(live + used);

@@ -559,7 +559,7 @@ impl Sim<'_> {
         let (src, dst) = if sending { (p as u32, other) } else { (other, p as u32) };
         let queue = self.queues.get(src, dst);
         if self.queues.queues.len() > existing {
-            self.queue_slots_fit(dst as usize)?;
+            self.queue_slots_fit(dst as usize, p, i)?;
         }
         if let Peer::Dir(d) = peer {
             self.pes[p].dir_queues[sending as usize][d as usize] = queue;
@@ -569,8 +569,9 @@ impl Sim<'_> {
 
     /// A new queue into PE `dst` keeps its slots in `dst`'s TCM when that
     /// is the IPCQ's buffer space: they must fit with the slots of the
-    /// queues into it so far (the launch checked one queue's).
-    fn queue_slots_fit(&mut self, dst: usize) -> Result<(), SimError> {
+    /// queues into it so far (the launch checked one queue's). The error
+    /// names PE `p`'s send or receive `i`, which opened the queue.
+    fn queue_slots_fit(&mut self, dst: usize, p: usize, i: Inst) -> Result<(), SimError> {
         let slot_bytes = super::ipcq_tcm_bytes(&self.ipcq);
         self.queues_into[dst] += 1;
         let queues = self.queues_into[dst];
@@ -589,6 +590,7 @@ impl Sim<'_> {
             need_bytes,
             have_bytes,
             queues,
+            opened_by: Some((self.coords[p], self.pes[p].ctx.rank, i)),
         })
     }
 

@@ -195,6 +195,10 @@ pub enum SimError {
         have_bytes: u64,
         /// IPCQ queues into the PE whose slots are counted (in TCM).
         queues: u32,
+        /// The PE, rank and `send`/`recv` that opened the last of those
+        /// queues during the run; `None` when the launch's own check (the
+        /// live blocks and one queue's slots) failed before any ran.
+        opened_by: Option<(PeCoord, u32, kernbench_compiler::ir::Inst)>,
     },
     /// The launch itself is malformed (arguments, compilation).
     Setup(String),

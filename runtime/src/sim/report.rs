@@ -364,11 +364,30 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
             need_bytes,
             have_bytes,
             queues,
-        } => format!(
-            "error: kernel `{kernel}` needs {need_bytes} bytes of TCM on {pe} (its live blocks, the PE's TCM \
-             allocations and the IPCQ slots of {queues} queue{} into it) but the TCM holds {have_bytes} bytes\n",
-            if *queues == 1 { "" } else { "s" }
-        ),
+            opened_by,
+        } => {
+            let message = format!(
+                "kernel `{kernel}` needs {need_bytes} bytes of TCM on {pe} (its live blocks, the PE's TCM \
+                 allocations and the IPCQ slots of {queues} queue{} into it) but the TCM holds {have_bytes} bytes",
+                if *queues == 1 { "" } else { "s" }
+            );
+            let Some((by_pe, rank, inst)) = opened_by else {
+                return format!("error: {message}\n");
+            };
+            // The send or receive that opened the queue that did not fit.
+            let d = func.inst(*inst);
+            let diag = cs::Diagnostic::error()
+                .with_message(message)
+                .with_labels(vec![cs::Label::primary(d.loc.file, d.loc.span.range()).with_message(
+                    format!(
+                        "rank {rank} {by_pe} opens queue {queues} into {pe} in this `{}`",
+                        d.op.mnemonic()
+                    ),
+                )]);
+            let mut out = buffer(color);
+            let _ = term::emit(&mut out, &term::Config::default(), sources, &diag);
+            String::from_utf8_lossy(out.as_slice()).into_owned()
+        }
         SimError::Setup(m) => format!("error: {m}\n"),
     }
 }
