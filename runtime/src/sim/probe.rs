@@ -367,23 +367,74 @@ mod tests {
         assert!(own.effective_gbps / own.aggregate_peak_gbps > 0.5);
     }
 
+    /// The streaming term of a lone transfer is `(flits − 1) · flit_bytes /
+    /// bottleneck_bw` within 5 %, with the bottleneck taken here from the
+    /// topology's link bandwidths along the route the case takes (§3 of
+    /// docs/hardware-model.md), not from the fabric's `PathCost`:
+    /// - `remote-cube-worst`: (0,0,0) reads the slice of PE 6 (corner 3)
+    ///   of cube 15: that slice's pseudo-channels, router hops in the cubes
+    ///   on the way, six UCIe ports (cube 15 → 12 west, then → 0 north) and
+    ///   router→PE;
+    /// - `same-cube-worst`: the slice of PE 6 of cube 0: its channels, two
+    ///   router hops (corner 3 → 2 → 0) and router→PE;
+    /// - `remote-sip`: (0,0,0) writes into the slice of (1,0,0): PE→router
+    ///   (corner 0 of cube 0 is where the IO chiplet attaches, so no hop),
+    ///   the SIP link 0→1, and that slice's channels (SIP 1's IO chiplet is
+    ///   at its cube 0, corner 0).
+    ///
+    /// A slice streams at `pseudo_channels × channel_bw × efficiency` (the
+    /// transfers are aligned and at least `interleave × channels` bytes,
+    /// so every channel carries an equal share), a router link at
+    /// `router.link_bandwidth`, a UCIe port at `connections ×
+    /// per_connection`. On the default machine the slice is the bottleneck
+    /// of the first two and the SIP link of the third; the variants make a
+    /// UCIe port, the router links and the slice the bottleneck instead.
     #[test]
     fn a_lone_transfers_streaming_term_matches_the_flit_model() {
-        let t = Topology::default_machine();
-        let flit = t.spec.fabric.packet_bytes.0 as f64;
-        for (case, bytes) in [
-            ("remote-cube-worst", 1 << 20),
-            ("same-cube-worst", 1 << 16),
-            ("remote-sip", 1 << 18),
-        ] {
-            let r = result(&t, case, bytes);
-            let flits = (bytes as f64 / flit).ceil();
-            let want = (flits - 1.0) * flit / r.path.bottleneck_bytes_per_us as f64 * 1e6;
-            let got = r.path.stream_ps as f64;
-            assert!(
-                (got - want).abs() / want < 0.05,
-                "{case}: streaming {got} ps, flit model {want} ps"
+        let default = crate::topology::DEFAULT_YAML;
+        let variant = |from: &str, to: &str| {
+            assert_eq!(
+                default.matches(from).count(),
+                1,
+                "`{from}` once in the default topology"
             );
+            Topology::parse("variant.yaml", &default.replacen(from, to, 1)).expect("a valid variant")
+        };
+        let topologies = [
+            Topology::default_machine(),
+            variant("connections: 4\n", "connections: 1\n"),
+            variant(
+                "link_bandwidth_bytes_per_ns: 256\n",
+                "link_bandwidth_bytes_per_ns: 64\n",
+            ),
+            variant(
+                "channel_bandwidth_bytes_per_ns: 32\n",
+                "channel_bandwidth_bytes_per_ns: 8\n",
+            ),
+        ];
+        for t in &topologies {
+            let s = &t.spec;
+            let c = &s.pe.hbm_controller;
+            let slice = c.pseudo_channels.0 as f64 * c.channel_bandwidth_bytes_per_ns.0 * c.efficiency.0;
+            let router = s.cube.router.link_bandwidth_bytes_per_ns.0;
+            let ucie = s.sip.ucie.connections.0 as f64 * s.sip.ucie.bandwidth_bytes_per_ns_per_connection.0;
+            let sip_link = s.system.sip_link.bandwidth_bytes_per_ns.0;
+            let flit = s.fabric.packet_bytes.0 as f64;
+            for (case, bytes, bottleneck) in [
+                ("remote-cube-worst", 1 << 20, slice.min(router).min(ucie)),
+                ("same-cube-worst", 1 << 16, slice.min(router)),
+                ("remote-sip", 1 << 18, router.min(sip_link).min(slice)),
+            ] {
+                let r = result(t, case, bytes);
+                let flits = (bytes as f64 / flit).ceil();
+                // Bytes over bytes per ns, in ps.
+                let want = (flits - 1.0) * flit / bottleneck * 1000.0;
+                let got = r.path.stream_ps as f64;
+                assert!(
+                    (got - want).abs() / want < 0.05,
+                    "{case} ({bottleneck} B/ns bottleneck): streaming {got} ps, flit model {want} ps"
+                );
+            }
         }
     }
 }
