@@ -1125,6 +1125,187 @@ fn barrier_orders_memory_and_time() {
     }
 }
 
+const LATE_BARRIER: &str = "
+@kernel
+def late(buf: ptr[f32], out: ptr[f32], LATE: constexpr = 0, N: constexpr = 4096):
+    offs = tl.arange(0, N)
+    if tl.rank() == LATE:
+        tl.store(out + offs, tl.exp(tl.exp(tl.exp(tl.load(buf + offs)))))
+    tl.barrier()
+    tl.store(out + offs, tl.load(buf + offs))
+";
+
+/// Rounds of a dissemination barrier: ceil(log2 n).
+fn rounds_for(n: usize) -> usize {
+    let mut r = 0;
+    while (1usize << r) < n {
+        r += 1;
+    }
+    r
+}
+
+#[test]
+fn barrier_tokens_travel_over_ipcq_queues() {
+    let topo = Topology::default_machine();
+    let cube: Vec<PeCoord> = (0..8).map(|k| pe(0, 0, k)).collect();
+    let spread = vec![pe(0, 0, 0), pe(0, 0, 3), pe(0, 1, 2), pe(0, 5, 7), pe(1, 0, 1)];
+    for (pes, late) in [
+        (vec![pe(0, 0, 0)], 0),
+        (vec![pe(0, 0, 0), pe(0, 0, 2)], 1),
+        (spread, 3),
+        (cube, 5),
+    ] {
+        let n = pes.len();
+        let (func, _) = lower(LATE_BARRIER, "late", &[("LATE", Konst::Int(late))]);
+        let run = simulate(
+            &topo,
+            pes,
+            &func,
+            vec![
+                tensor("buf", random_tensor(DType::F32, &[4096], 3), &["replicate"]),
+                tensor("out", Tensor::zeros(Elem::Num(DType::F32), &[n, 4096]), &["shard"]),
+            ],
+            None,
+            true,
+        )
+        .expect("runs");
+        // Every rank's token sends (the barrier's slices on the send
+        // engine), in order.
+        let tokens: Vec<Vec<&sim::Slice>> = (0..n as u32)
+            .map(|r| {
+                let mut v: Vec<&sim::Slice> = run
+                    .report
+                    .slices
+                    .iter()
+                    .filter(|s| s.rank == r && s.engine == Engine::Send)
+                    .filter(|s| func.inst(s.inst).op.mnemonic() == "barrier")
+                    .collect();
+                v.sort_by_key(|s| s.start_ps);
+                v
+            })
+            .collect();
+        let rounds = rounds_for(n);
+        for (r, t) in tokens.iter().enumerate() {
+            assert_eq!(t.len(), rounds, "{n} ranks: rank {r} sends one token per round");
+        }
+        // Round k starts once the token of round k - 1 from rank r - 2^(k-1)
+        // has arrived.
+        for r in 0..n {
+            for k in 1..rounds {
+                let from = (r + n - (1 << (k - 1)) % n) % n;
+                let arrived = tokens[from][k - 1].done_ps;
+                assert!(
+                    tokens[r][k].start_ps >= arrived,
+                    "{n} ranks: rank {r} round {k} starts before rank {from}'s token of round {} arrived",
+                    k - 1
+                );
+            }
+        }
+        // Nobody leaves before the late rank has arrived (its first token),
+        // nor before its own last token came in.
+        let late_arrival = tokens[late as usize].first().map_or(0, |s| s.start_ps);
+        for r in 0..n as u32 {
+            let after = run
+                .report
+                .slices
+                .iter()
+                .filter(|s| s.rank == r && func.inst(s.inst).op.mnemonic() == "load")
+                .map(|s| s.start_ps)
+                .max()
+                .expect("a load after the barrier");
+            assert!(
+                after >= late_arrival,
+                "{n} ranks: rank {r} left before rank {late} arrived"
+            );
+        }
+        if n == 2 {
+            // One round between two corners of a cube: each token is a
+            // message of one word, PE→router, a hop, router→PE, into the
+            // receiver's TCM slots.
+            let s = &topo.spec;
+            let bytes = 8.0;
+            let (link_bw, hop) = (
+                s.cube.router.link_bandwidth_bytes_per_ns.0,
+                s.cube.router.hop_latency_ns.0,
+            );
+            let want = ps(3.0 * hop
+                + s.pe.tcm.latency_ns.0
+                + 3.0 * bytes / link_bw
+                + bytes / s.pe.tcm.write_bandwidth_bytes_per_ns.0);
+            for t in &tokens {
+                let got = (t[0].done_ps - t[0].start_ps) as f64;
+                assert!(rel(got, want) < 1e-3, "a token took {got} ps, closed form {want} ps");
+            }
+        }
+    }
+}
+
+const BARRIER_THEN_RECV: &str = "
+@kernel
+def early(buf: ptr[i32], N: constexpr = 64):
+    offs = tl.arange(0, N)
+    f = tl.recv_async(tl.PREV, [N], i32)
+    tl.barrier()
+    tl.send(tl.NEXT, tl.load(buf + offs))
+    tl.store(buf + offs, tl.wait(f))
+";
+
+#[test]
+fn a_barrier_passes_receives_of_messages_sent_after_it() {
+    // The tokens do not queue behind the pending receive on the receive
+    // engine: its message is sent only after the barrier.
+    let topo = Topology::default_machine();
+    let (func, _) = lower(BARRIER_THEN_RECV, "early", &[]);
+    let run = simulate(
+        &topo,
+        sim::select_pes(&topo, "4").unwrap(),
+        &func,
+        vec![tensor("buf", i32s(&[4, 64], |k| k as i32), &["shard"])],
+        None,
+        false,
+    )
+    .expect("runs");
+    let out = &run.tensors[0];
+    for r in 0..4 {
+        for i in 0..64 {
+            let from = (r + 3) % 4;
+            assert_eq!(out.get_bits(r * 64 + i), (from * 64 + i) as u64, "rank {r} element {i}");
+        }
+    }
+}
+
+const SKIPPED_BARRIER: &str = "
+@kernel
+def skip():
+    if tl.rank() != 3:
+        tl.barrier()
+";
+
+#[test]
+fn a_skipped_barrier_deadlocks_with_a_diagnostic() {
+    let topo = Topology::default_machine();
+    let (func, sources) = lower(SKIPPED_BARRIER, "skip", &[]);
+    let e = simulate(&topo, sim::select_pes(&topo, "4").unwrap(), &func, vec![], None, false)
+        .err()
+        .expect("a deadlock");
+    let SimError::Deadlock { ref blocked, .. } = e else {
+        panic!("expected a deadlock, got {e:?}")
+    };
+    // Rank 0 waits for rank 3 in round 1; rank 1 hears from rank 0 and
+    // then waits for rank 3 in round 2; rank 2 hears from rank 1 and waits
+    // for rank 0, stuck in round 1.
+    let mut got: Vec<(u32, sim::WaitReason)> = blocked.iter().map(|b| (b.rank, b.reason.clone())).collect();
+    got.sort_by_key(|g| g.0);
+    let at = |from_rank, round| sim::WaitReason::Barrier {
+        from_rank,
+        round,
+        rounds: 2,
+    };
+    assert_eq!(got, vec![(0, at(3, 1)), (1, at(3, 2)), (2, at(0, 2))]);
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    compare_or_bless(&repo_root().join("tests/sim/deadlock-barrier.stderr"), &text).unwrap_or_else(|d| panic!("{d}"));
+}
+
 #[test]
 fn polling_senders_notice_credits_later_than_sleeping_ones() {
     // Messages of four slots: the queue holds one, so every send after the

@@ -658,9 +658,14 @@ impl Sim<'_> {
                 self.finish_at(p, op, now, tr.end_ps);
             }
             OpKind::Send { queue, slots } => {
-                let (value, val) = &op.args[0];
-                let bytes = value_bytes(self.l.func.ty(*value));
-                let data = val.data().cloned().unwrap_or(RtValue::Scalar(0));
+                let (bytes, data) = match op.args.first() {
+                    Some((value, val)) => (
+                        value_bytes(self.l.func.ty(*value)),
+                        val.data().cloned().unwrap_or(RtValue::Scalar(0)),
+                    ),
+                    // A barrier token: one word, no data.
+                    None => (super::issue::BARRIER_TOKEN_BYTES, RtValue::Scalar(0)),
+                };
                 let q = &mut self.queues.queues[queue as usize];
                 q.credits -= slots;
                 let msg = q.first_msg + q.msgs.len() as u64;
@@ -1113,6 +1118,19 @@ impl Sim<'_> {
     fn send_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) -> Result<(), SimError> {
         let q = &mut self.queues.queues[queue as usize];
         let dst = q.dst as usize;
+        if q.token_waiter.as_ref().is_some_and(|(m, _)| *m == msg) {
+            // A barrier token its receiver waits for: taken as it arrives
+            // (or when the receiver came for it, if its clock is ahead).
+            let taken = end_ps.max(self.pes[dst].issue_ps);
+            if let Some((_, token)) = self.queues.queues[queue as usize].token_waiter.take() {
+                token.ready_ps.set(taken);
+            }
+            self.slots_freed(queue, msg, taken);
+            if self.pes[dst].stall == Stall::Data {
+                self.wake_issue(dst);
+            }
+            return self.op_settled(p, end_ps, false);
+        }
         if let Some((waiting, not_before)) = q.waiting_recv {
             if waiting == msg {
                 // Not before the receive is dispatched and its engine is
@@ -1131,6 +1149,14 @@ impl Sim<'_> {
     /// (whose data and ready time are now known) looks again. The issue
     /// unit goes on at its own clock, past `end_ps` if it needs the data.
     fn recv_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) -> Result<(), SimError> {
+        self.slots_freed(queue, msg, end_ps);
+        self.op_settled(p, end_ps, true)
+    }
+
+    /// Message `msg` of `queue` leaves its slots at `end_ps` (copied out,
+    /// or a barrier token noticed): its credits travel back to the sender
+    /// from then, and a sender waiting for them looks again.
+    pub(super) fn slots_freed(&mut self, queue: u32, msg: u64, end_ps: u64) {
         let q = &mut self.queues.queues[queue as usize];
         let slots = q.msg(msg).map_or(0, |m| m.slots);
         q.consume(msg);
@@ -1148,7 +1174,6 @@ impl Sim<'_> {
         if q.sender_waiting {
             self.retry_sender(queue);
         }
-        self.op_settled(p, end_ps, true)
     }
 
     /// An operation of PE `p` that ends at `end_ps` was settled when it

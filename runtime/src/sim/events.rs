@@ -278,7 +278,6 @@ pub(super) struct Sim<'a> {
     pub dispatch_ps: u64,
     pub dma_setup_ps: u64,
     pub queue_depth: usize,
-    /// Barrier: ranks arrived, latest arrival.
     /// Every PE of the launch (the groups in order, each in rank order).
     pub coords: Vec<PeCoord>,
     /// Each PE's group, and each group's first PE index.
@@ -289,11 +288,6 @@ pub(super) struct Sim<'a> {
     /// Its slot count and slot size, as divisors.
     pub ipcq_slots: Divisor,
     pub ipcq_slot_bytes: Divisor,
-    /// Per group: ranks at the barrier, the latest arrival, the release
-    /// latency once computed.
-    pub barrier_arrived: Vec<u32>,
-    pub barrier_latest_ps: Vec<u64>,
-    pub barrier_latency_ps: Vec<Option<u64>>,
     /// The PEs that stalled in `wait_until` since the last wake-up (some
     /// may have left the stall since): a store wakes only these, not a
     /// scan of every PE, which cost O(PEs) per store.
@@ -454,7 +448,6 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
             group_of.push(g as u32);
         }
     }
-    let n_groups = l.groups.len();
     let t = &m.topo;
     let mut sim = Sim {
         dispatch_ps: t.cycles_to_ps(t.spec.pe.dispatch_cycles.0),
@@ -487,9 +480,6 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         group_moves: env_slots.group_moves,
         cones,
         cone_base,
-        barrier_arrived: vec![0; n_groups],
-        barrier_latest_ps: vec![0; n_groups],
-        barrier_latency_ps: vec![None; n_groups],
         signal_waiters: Vec::new(),
         op_pool: Default::default(),
         events_run: 0,
@@ -730,11 +720,13 @@ impl Sim<'_> {
                 .unwrap_or_else(|| func.region(func.body).insts[0]);
             let reason = match pe.stall {
                 Stall::Signal => WaitReason::Signal,
-                Stall::Barrier => {
-                    let g = self.group_of[p] as usize;
+                // Waiting for the token of its last round.
+                Stall::Data if pe.barrier_round > 0 && pe.wait_for.is_some() => {
+                    let (_, from) = self.barrier_peers(p, pe.barrier_round - 1);
                     WaitReason::Barrier {
-                        arrived: self.barrier_arrived[g],
-                        world: self.l.groups[g].world(),
+                        from_rank: self.pes[from as usize].ctx.rank,
+                        round: u32::from(pe.barrier_round),
+                        rounds: super::issue::barrier_rounds(self.comm(p).world()),
                     }
                 }
                 _ => WaitReason::Other,

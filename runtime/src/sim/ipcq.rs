@@ -6,6 +6,10 @@
 //! Messages are matched in order: the k-th receive a rank issues from a
 //! peer takes the k-th message that peer sent it, so queues are matched by
 //! the peer's identity, never by a direction name.
+//!
+//! `tl.barrier` moves its tokens over *control* queues: a second queue per
+//! ordered pair, kept apart from the data queue so that a token never
+//! takes the place of a message a receive is waiting for.
 
 use super::fabric::Route;
 use kernbench_compiler::datapath::RtValue;
@@ -53,6 +57,9 @@ pub struct Queue {
     /// while it waits). Kept here so that the send, when it starts, finds
     /// it without reaching into the receiver's engine.
     pub waiting_recv: Option<(u64, u64)>,
+    /// A control queue's receiver waits for token `msg` (its send has not
+    /// started): the send fills the slot with the token's arrival.
+    pub token_waiter: Option<(u64, Rc<super::pe::Slot>)>,
 }
 
 impl Queue {
@@ -111,7 +118,8 @@ impl Queue {
 #[derive(Default)]
 pub struct Queues {
     pub queues: Vec<Queue>,
-    index: HashMap<(u32, u32), u32>,
+    /// By sender, receiver and whether it is a control queue.
+    index: HashMap<(u32, u32, bool), u32>,
     n_slots: u32,
 }
 
@@ -124,10 +132,20 @@ impl Queues {
         }
     }
 
-    /// The queue from PE `src` to PE `dst` (launch indices), created on
-    /// first use.
+    /// The data queue from PE `src` to PE `dst` (launch indices), created
+    /// on first use.
     pub fn get(&mut self, src: u32, dst: u32) -> u32 {
-        if let Some(&q) = self.index.get(&(src, dst)) {
+        self.get_queue(src, dst, false)
+    }
+
+    /// The control queue (barrier tokens) from PE `src` to PE `dst`,
+    /// created on first use.
+    pub fn get_control(&mut self, src: u32, dst: u32) -> u32 {
+        self.get_queue(src, dst, true)
+    }
+
+    fn get_queue(&mut self, src: u32, dst: u32, control: bool) -> u32 {
+        if let Some(&q) = self.index.get(&(src, dst, control)) {
             return q;
         }
         let q = self.queues.len() as u32;
@@ -143,8 +161,9 @@ impl Queues {
             credit_latency_ps: None,
             routes: [None, None],
             waiting_recv: None,
+            token_waiter: None,
         });
-        self.index.insert((src, dst), q);
+        self.index.insert((src, dst, control), q);
         q
     }
 

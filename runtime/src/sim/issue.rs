@@ -162,7 +162,7 @@ impl Sim<'_> {
                 self.advance(p);
                 return Ok(true);
             }
-            Op::Barrier => return Ok(self.barrier(p)),
+            Op::Barrier => return self.barrier(p, i),
             Op::SymmAt => return self.symm_at(p, i),
             Op::Notify => return self.issue_notify(p, i),
             Op::WaitUntil => return self.wait_until(p, i),
@@ -754,61 +754,73 @@ impl Sim<'_> {
         Ok(true)
     }
 
-    /// `tl.barrier()`: the PE's own operations finish, then it waits for
-    /// every rank; all leave together at the last arrival plus a round
-    /// trip to rank 0.
-    fn barrier(&mut self, p: usize) -> bool {
-        if !self.pes[p].drained_but_receives() {
-            return self.stall(p, Stall::Drain);
-        }
-        let t = {
+    /// `tl.barrier()` (instruction `i`): the PE's own operations finish
+    /// (but receives, which may wait for messages sent after the barrier),
+    /// then a dissemination barrier over the communicator's control queues.
+    /// In round k rank r sends a token to rank r + 2^k and waits for the
+    /// one from rank r - 2^k (mod the world size); after ceil(log2 world)
+    /// rounds every rank has heard, directly or through others, from every
+    /// rank, so none leaves before all have arrived. A token is a message
+    /// of [`BARRIER_TOKEN_BYTES`] on the send engine (slots, credits and
+    /// the route into the receiver's slots, as any message); the receiver
+    /// notices it when it arrives, without its receive engine (whose queue
+    /// may hold receives of messages sent after the barrier). Each round
+    /// is entered again when its token is in: `barrier_round` counts them.
+    fn barrier(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
+        let round = self.pes[p].barrier_round;
+        if round == 0 {
+            if !self.pes[p].drained_but_receives() {
+                return Ok(self.stall(p, Stall::Drain));
+            }
             let pe = &mut self.pes[p];
             pe.issue_ps = pe.issue_ps.max(pe.last_done_ps);
-            pe.issue_ps
-        };
-        if t > self.now {
-            // Arrive at the right global time.
-            self.wake_issue(p);
-            return false;
         }
-        let g = self.group_of[p] as usize;
-        if !self.pes[p].at_barrier {
-            self.pes[p].at_barrier = true;
-            self.barrier_arrived[g] += 1;
-            self.barrier_latest_ps[g] = self.barrier_latest_ps[g].max(t);
+        let rounds = barrier_rounds(self.comm(p).world());
+        if u32::from(round) == rounds {
+            // Every token is in.
+            self.pes[p].barrier_round = 0;
+            self.dispatch(p, 0);
+            self.advance(p);
+            return Ok(true);
         }
-        let world = self.comm(p).world() as usize;
-        if (self.barrier_arrived[g] as usize) < world {
-            return self.stall(p, Stall::Barrier);
+        if !self.make_room(p, Engine::Send) {
+            return Ok(self.stall(p, Stall::QueueFull(Engine::Send)));
         }
-        let base = self.group_base[g];
-        let lat = match self.barrier_latency_ps[g] {
-            Some(l) => l,
-            None => {
-                let l = (base..base + world)
-                    .map(|q| self.core_latency_ps(q, base))
-                    .max()
-                    .unwrap_or(0)
-                    * 2;
-                self.barrier_latency_ps[g] = Some(l);
-                l
+        let (to, from) = self.barrier_peers(p, round);
+        let out = self.queues.get_control(p as u32, to);
+        let t = self.dispatch(p, 0);
+        let op = self.op_pool.take(i, OpKind::Send { queue: out, slots: 1 }, None);
+        self.enqueue(p, Engine::Send, t, op);
+        // The token to wait for: here already, or filled in by its send.
+        let inq = self.queues.get_control(from, p as u32);
+        let q = &mut self.queues.queues[inq as usize];
+        let msg = q.recvs_issued;
+        q.recvs_issued += 1;
+        let token = Slot::new();
+        match q.arrival_ps(msg) {
+            Some(arrived) => {
+                // Noticed when it is in and this rank has come for it.
+                let taken = arrived.max(t);
+                token.ready_ps.set(taken);
+                self.slots_freed(inq, msg, taken);
             }
-        };
-        let release = self.barrier_latest_ps[g] + lat;
-        self.barrier_arrived[g] = 0;
-        self.barrier_latest_ps[g] = 0;
-        for q in base..base + world {
-            let pe = &mut self.pes[q];
-            pe.at_barrier = false;
-            pe.issue_ps = release;
-            pe.busy_ps[Engine::COUNT] += self.dispatch_ps;
-            if let Some(f) = pe.frames.last_mut() {
-                f.idx += 1;
-            }
-            pe.stall = Stall::None;
-            self.wake_issue(q);
+            None => q.token_waiter = Some((msg, token.clone())),
         }
-        false
+        let pe = &mut self.pes[p];
+        pe.wait_for = Some(token);
+        pe.barrier_round = round + 1;
+        Ok(true)
+    }
+
+    /// The ranks PE `p` sends its token of barrier round `round` to and
+    /// receives one from, as PE indices of the launch.
+    pub(super) fn barrier_peers(&self, p: usize, round: u8) -> (u32, u32) {
+        let base = self.group_base[self.group_of[p] as usize] as u32;
+        let world = self.comm(p).world();
+        let me = p as u32 - base;
+        let step = (1u64 << round) % u64::from(world);
+        let step = step as u32;
+        (base + (me + step) % world, base + (me + world - step) % world)
     }
 
     // ----- control flow -----
@@ -1105,3 +1117,12 @@ fn same_value(a: &RtValue, b: &RtValue) -> bool {
         _ => false,
     }
 }
+
+/// Rounds of a dissemination barrier among `world` ranks: ceil(log2 world).
+pub(super) fn barrier_rounds(world: u32) -> u32 {
+    world.max(1).next_power_of_two().trailing_zeros()
+}
+
+/// Bytes of a barrier token: one word written into a slot of the
+/// receiver's control queue.
+pub(super) const BARRIER_TOKEN_BYTES: u64 = 8;

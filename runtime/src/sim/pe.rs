@@ -300,14 +300,13 @@ pub enum EventKind {
 pub enum Stall {
     /// It may go on (an issue event is scheduled or due).
     None,
-    /// It needs a value an engine has not produced yet.
+    /// It needs a value an engine has not produced yet, or a barrier
+    /// token that has not arrived.
     Data,
     /// An engine queue is full.
     QueueFull(Engine),
     /// Its engines must drain (program end, barrier).
     Drain,
-    /// Waiting at `tl.barrier` for the other ranks.
-    Barrier,
     /// `tl.wait_until`: a signal word has not reached its value.
     Signal,
     /// No programs left.
@@ -347,8 +346,9 @@ pub struct PeState {
     /// When the last operation of the PE finished.
     pub last_done_ps: u64,
     pub end_ps: u64,
-    /// Arrived at the current barrier.
-    pub at_barrier: bool,
+    /// Rounds of the current barrier begun (0: not in one): its token of
+    /// round `barrier_round - 1` is the one it waits for.
+    pub barrier_round: u8,
     /// A blocking receive or wait: issue resumes when this is ready.
     pub wait_for: Option<Rc<Slot>>,
     /// Per address-generation cone (`Sim::cones`), its last evaluation.
@@ -412,7 +412,7 @@ impl PeState {
             busy_ps: [0; Engine::COUNT + 1],
             last_done_ps: t0,
             end_ps: t0,
-            at_barrier: false,
+            barrier_round: 0,
             wait_for: None,
             cone_memo: vec![ConeMemo::default(); n_cones],
             dir_queues: [[u32::MAX; Direction::COUNT]; 2],

@@ -244,8 +244,9 @@ pub enum WaitReason {
     QueueFull { to_rank: u32, used: u32, slots: u32 },
     /// A receive waits for a message from `from_rank`.
     NoData { from_rank: u32 },
-    /// Waiting at `tl.barrier` for the other ranks.
-    Barrier { arrived: u32, world: u32 },
+    /// Waiting at `tl.barrier` for the token of round `round` (of
+    /// `rounds`) from `from_rank`.
+    Barrier { from_rank: u32, round: u32, rounds: u32 },
     /// `tl.wait_until` on a signal word that never gets its value.
     Signal,
     /// Waiting for one of its own operations that cannot start.
@@ -292,9 +293,13 @@ pub fn render_deadlock(
                     b.rank, b.pe
                 )
             }
-            WaitReason::Barrier { arrived, world } => {
+            WaitReason::Barrier {
+                from_rank,
+                round,
+                rounds,
+            } => {
                 format!(
-                    "rank {} {} waits at the barrier ({arrived} of {world} ranks arrived)",
+                    "rank {} {} waits at the barrier for the token of rank {from_rank} (round {round} of {rounds})",
                     b.rank, b.pe
                 )
             }
