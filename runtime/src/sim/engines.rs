@@ -1118,13 +1118,11 @@ impl Sim<'_> {
     fn send_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) -> Result<(), SimError> {
         let q = &mut self.queues.queues[queue as usize];
         let dst = q.dst as usize;
-        if q.token_waiter.as_ref().is_some_and(|(m, _)| *m == msg) {
+        if let Some((_, token)) = q.token_waiter.take_if(|(m, _)| *m == msg) {
             // A barrier token its receiver waits for: taken as it arrives
             // (or when the receiver came for it, if its clock is ahead).
             let taken = end_ps.max(self.pes[dst].issue_ps);
-            if let Some((_, token)) = self.queues.queues[queue as usize].token_waiter.take() {
-                token.ready_ps.set(taken);
-            }
+            token.ready_ps.set(taken);
             self.slots_freed(queue, msg, taken);
             if self.pes[dst].stall == Stall::Data {
                 self.wake_issue(dst);

@@ -262,11 +262,21 @@ pub struct Blocked {
     pub reason: WaitReason,
 }
 
-fn buffer(color: ColorMode) -> term::termcolor::Buffer {
-    match color {
+/// `d` rendered the way rustc renders, with or without colour.
+fn emit(sources: &SourceMap, d: &cs::Diagnostic<kernbench_compiler::span::FileId>, color: ColorMode) -> String {
+    let mut out = match color {
         ColorMode::Always => term::termcolor::Buffer::ansi(),
         ColorMode::Never => term::termcolor::Buffer::no_color(),
-    }
+    };
+    let _ = term::emit(&mut out, &term::Config::default(), sources, d);
+    String::from_utf8_lossy(out.as_slice()).into_owned()
+}
+
+/// A primary label on instruction `inst`'s source span: "in this `op`",
+/// after `who` when given.
+fn label_at(func: &Function, inst: Inst, who: &str) -> cs::Label<kernbench_compiler::span::FileId> {
+    let d = func.inst(inst);
+    cs::Label::primary(d.loc.file, d.loc.span.range()).with_message(format!("{who}in this `{}`", d.op.mnemonic()))
 }
 
 /// The deadlock diagnostic: every blocked PE, what it waits for, where.
@@ -335,9 +345,7 @@ pub fn render_deadlock(
         ))
         .with_labels(labels)
         .with_notes(notes);
-    let mut out = buffer(color);
-    let _ = term::emit(&mut out, &term::Config::default(), sources, &d);
-    String::from_utf8_lossy(out.as_slice()).into_owned()
+    emit(sources, &d, color)
 }
 
 /// Any simulation error, rendered for a terminal.
@@ -349,18 +357,14 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
             program,
             error,
         } => {
-            let inst = func.inst(error.inst);
             let [x, y, z] = program;
             let d = cs::Diagnostic::error()
                 .with_message(format!(
                     "{} (kernel `{}`, rank {rank} {pe}, program ({x}, {y}, {z}))",
                     error.kind, func.name
                 ))
-                .with_labels(vec![cs::Label::primary(inst.loc.file, inst.loc.span.range())
-                    .with_message(format!("in this `{}`", inst.op.mnemonic()))]);
-            let mut out = buffer(color);
-            let _ = term::emit(&mut out, &term::Config::default(), sources, &d);
-            String::from_utf8_lossy(out.as_slice()).into_owned()
+                .with_labels(vec![label_at(func, error.inst, "")]);
+            emit(sources, &d, color)
         }
         SimError::Deadlock { time_ps, blocked } => render_deadlock(func, sources, *time_ps, blocked, color),
         SimError::TcmCapacity {
@@ -380,18 +384,11 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
                 return format!("error: {message}\n");
             };
             // The send or receive that opened the queue that did not fit.
-            let d = func.inst(*inst);
-            let diag = cs::Diagnostic::error()
+            let who = format!("rank {rank} {by_pe} opens queue {queues} into {pe} ");
+            let d = cs::Diagnostic::error()
                 .with_message(message)
-                .with_labels(vec![cs::Label::primary(d.loc.file, d.loc.span.range()).with_message(
-                    format!(
-                        "rank {rank} {by_pe} opens queue {queues} into {pe} in this `{}`",
-                        d.op.mnemonic()
-                    ),
-                )]);
-            let mut out = buffer(color);
-            let _ = term::emit(&mut out, &term::Config::default(), sources, &diag);
-            String::from_utf8_lossy(out.as_slice()).into_owned()
+                .with_labels(vec![label_at(func, *inst, &who)]);
+            emit(sources, &d, color)
         }
         SimError::Setup(m) => format!("error: {m}\n"),
     }
