@@ -534,8 +534,7 @@ impl Sim<'_> {
     }
 
     /// Parks a started operation and schedules its end.
-    fn finish_at(&mut self, p: usize, mut op: OpBox, start: u64, end: u64) {
-        op.start_ps = start;
+    fn finish_at(&mut self, p: usize, op: OpBox, end: u64) {
         let slot = self.pes[p].park(op);
         self.schedule(end, Ev::Done(p as u32, slot));
     }
@@ -587,7 +586,7 @@ impl Sim<'_> {
                     for (held, busy_ps) in work {
                         self.hold(p, held, (now, end), busy_ps, op.inst);
                     }
-                    self.finish_at(p, op, now, end);
+                    self.finish_at(p, op, end);
                     return Ok(());
                 }
                 let (place, bytes, ref hbm, write) = access.parts[0];
@@ -614,14 +613,13 @@ impl Sim<'_> {
                 };
                 self.occupy(p, e, (now, busy_end, end), op.inst);
                 if info.effect_at_end {
-                    self.finish_at(p, op, now, end);
+                    self.finish_at(p, op, end);
                 } else {
                     // A load samples memory when its transfer starts, and
                     // that settles it (see `sample`).
                     for s in &op.results {
                         s.ready_ps.set(end);
                     }
-                    op.start_ps = now;
                     op.end_ps = end;
                     if let Some(id) = op.mem_id() {
                         self.pes[p].mem_footprint(id, std::mem::take(&mut access.ranges));
@@ -655,7 +653,7 @@ impl Sim<'_> {
                 }
                 let tr = self.m.fabric.reserve(&route, size, &hbm, now + self.dma_setup_ps);
                 self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
-                self.finish_at(p, op, now, tr.end_ps);
+                self.finish_at(p, op, tr.end_ps);
             }
             OpKind::Send { queue, slots } => {
                 let (bytes, data) = match op.args.first() {
@@ -827,7 +825,15 @@ impl Sim<'_> {
                 }),
             )
         };
-        let (base, seg_end, place) = self.m.mem.extent_of(first).ok_or_else(fault)?;
+        let known = &self.pes[p].last_extent;
+        let (base, seg_end, place) = match known.get() {
+            Some(e @ (base, end, _)) if (base..end).contains(&first) => e,
+            _ => {
+                let e = self.m.mem.extent_of(first).ok_or_else(fault)?;
+                known.set(Some(e));
+                e
+            }
+        };
         self.check_reach(p, op, place, first, write)?;
         // Lanes beyond the first one's allocation (a gather across tensors)
         // must each be reachable too; their bytes are charged to the first

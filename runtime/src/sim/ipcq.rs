@@ -17,6 +17,10 @@ use rustc_hash::FxHashMap as HashMap;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
+/// A message in its queue. One cache line, aligned (40 bytes at any
+/// offset would often take two): its send writes it, its receive reads
+/// it, each cold on a launch of thousands of PEs.
+#[repr(align(64))]
 pub struct Msg {
     pub data: RtValue,
     pub bytes: u64,
@@ -26,6 +30,10 @@ pub struct Msg {
     pub arrived_ps: u64,
 }
 
+/// A queue's state: three cache lines, aligned (at any offset it would
+/// span four more often than not). A send and its receive each read most
+/// of it, cold on a launch of thousands of PEs.
+#[repr(align(64))]
 pub struct Queue {
     /// The sender and the receiver (PE indices of the launch).
     pub src: u32,
@@ -61,6 +69,9 @@ pub struct Queue {
     /// started): the send fills the slot with the token's arrival.
     pub token_waiter: Option<(u64, Rc<super::pe::Slot>)>,
 }
+
+const _: () = assert!(std::mem::size_of::<Msg>() == 64);
+const _: () = assert!(std::mem::size_of::<Queue>() == 192);
 
 impl Queue {
     pub fn msg(&self, m: u64) -> Option<&Msg> {

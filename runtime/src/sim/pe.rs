@@ -17,6 +17,7 @@ use kernbench_compiler::sema::types::{DType, Direction};
 use smallvec::SmallVec;
 use std::cell::{Cell, OnceCell};
 use std::collections::VecDeque;
+use std::ptr::NonNull;
 use std::rc::Rc;
 
 /// Captured operands: most operations have few.
@@ -120,10 +121,11 @@ pub struct OpRec {
     /// When the issue unit dispatched it (filled when queued): it starts
     /// no earlier, whatever wakes its engine.
     pub issued_ps: u64,
-    /// Filled when it starts: when it began, for the trace and statistics.
-    pub start_ps: u64,
     /// A load's end, from its start until it samples memory.
     pub end_ps: u64,
+    /// The operation behind it in its engine's queue ([`OpFifo`], which
+    /// owns it).
+    next: Option<NonNull<OpRec>>,
 }
 
 const _: () = assert!(std::mem::size_of::<OpRec>() == 192);
@@ -151,7 +153,6 @@ impl OpPool {
                 op.kind = kind;
                 op.mem_id = mem_id.unwrap_or(NO_MEM_OP);
                 op.issued_ps = 0;
-                op.start_ps = 0;
                 op.end_ps = 0;
                 op
             }
@@ -162,8 +163,8 @@ impl OpPool {
                 results: SmallVec::new(),
                 mem_id: mem_id.unwrap_or(NO_MEM_OP),
                 issued_ps: 0,
-                start_ps: 0,
                 end_ps: 0,
+                next: None,
             }),
         }
     }
@@ -190,10 +191,90 @@ impl OpRec {
     }
 }
 
+/// Operations in order, linked through their records: the head is in the
+/// queue itself, so the engine reaches it with no separate buffer to read
+/// (one cold line fewer per engine event on a launch of thousands of PEs,
+/// and the event loop can prefetch the head from the engine's line).
+/// Linked as `std::collections::LinkedList` is: the queue owns its
+/// records as raw pointers from `Box::into_raw`, one box again each when
+/// it leaves.
+#[derive(Default)]
+pub struct OpFifo {
+    head: Option<NonNull<OpRec>>,
+    tail: Option<NonNull<OpRec>>,
+    len: usize,
+}
+
+impl OpFifo {
+    #[inline]
+    pub fn front(&self) -> Option<&OpRec> {
+        // SAFETY: `head` is a record this queue owns (from `Box::into_raw`,
+        // freed only by `pop_front`), and nothing else refers to it while
+        // the queue is borrowed.
+        self.head.map(|op| unsafe { op.as_ref() })
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.head.is_none()
+    }
+
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn push_back(&mut self, mut op: OpBox) {
+        op.next = None;
+        let op = NonNull::from(Box::leak(op));
+        match self.tail {
+            None => self.head = Some(op),
+            // SAFETY: `tail` is the last record this queue owns, and no
+            // reference to it is alive (`front`'s borrows the queue).
+            Some(mut last) => unsafe { last.as_mut().next = Some(op) },
+        }
+        self.tail = Some(op);
+        self.len += 1;
+    }
+
+    pub fn pop_front(&mut self) -> Option<OpBox> {
+        let first = self.head?;
+        // SAFETY: `head` came from `Box::into_raw` (`Box::leak`) in
+        // `push_back` and leaves the queue here, once.
+        let mut op = unsafe { Box::from_raw(first.as_ptr()) };
+        self.head = op.next.take();
+        if self.head.is_none() {
+            self.tail = None;
+        }
+        self.len -= 1;
+        Some(op)
+    }
+}
+
+impl Drop for OpFifo {
+    fn drop(&mut self) {
+        while self.pop_front().is_some() {}
+    }
+}
+
+impl std::fmt::Debug for OpFifo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut list = f.debug_list();
+        let mut at = self.front();
+        while let Some(op) = at {
+            list.entry(&(op.inst, op.kind));
+            // SAFETY: as in `front`: every linked record is owned by the
+            // queue borrowed here.
+            at = op.next.map(|next| unsafe { next.as_ref() });
+        }
+        list.finish()
+    }
+}
+
 /// An engine's FIFO queue.
 #[derive(Debug, Default)]
 pub struct EngineQueue {
-    pub queue: VecDeque<OpBox>,
+    pub queue: OpFifo,
     /// When the engine can start its next operation.
     pub free_at_ps: u64,
     /// The earliest pending kick event (avoids duplicates).
@@ -359,6 +440,12 @@ pub struct PeState {
     /// The last route of a DMA from (`[0]`) and to (`[1]`) a memory, with
     /// that memory's endpoint.
     pub dma_routes: [Option<(Endpoint, Rc<Route>)>; 2],
+    /// The allocation the PE's last memory operation went to (its first
+    /// and one-past-last address, its placement): a kernel's accesses
+    /// mostly stay in one, and allocations do not move during a launch,
+    /// so the next one in it needs no lookup (whose lines are cold on a
+    /// launch of thousands of PEs).
+    pub last_extent: Cell<Option<(u64, u64, super::Placement)>>,
 }
 
 /// Asks the CPU to bring the cache line holding `at` into its caches: a
@@ -417,6 +504,7 @@ impl PeState {
             cone_memo: vec![ConeMemo::default(); n_cones],
             dir_queues: [[u32::MAX; Direction::COUNT]; 2],
             dma_routes: [None, None],
+            last_extent: Cell::new(None),
         }
     }
 
@@ -706,5 +794,49 @@ impl PeState {
         while self.mem_ops.front().is_some_and(|m| m.done || m.done_at_ps <= now_ps) {
             self.mem_ops.pop_front();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernbench_compiler::ir::Inst;
+
+    /// The linked queue against a `VecDeque` under a pseudo-random mix of
+    /// pushes and pops: the same operations in the same order, the same
+    /// length; and dropping it with operations inside releases them (their
+    /// result slots are let go).
+    #[test]
+    fn op_fifo_is_a_fifo_and_drops_what_it_holds() {
+        let mut pool = OpPool::default();
+        let mut fifo = OpFifo::default();
+        let mut reference = std::collections::VecDeque::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for n in 0..2_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 3 != 0 {
+                fifo.push_back(pool.take(Inst::from_u32(n), OpKind::Group(n as usize), None));
+                reference.push_back(n);
+            } else {
+                let got = fifo.pop_front().map(|op| {
+                    let n = op.inst.as_u32();
+                    pool.give(op);
+                    n
+                });
+                assert_eq!(got, reference.pop_front());
+            }
+            assert_eq!(fifo.len(), reference.len());
+            assert_eq!(fifo.is_empty(), reference.is_empty());
+            assert_eq!(fifo.front().map(|op| op.inst.as_u32()), reference.front().copied());
+        }
+        let slot = Slot::new();
+        let mut op = pool.take(Inst::from_u32(0), OpKind::Group(0), None);
+        op.results.push(slot.clone());
+        fifo.push_back(op);
+        assert_eq!(Rc::strong_count(&slot), 2);
+        drop(fifo);
+        assert_eq!(Rc::strong_count(&slot), 1, "dropping the queue frees its operations");
     }
 }
