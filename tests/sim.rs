@@ -1881,3 +1881,180 @@ def walk(out: ptr[i32], limit: i32):
         assert_eq!(got, want, "limit = {limit}");
     }
 }
+
+// ----- launches over several SIPs (one logical process per SIP) -----
+
+const TWO_INTO_ONE: &str = "
+@kernel
+def k(buf: ptr[i32], N: constexpr = 1024):
+    lanes = tl.arange(0, N)
+    r = tl.rank()
+    if r == 1:
+        x = tl.recv(2, [N], i32)
+        y = tl.recv(0, [N], i32)
+        tl.store(buf + lanes, x * 1000 + y)
+    else:
+        tl.send(1, tl.load(buf + lanes))
+";
+
+/// A transfer into another SIP books that SIP's links when its head gets
+/// there, not when its sender starts: rank 0 (SIP 0) and rank 2 (SIP 1)
+/// send to rank 1 (SIP 1) at the same time, over the same last links
+/// (router→PE, TCM write port). Rank 2's message, whose head is there
+/// first, goes first and arrives as on an idle path, long before rank 0's
+/// has crossed the SIP link (a booking at the sender's start would have
+/// queued it behind rank 0's message, a SIP link latency later).
+#[test]
+fn a_transfer_into_another_sip_books_its_links_when_its_head_gets_there() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(TWO_INTO_ONE, "k", &[]);
+    let pes = vec![pe(0, 0, 0), pe(1, 0, 0), pe(1, 0, 1)];
+    let run = simulate(
+        &topo,
+        pes,
+        &func,
+        vec![tensor(
+            "buf",
+            i32s(&[3, 1024], |k| (k % 1024) as i32 + (k / 1024) as i32),
+            &["shard", "tcm"],
+        )],
+        None,
+        true,
+    )
+    .expect("runs");
+    let out = &run.tensors[0];
+    for k in 0..1024 {
+        assert_eq!(
+            elem::to_i64(DType::I32, out.get_bits(1024 + k)),
+            (k as i64 + 2) * 1000 + k as i64,
+            "rank 1 combined both messages"
+        );
+    }
+    let sends: Vec<&sim::Slice> = run.report.slices.iter().filter(|s| s.engine == Engine::Send).collect();
+    let send = |rank: u32| *sends.iter().find(|s| s.rank == rank).expect("a send");
+    let (far, near) = (send(0), send(2));
+    assert_eq!(far.start_ps, near.start_ps, "both send at the same time");
+    let s = &topo.spec;
+    let sip_latency = ps(s.system.sip_link.latency_ns.0);
+    // Rank 2 to rank 1 on an idle path: PE→router, router→PE (same
+    // corner), TCM write port.
+    let (bytes, head) = (4096.0, s.fabric.packet_bytes.0 as f64);
+    let (link_bw, hop) = (
+        s.cube.router.link_bandwidth_bytes_per_ns.0,
+        s.cube.router.hop_latency_ns.0,
+    );
+    let tcm_w = s.pe.tcm.write_bandwidth_bytes_per_ns.0;
+    let idle = ps(2.0 * hop + s.pe.tcm.latency_ns.0 + 2.0 * head / link_bw + head / tcm_w + (bytes - head) / link_bw);
+    let got = (near.done_ps - near.start_ps) as f64;
+    assert!(rel(got, idle) < 1e-3, "rank 2's message took {got} ps, idle {idle} ps");
+    assert!(
+        (far.start_ps as f64 + sip_latency) > near.done_ps as f64,
+        "rank 2's message is in before rank 0's could cross the SIP link"
+    );
+    // Rank 1 takes rank 2's message first, then rank 0's once it is in.
+    let recvs: Vec<&sim::Slice> = run
+        .report
+        .slices
+        .iter()
+        .filter(|s| s.rank == 1 && s.engine == Engine::Recv)
+        .collect();
+    assert_eq!(recvs.len(), 2);
+    assert!(recvs[0].start_ps >= near.done_ps && (recvs[0].start_ps as f64) < far.start_ps as f64 + sip_latency);
+    assert!(recvs[1].start_ps as f64 > far.start_ps as f64 + sip_latency);
+}
+
+const PUT_FAR: &str = "
+@kernel
+def put(buf: ptr[i32], N: constexpr = 512):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        tl.store(tl.symm_at(buf + offs, 1), tl.load(buf + offs) + 1)
+";
+
+/// A put into another SIP's memory writes there when its last byte is in
+/// and ends, for the PE that issued it, when the acknowledgement is back:
+/// the idle transfer (PE→router, SIP link, SRAM port: latency sum, head
+/// packet stored and forwarded, the rest at the SIP link's bandwidth) plus
+/// the latency back (SRAM port, SIP link, router→PE).
+#[test]
+fn a_put_into_another_sip_ends_when_its_acknowledgement_is_back() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(PUT_FAR, "put", &[]);
+    let run = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(1, 0, 0)],
+        &func,
+        vec![tensor("buf", i32s(&[2, 512], |k| k as i32), &["shard", "sram"])],
+        None,
+        true,
+    )
+    .expect("runs");
+    for i in 0..512 {
+        assert_eq!(
+            elem::to_i64(DType::I32, run.tensors[0].get_bits(512 + i)),
+            i as i64 + 1,
+            "rank 1's copy holds the put"
+        );
+    }
+    let store = slice_of(&run, &func, "store");
+    let s = &topo.spec;
+    let (bytes, head) = (2048.0, s.fabric.packet_bytes.0 as f64);
+    let (router_bw, hop) = (
+        s.cube.router.link_bandwidth_bytes_per_ns.0,
+        s.cube.router.hop_latency_ns.0,
+    );
+    let (sip_bw, sip_lat) = (
+        s.system.sip_link.bandwidth_bytes_per_ns.0,
+        s.system.sip_link.latency_ns.0,
+    );
+    let (sram_bw, sram_lat) = (s.cube.sram.bandwidth_bytes_per_ns.0, s.cube.sram.latency_ns.0);
+    let setup = s.pe.dma.setup_cycles as f64 / s.clock_ghz.0;
+    let transfer =
+        hop + sip_lat + sram_lat + head / router_bw + head / sip_bw + head / sram_bw + (bytes - head) / sip_bw;
+    let back = sram_lat + sip_lat + hop;
+    let want = store.start_ps as f64 + ps(setup + transfer + back);
+    let end = run.report.pes[0].end_ps as f64;
+    assert!(rel(end, want) < 1e-3, "rank 0 ends at {end} ps, closed form {want} ps");
+}
+
+/// A message between SIPs that are not neighbours crosses a SIP with no
+/// PE of the launch (two SIP links of the `large` torus): the ring
+/// all-reduce over ranks on SIPs 0, 2 and 10 still gives exact sums.
+#[test]
+fn messages_cross_sips_without_pes_of_the_launch() {
+    let topo = Topology::load("large").expect("preset");
+    let file = repo_root().join("tests/sim/ring_allreduce.tl");
+    let (func, _) = kernbench_tests::exec::lower_path(
+        &file,
+        "ring_allreduce",
+        &[("T", Konst::DType(DType::I32)), ("CHUNK", Konst::Int(64))],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let pes = vec![pe(0, 3, 1), pe(2, 0, 0), pe(10, 5, 7)];
+    let n = 1000;
+    let data = i32s(&[3, n], |k| (k * 31 % 977) as i32 - 400);
+    let run = simulate(
+        &topo,
+        pes,
+        &func,
+        vec![tensor("buf", data.clone(), &["shard"]), scalar_i32(n as i64)],
+        None,
+        false,
+    )
+    .expect("runs");
+    for i in 0..n {
+        let want: i64 = (0..3).map(|r| elem::to_i64(DType::I32, data.get_bits(r * n + i))).sum();
+        for r in 0..3 {
+            assert_eq!(elem::to_i64(DType::I32, run.tensors[0].get_bits(r * n + i)), want);
+        }
+    }
+    // Every hop of the way was booked: both SIP links out of SIP 0 towards
+    // SIP 2 carried the messages of rank 0.
+    let busy = |from: u32, to: u32| {
+        run.report
+            .links
+            .iter()
+            .any(|l| l.id == sim::LinkId::SipLink { from, to } && l.bytes > 0)
+    };
+    assert!(busy(0, 1) && busy(1, 2), "rank 0's messages crossed SIP 1");
+}

@@ -18,7 +18,9 @@
 //!   arrived, copies it out of the slots, and the credits travel back to
 //!   the sender when the copy is done.
 
-use super::events::{Ev, Sim};
+use super::events::{Cross, Ev, Sim, Then};
+use super::fabric::{Booked, Endpoint, Route};
+use super::ipcq::Half;
 use super::pe::{OpBox, OpKind, OpRec, Ranges, Stall, Val};
 use super::{cost, Engine, Placement, SimError};
 use crate::topology::{Backpressure, Topology};
@@ -45,7 +47,7 @@ struct Access {
 }
 
 /// Bytes per HBM pseudo-channel.
-type Channels = SmallVec<[u64; 8]>;
+pub(super) type Channels = SmallVec<[u64; 8]>;
 
 fn pointee(ty: &Type) -> DType {
     match ty.elem() {
@@ -421,7 +423,7 @@ impl Sim<'_> {
             let mut access = None;
             match head.kind {
                 // Its message has arrived (checked above).
-                OpKind::Recv { .. } => {}
+                OpKind::Recv { .. } | OpKind::Remote => {}
                 OpKind::Notify { .. } => {
                     // Every earlier memory operation has finished.
                     let mine = head.mem_id();
@@ -592,6 +594,19 @@ impl Sim<'_> {
                 let (place, bytes, ref hbm, write) = access.parts[0];
                 let me = self.coords[p];
                 let t0 = now + self.dma_setup_ps;
+                if info.effect_at_end && self.elsewhere(place.sip()) {
+                    let hbm = hbm.clone();
+                    return self.remote_put(p, e, op, (place, bytes, hbm), t0, |op, pe, slot| Then::Put {
+                        pe,
+                        slot,
+                        g,
+                        inputs: op
+                            .args
+                            .iter()
+                            .map(|(_, v)| v.data().cloned().unwrap_or(RtValue::Scalar(0)))
+                            .collect(),
+                    });
+                }
                 // The engine is busy until the transfer's tail has left the
                 // first stage; the rest of the path overlaps with the next.
                 let (busy_end, end, transfer_start) = if bytes == 0 {
@@ -645,13 +660,28 @@ impl Sim<'_> {
                     self.pes[p].mem_started(id, smallvec![(addr, addr + size, true)], false);
                     self.kick_waiting(p);
                 }
-                let route = self.m.fabric.core_route(self.coords[p], place.endpoint(), true);
                 let mut hbm = Channels::new();
                 if let Placement::Hbm(_) = place {
                     hbm = smallvec![0; self.m.fabric.channels() as usize];
                     self.m.fabric.split_contiguous(addr, size, &mut hbm);
                 }
-                let tr = self.m.fabric.reserve(&route, size, &hbm, now + self.dma_setup_ps);
+                let t0 = now + self.dma_setup_ps;
+                if self.elsewhere(place.sip()) {
+                    let OpKind::Notify { bits, size, .. } = op.kind else {
+                        unreachable!("matched above")
+                    };
+                    return self.remote_put(p, e, op, (place, u64::from(size), hbm), t0, |_, pe, slot| {
+                        Then::Notify {
+                            pe,
+                            slot,
+                            addr,
+                            bits,
+                            size,
+                        }
+                    });
+                }
+                let route = self.m.fabric.core_route(self.coords[p], place.endpoint(), true);
+                let tr = self.m.fabric.reserve(&route, size, &hbm, t0);
                 self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
                 self.finish_at(p, op, tr.end_ps);
             }
@@ -666,22 +696,48 @@ impl Sim<'_> {
                 };
                 let q = &mut self.queues.queues[queue as usize];
                 q.credits -= slots;
-                let msg = q.first_msg + q.msgs.len() as u64;
-                let (route, hbm) = self.buffer_route(queue, msg, bytes, true);
-                let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
-                let end = tr.end_ps;
-                let q = &mut self.queues.queues[queue as usize];
-                q.msgs.push_back(super::ipcq::Msg {
-                    data,
+                let msg = q.sent;
+                q.sent += 1;
+                let (src, dst, control) = (q.src, q.dst, q.control);
+                let (route, hbm, ends) = self.buffer_route(queue, msg, bytes, true);
+                let inst = op.inst;
+                let booked = self.book(&route, ends, bytes, &hbm, now, || Then::Message {
+                    src,
+                    dst,
+                    control,
+                    msg,
                     bytes,
                     slots,
-                    arrived_ps: end,
+                    data: data.clone(),
+                    inst,
                 });
-                self.occupy(p, e, (now, tr.injected_ps, end), op.inst);
-                // Everything its end does is known now: it needs no event.
-                self.op_pool.give(op);
-                self.send_settled(p, queue, msg, end)?;
+                match booked {
+                    Booked::Done(tr) => {
+                        let end = tr.end_ps;
+                        let q = &mut self.queues.queues[queue as usize];
+                        q.msgs.push_back(super::ipcq::Msg {
+                            data,
+                            bytes,
+                            slots,
+                            arrived_ps: end,
+                        });
+                        self.occupy(p, e, (now, tr.injected_ps, end), op.inst);
+                        // Everything its end does is known now: it needs no
+                        // event.
+                        self.op_pool.give(op);
+                        self.send_settled(p, queue, msg, end)?;
+                    }
+                    // Its receiver is on another SIP, whose process takes
+                    // it over: for the sender it is done when its tail has
+                    // left this SIP.
+                    Booked::HandOff(tr, _) => {
+                        self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
+                        self.op_pool.give(op);
+                        self.op_settled(p, tr.end_ps, false)?;
+                    }
+                }
             }
+            OpKind::Remote => {}
             OpKind::Recv { queue, msg } => {
                 let func = self.l.func;
                 let r = func.inst(op.inst).results[0];
@@ -705,7 +761,7 @@ impl Sim<'_> {
                         )),
                     ));
                 }
-                let (route, hbm) = self.buffer_route(queue, msg, bytes, false);
+                let (route, hbm, _) = self.buffer_route(queue, msg, bytes, false);
                 let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
                 let end = tr.end_ps;
                 if let Some(s) = op.results.first() {
@@ -755,12 +811,18 @@ impl Sim<'_> {
         msg: u64,
         bytes: u64,
         to_slots: bool,
-    ) -> (Rc<super::fabric::Route>, Channels) {
+    ) -> (Rc<Route>, Channels, (Endpoint, Endpoint)) {
         let q = &self.queues.queues[queue as usize];
         let owner_pe = self.coords[q.dst as usize];
         let ipcq = &self.ipcq;
         let place = Placement::near(ipcq.buffer_space, owner_pe);
         let offset = self.ipcq_slots.rem(msg) * ipcq.slot_size_bytes.0;
+        let core = Endpoint::Core(self.coords[if to_slots { q.src } else { q.dst } as usize]);
+        let ends = if to_slots {
+            (core, place.endpoint())
+        } else {
+            (place.endpoint(), core)
+        };
         let route = match &q.routes[to_slots as usize] {
             Some(r) => r.clone(),
             None => {
@@ -776,7 +838,7 @@ impl Sim<'_> {
             hbm = smallvec![0; self.m.fabric.channels() as usize];
             self.m.fabric.split_contiguous(offset, bytes, &mut hbm);
         }
-        (route, hbm)
+        (route, hbm, ends)
     }
 
     /// Runs a data-path group on the operation's captured operands.
@@ -936,6 +998,19 @@ impl Sim<'_> {
             }
             let place = self.m.mem.placement_of(addr).ok_or_else(fault)?;
             self.check_reach(p, op, place, addr, write)?;
+            if self.elsewhere(place.sip()) {
+                // Its pipeline books all its traffic when it starts, which
+                // the SIP holding `out` books itself in a launch over
+                // several SIPs.
+                return Err(self.exec_error(
+                    p,
+                    op.inst,
+                    ExecErrorKind::Unsupported(format!(
+                        "tl.gemm writes its output at {addr:#x}, in the {place}, on another SIP: in a launch over \
+                         several SIPs it writes on its own SIP (move the result with a store or tl.send)"
+                    )),
+                ));
+            }
             let mut hbm = Channels::new();
             if let Placement::Hbm(_) = place {
                 hbm = smallvec![0; self.m.fabric.channels() as usize];
@@ -1122,18 +1197,27 @@ impl Sim<'_> {
     /// last finish moves on, and an issue unit waiting for its engines to
     /// drain looks again.
     fn send_settled(&mut self, p: usize, queue: u32, msg: u64, end_ps: u64) -> Result<(), SimError> {
+        self.message_in(queue, msg, end_ps);
+        self.op_settled(p, end_ps, false)
+    }
+
+    /// The receiver's side of a send: message `msg` of `queue` (the whole
+    /// queue, or its receiver's half) is in the slots at `end_ps`, known
+    /// now. A barrier token the receiver waits for is taken as it arrives
+    /// (or when the receiver came for it, if its clock is ahead); a
+    /// receive of it at the head of the receive engine starts then, or
+    /// once it is dispatched and the engine is free.
+    fn message_in(&mut self, queue: u32, msg: u64, end_ps: u64) {
         let q = &mut self.queues.queues[queue as usize];
         let dst = q.dst as usize;
         if let Some((_, token)) = q.token_waiter.take_if(|(m, _)| *m == msg) {
-            // A barrier token its receiver waits for: taken as it arrives
-            // (or when the receiver came for it, if its clock is ahead).
             let taken = end_ps.max(self.pes[dst].issue_ps);
             token.ready_ps.set(taken);
             self.slots_freed(queue, msg, taken);
             if self.pes[dst].stall == Stall::Data {
                 self.wake_issue(dst);
             }
-            return self.op_settled(p, end_ps, false);
+            return;
         }
         if let Some((waiting, not_before)) = q.waiting_recv {
             if waiting == msg {
@@ -1143,7 +1227,6 @@ impl Sim<'_> {
                 self.request_kick(dst, Engine::Recv, end_ps.max(not_before));
             }
         }
-        self.op_settled(p, end_ps, false)
     }
 
     /// A receive of message `msg` of `queue` started and its copy out of
@@ -1174,7 +1257,35 @@ impl Sim<'_> {
             }
         };
         let q = &mut self.queues.queues[queue as usize];
+        if q.half == Half::Recv {
+            let (src, dst, control) = (q.src, q.dst, q.control);
+            let lp = self.lp_of[src as usize];
+            self.hand_off(
+                lp,
+                Cross::Credits {
+                    src,
+                    dst,
+                    control,
+                    back_ps: end_ps + back,
+                    slots,
+                },
+            );
+            return;
+        }
         q.returning.push_back((end_ps + back, slots));
+        if q.sender_waiting {
+            self.retry_sender(queue);
+        }
+    }
+
+    /// Credits of queue `(src, dst, control)` handed back by its
+    /// receiver's process arrive at its sender at `back_ps`.
+    pub(super) fn credits_back(&mut self, src: u32, dst: u32, control: bool, back_ps: u64, slots: u32) {
+        let Some(queue) = self.queues.find(src, dst, control, Half::Send) else {
+            return;
+        };
+        let q = &mut self.queues.queues[queue as usize];
+        q.returning.push_back((back_ps, slots));
         if q.sender_waiting {
             self.retry_sender(queue);
         }
@@ -1219,10 +1330,17 @@ impl Sim<'_> {
         let mut waiters = std::mem::take(&mut self.signal_waiters);
         waiters.sort_unstable();
         waiters.dedup();
+        // A write reaches only its own SIP's memory: the waiters of other
+        // logical processes stay.
+        let lp = self.cur_lp as u16;
         for &q in &waiters {
-            if self.pes[q as usize].stall == Stall::Signal {
+            if self.lp_of[q as usize] == lp && self.pes[q as usize].stall == Stall::Signal {
                 self.wake_issue(q as usize);
             }
+        }
+        waiters.retain(|q| self.lp_of[*q as usize] != lp);
+        if !waiters.is_empty() {
+            self.signal_waiters.append(&mut waiters);
         }
         // Keep the allocation.
         waiters.clear();
@@ -1251,6 +1369,208 @@ impl Sim<'_> {
         let since = self.pes[p].engines[Engine::Send.index()].blocked_since.unwrap_or(c);
         let t = self.credits_noticed_at(since, c);
         self.request_kick(p, Engine::Send, t);
+    }
+
+    /// Whether memory on SIP `sip` belongs to another logical process
+    /// than the one running.
+    #[inline]
+    pub(super) fn elsewhere(&self, sip: u32) -> bool {
+        self.windowed()
+            && self
+                .lp_of_sip
+                .get(sip as usize)
+                .is_some_and(|&lp| lp as usize != self.cur_lp)
+    }
+
+    /// Books `route` (between `ends`) for `bytes` from `t0` as far as this
+    /// logical process's links go. The rest, on another SIP, is handed to
+    /// that SIP's process with `then()`, what to do when the transfer
+    /// ends there ([`Booked::HandOff`]); a transfer that stays here is
+    /// the caller's to finish ([`Booked::Done`]).
+    pub(super) fn book(
+        &mut self,
+        route: &Route,
+        ends: (Endpoint, Endpoint),
+        bytes: u64,
+        hbm: &Channels,
+        t0: u64,
+        then: impl FnOnce() -> Then,
+    ) -> Booked {
+        if !self.windowed() {
+            return Booked::Done(self.m.fabric.reserve(route, bytes, hbm, t0));
+        }
+        let progress = super::fabric::Progress::at_start(t0);
+        self.continue_transfer(route, ends, bytes, hbm, progress, then)
+    }
+
+    /// [`Self::book`] from where a transfer stands.
+    fn continue_transfer(
+        &mut self,
+        route: &Route,
+        (from, to): (Endpoint, Endpoint),
+        bytes: u64,
+        hbm: &Channels,
+        at: super::fabric::Progress,
+        then: impl FnOnce() -> Then,
+    ) -> Booked {
+        let (lp, lp_of_sip) = (self.cur_lp, &self.lp_of_sip);
+        let booked = self
+            .m
+            .fabric
+            .reserve_within(route, bytes, hbm, at, |sip| lp_of_sip[sip as usize] as usize == lp);
+        if let Booked::HandOff(_, at) = booked {
+            let next = self.lp_of_sip[self.m.fabric.stage_sip(route.stages[at.stage]) as usize];
+            self.hand_off(
+                next,
+                Cross::Transfer {
+                    from,
+                    to,
+                    bytes,
+                    hbm: hbm.clone(),
+                    at,
+                    then: then(),
+                },
+            );
+        }
+        booked
+    }
+
+    /// A store, atomic or notify of PE `p` into memory (`place`, `bytes`,
+    /// `hbm`) on another SIP, from `t0`: its transfer is handed to that
+    /// SIP's process, which writes when its last byte is in and sends an
+    /// acknowledgement back; the operation waits for it in flight.
+    #[allow(clippy::type_complexity)]
+    fn remote_put(
+        &mut self,
+        p: usize,
+        e: Engine,
+        mut op: OpBox,
+        (place, bytes, hbm): (Placement, u64, Channels),
+        t0: u64,
+        then: impl FnOnce(&OpRec, u32, u32) -> Then,
+    ) -> Result<(), SimError> {
+        let now = self.now;
+        let ends = (Endpoint::Core(self.coords[p]), place.endpoint());
+        let route = self.m.fabric.route(ends.0, ends.1);
+        let inst = op.inst;
+        op.kind = OpKind::Remote;
+        // Parked first: the hand-off names its slot.
+        let slot = self.pes[p].park(op);
+        let op_ref = self.pes[p].inflight[slot as usize].as_deref();
+        let Some(op_ref) = op_ref else { return Ok(()) };
+        let then = then(op_ref, p as u32, slot);
+        let tr = match self.book(&route, ends, bytes, &hbm, t0, || then) {
+            Booked::Done(tr) | Booked::HandOff(tr, _) => tr,
+        };
+        self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), inst);
+        Ok(())
+    }
+
+    /// A hand-off from another process (an [`Ev::Cross`] event): a
+    /// transfer whose head reaches this SIP now books the rest of its
+    /// route; a put whose last byte is in writes.
+    pub(super) fn take_over(&mut self, what: Cross) -> Result<(), SimError> {
+        match what {
+            Cross::Transfer {
+                from,
+                to,
+                bytes,
+                hbm,
+                at,
+                then,
+            } => {
+                let route = self.m.fabric.route(from, to);
+                let mut then = Some(then);
+                let booked = self.continue_transfer(&route, (from, to), bytes, &hbm, at, || {
+                    then.take().expect("handed on once")
+                });
+                match (booked, then) {
+                    (Booked::Done(tr), Some(then)) => self.transfer_in(then, tr.end_ps, to),
+                    _ => Ok(()),
+                }
+            }
+            Cross::Landed { then, to } => self.land(then, to),
+            Cross::Credits { .. } | Cross::Ack { .. } => Ok(()),
+        }
+    }
+
+    /// A transfer from another process ends here at `end_ps` (at `to`):
+    /// a message is in its receiver's slots (known now, as a local send
+    /// knows when it starts); a put or notify writes then.
+    fn transfer_in(&mut self, then: Then, end_ps: u64, to: Endpoint) -> Result<(), SimError> {
+        let Then::Message {
+            src,
+            dst,
+            control,
+            msg,
+            bytes,
+            slots,
+            data,
+            inst,
+        } = then
+        else {
+            return {
+                self.schedule_cross(end_ps, Cross::Landed { then, to });
+                Ok(())
+            };
+        };
+        let (queue, new) = self.queues.get(src, dst, control, Half::Recv);
+        if new && !control {
+            self.queue_slots_fit(dst as usize, src as usize, inst)?;
+        }
+        let q = &mut self.queues.queues[queue as usize];
+        debug_assert_eq!(msg, q.first_msg + q.msgs.len() as u64, "messages arrive in order");
+        q.msgs.push_back(super::ipcq::Msg {
+            data,
+            bytes,
+            slots,
+            arrived_ps: end_ps,
+        });
+        let l = &mut self.lps[self.cur_lp];
+        l.last_arrival_ps = l.last_arrival_ps.max(end_ps);
+        self.message_in(queue, msg, end_ps);
+        Ok(())
+    }
+
+    /// A put or notify from another process writes now, wakes this SIP's
+    /// signal waiters, and is acknowledged to its PE (the latency from
+    /// the memory back to its core).
+    fn land(&mut self, then: Then, to: Endpoint) -> Result<(), SimError> {
+        let (pe, slot, outs) = match then {
+            Then::Put { pe, slot, g, inputs } => {
+                let func = self.l.func;
+                let group = &self.plan.groups[g];
+                let r = with_fitted(group.inputs.iter().map(|v| func.ty(*v)).zip(inputs.iter()), |refs| {
+                    self.dp.run(func, self.plan, g, refs, &mut self.m.mem)
+                });
+                (pe, slot, r.map_err(|e| self.fail(pe as usize, e))?)
+            }
+            Then::Notify {
+                pe,
+                slot,
+                addr,
+                bits,
+                size,
+            } => {
+                use kernbench_compiler::datapath::Memory;
+                let _ = self.m.mem.write(addr, &bits.to_le_bytes()[..size as usize]);
+                (pe, slot, Outputs::new())
+            }
+            Then::Message { .. } => return Ok(()),
+        };
+        self.wake_signal_waiters();
+        let back = self.m.fabric.latency_ps(to, Endpoint::Core(self.coords[pe as usize]));
+        let lp = self.lp_of[pe as usize];
+        self.hand_off(
+            lp,
+            Cross::Ack {
+                pe,
+                slot,
+                at_ps: self.now + back,
+                outs,
+            },
+        );
+        Ok(())
     }
 
     /// When a sender waiting since `since_ps` notices credits that arrive

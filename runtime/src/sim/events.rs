@@ -10,9 +10,9 @@ use super::queue::EventQueue;
 use super::report::{Blocked, LinkStat, PeStat, Report, Slice, WaitReason};
 use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Communicator, Engine, Launch, Machine, Placement, SimError};
 use crate::topology::schema::Ipcq;
-use crate::topology::PeCoord;
+use crate::topology::{PeCoord, Topology};
 use kernbench_compiler::datapath::elem::compare_values;
-use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind, Fusion, GroupId, Plan};
+use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind, Fusion, GroupId, Plan, RtValue};
 use kernbench_compiler::ir::{BinaryOp, CmpOp, Function, Inst, Op, Value};
 use kernbench_compiler::sema::types::DType;
 use std::collections::HashSet;
@@ -27,6 +27,108 @@ pub(super) enum Ev {
     Done(u32, u32),
     /// A load's transfer starts and reads memory: PE, in-flight slot.
     Sample(u32, u32),
+    /// A hand-off from another logical process takes effect here: its
+    /// index among the process's `incoming`.
+    Cross(u32),
+}
+
+/// A logical process: the PEs of one SIP and its links, with an event
+/// queue of its own. A launch over several SIPs runs as one process per
+/// SIP of the machine, in windows of simulated time no longer than the
+/// SIP links' latency: within a window no process can affect another
+/// (whatever crosses a SIP link reaches the next SIP at least one latency
+/// later), so each runs its window on its own and what they hand each
+/// other is delivered between windows, in an order that depends only on
+/// who made it and in which order. A launch on one SIP is one process and
+/// runs with no windows.
+pub(super) struct Lp {
+    pub events: EventQueue<Ev>,
+    /// Hand-offs due here and not taken yet, by [`Ev::Cross`] index.
+    pub incoming: Vec<Option<Cross>>,
+    pub free_incoming: Vec<u32>,
+    /// When the last message of another process arrived here (the run
+    /// ends no earlier).
+    pub last_arrival_ps: u64,
+}
+
+impl Lp {
+    fn new() -> Lp {
+        Lp {
+            events: EventQueue::default(),
+            incoming: Vec::new(),
+            free_incoming: Vec::new(),
+            last_arrival_ps: 0,
+        }
+    }
+}
+
+/// What one logical process hands another (see [`Lp`]).
+pub(super) enum Cross {
+    /// A transfer's head reaches the first stage on the receiving SIP at
+    /// `at.arrive_ps`: it books the rest of its route from there (an event
+    /// then), and does `then` when its last byte is in.
+    Transfer {
+        from: Endpoint,
+        to: Endpoint,
+        bytes: u64,
+        hbm: super::engines::Channels,
+        at: super::fabric::Progress,
+        then: Then,
+    },
+    /// A put or notify from another process whose last byte is in at `to`
+    /// (an event of this process then): it writes.
+    Landed { then: Then, to: Endpoint },
+    /// Credits of the queue `(src, dst, control)` are back at its sender
+    /// at `back_ps`.
+    Credits {
+        src: u32,
+        dst: u32,
+        control: bool,
+        back_ps: u64,
+        slots: u32,
+    },
+    /// A put or notify into another SIP is acknowledged: PE `pe`'s
+    /// operation in in-flight slot `slot` ends at `at_ps`, with `outs`
+    /// (an atomic's old values).
+    Ack {
+        pe: u32,
+        slot: u32,
+        at_ps: u64,
+        outs: kernbench_compiler::datapath::Outputs,
+    },
+}
+
+/// What a transfer handed to another process does when it ends there.
+pub(super) enum Then {
+    /// Message `msg` of queue `(src, dst, control)` is in its receiver's
+    /// slots (sent by `inst`).
+    Message {
+        src: u32,
+        dst: u32,
+        control: bool,
+        msg: u64,
+        bytes: u64,
+        slots: u32,
+        data: RtValue,
+        inst: Inst,
+    },
+    /// PE `pe`'s store or atomic (group `g`, in-flight slot `slot`) writes
+    /// with its operands `inputs`, then is acknowledged.
+    Put {
+        pe: u32,
+        slot: u32,
+        g: usize,
+        inputs: Vec<RtValue>,
+    },
+    /// PE `pe`'s `tl.notify` (in-flight slot `slot`) writes its word, then
+    /// is acknowledged.
+    Notify {
+        pe: u32,
+        slot: u32,
+        addr: u64,
+        bits: u64,
+        size: u8,
+    },
 }
 
 /// A pure scalar instruction of at most three operands, decoded with its
@@ -248,8 +350,19 @@ pub(super) struct Sim<'a> {
     /// The launch's plan ([`Fusion::Compute`]: each group on one engine).
     pub plan: &'a Plan,
     pub pes: Vec<PeState>,
-    events: EventQueue<Ev>,
+    /// The logical processes (one, or one per SIP of the machine), the one
+    /// running, and each PE's and each SIP's.
+    pub lps: Vec<Lp>,
+    pub cur_lp: usize,
+    pub lp_of: Vec<u16>,
+    pub lp_of_sip: Vec<u16>,
+    /// The windows' length (see [`Lp`]).
+    pub window_ps: u64,
+    /// Hand-offs made in this window: to which process, and what.
+    pub outbox: Vec<(u16, Cross)>,
     pub now: u64,
+    /// The time of the latest event run, in any process.
+    latest_ps: u64,
     pub queues: Queues,
     /// Per PE: the TCM its live blocks and TCM allocations take, and the
     /// IPCQ queues into it so far (each holds its slots there when the
@@ -448,6 +561,18 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
             group_of.push(g as u32);
         }
     }
+    // One logical process per SIP of the machine when the launch spans
+    // several and the SIP links take time (the windows' length); one for
+    // the whole launch otherwise.
+    let n_sips = m.topo.spec.system.sips.0 as usize;
+    let window_ps = Topology::ns_to_ps(m.topo.spec.system.sip_link.latency_ns.0);
+    let spans_sips = coords.iter().any(|c| c.sip != coords[0].sip);
+    let (n_lps, lp_of_sip): (usize, Vec<u16>) = if spans_sips && window_ps > 0 && n_sips <= u16::MAX as usize {
+        (n_sips, (0..n_sips as u16).collect())
+    } else {
+        (1, vec![0; n_sips])
+    };
+    let lp_of = coords.iter().map(|c| lp_of_sip[c.sip as usize]).collect();
     let t = &m.topo;
     let mut sim = Sim {
         dispatch_ps: t.cycles_to_ps(t.spec.pe.dispatch_cycles.0),
@@ -467,8 +592,14 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
         coords,
         group_of,
         group_base,
-        events: EventQueue::default(),
+        lps: (0..n_lps).map(|_| Lp::new()).collect(),
+        cur_lp: 0,
+        lp_of,
+        lp_of_sip,
+        window_ps,
+        outbox: Vec::new(),
         now: start,
+        latest_ps: start,
         groups,
         scalar_ops: func
             .insts
@@ -500,8 +631,41 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
 }
 
 impl Sim<'_> {
+    /// Schedules `ev` at `t` in the logical process of its PE.
     pub fn schedule(&mut self, t: u64, ev: Ev) {
-        self.events.push(t, ev);
+        let lp = match ev {
+            Ev::Issue(p) | Ev::Kick(p, _) | Ev::Done(p, _) | Ev::Sample(p, _) => self.lp_of[p as usize] as usize,
+            Ev::Cross(_) => self.cur_lp,
+        };
+        self.lps[lp].events.push(t, ev);
+    }
+
+    /// Hands `what` to logical process `lp` (delivered after this window).
+    pub fn hand_off(&mut self, lp: u16, what: Cross) {
+        self.outbox.push((lp, what));
+    }
+
+    /// Schedules hand-off `what` to take effect in the running process at
+    /// `t` (an [`Ev::Cross`] event).
+    pub fn schedule_cross(&mut self, t: u64, what: Cross) {
+        let l = &mut self.lps[self.cur_lp];
+        let k = match l.free_incoming.pop() {
+            Some(k) => {
+                l.incoming[k as usize] = Some(what);
+                k
+            }
+            None => {
+                l.incoming.push(Some(what));
+                (l.incoming.len() - 1) as u32
+            }
+        };
+        self.schedule(t, Ev::Cross(k));
+    }
+
+    /// Whether the launch runs as several logical processes.
+    #[inline]
+    pub fn windowed(&self) -> bool {
+        self.lps.len() > 1
     }
 
     /// Makes sure PE `p`'s issue unit runs at `max(now, its clock)`.
@@ -594,7 +758,36 @@ impl Sim<'_> {
     }
 
     fn run_events(&mut self) -> Result<(), SimError> {
-        while let Some((t, ev)) = self.events.pop() {
+        if self.windowed() {
+            self.run_windows()?;
+        } else {
+            self.run_lp(0, u64::MAX)?;
+        }
+        let blocked = self.blocked();
+        if blocked.is_empty() {
+            Ok(())
+        } else {
+            // Stuck since the last PE reached the operation it waits in
+            // and its last operation ended: its issue clock, and the end of
+            // an operation settled when it started, may be past the last
+            // event.
+            let stuck_ps = self
+                .pes
+                .iter()
+                .filter(|pe| pe.stall != Stall::Finished)
+                .map(|pe| pe.issue_ps.max(pe.last_done_ps))
+                .fold(self.latest_ps.max(self.now), u64::max);
+            Err(SimError::Deadlock {
+                time_ps: stuck_ps,
+                blocked,
+            })
+        }
+    }
+
+    /// Runs logical process `lp`'s events before `until`.
+    fn run_lp(&mut self, lp: usize, until: u64) -> Result<(), SimError> {
+        self.cur_lp = lp;
+        while let Some((t, ev)) = self.lps[lp].events.pop_before(until) {
             self.now = t;
             self.events_run += 1;
             self.prefetch_next();
@@ -613,27 +806,79 @@ impl Sim<'_> {
                 }
                 Ev::Done(p, slot) => self.done(p as usize, slot)?,
                 Ev::Sample(p, slot) => self.sample(p as usize, slot)?,
+                Ev::Cross(k) => {
+                    let l = &mut self.lps[lp];
+                    let what = l.incoming.get_mut(k as usize).and_then(Option::take);
+                    l.free_incoming.push(k);
+                    if let Some(what) = what {
+                        self.take_over(what)?;
+                    }
+                }
             }
         }
-        let blocked = self.blocked();
-        if blocked.is_empty() {
-            Ok(())
-        } else {
-            // Stuck since the last PE reached the operation it waits in
-            // and its last operation ended: its issue clock, and the end of
-            // an operation settled when it started, may be past the last
-            // event.
-            let stuck_ps = self
-                .pes
-                .iter()
-                .filter(|pe| pe.stall != Stall::Finished)
-                .map(|pe| pe.issue_ps.max(pe.last_done_ps))
-                .fold(self.now, u64::max);
-            Err(SimError::Deadlock {
-                time_ps: stuck_ps,
-                blocked,
-            })
+        self.latest_ps = self.latest_ps.max(self.now);
+        Ok(())
+    }
+
+    /// The launch over several SIPs: every logical process runs a window,
+    /// then what they handed each other is delivered, until none has
+    /// anything left. An error stops the run at the end of its window;
+    /// of several, the earliest is reported (by time, then process), so
+    /// the outcome does not depend on the order the processes ran in.
+    fn run_windows(&mut self) -> Result<(), SimError> {
+        let mut from = self.now;
+        loop {
+            let until = from.saturating_add(self.window_ps);
+            let mut first: Option<(u64, usize, SimError)> = None;
+            for lp in 0..self.lps.len() {
+                if let Err(e) = self.run_lp(lp, until) {
+                    if first.as_ref().is_none_or(|(t, _, _)| self.now < *t) {
+                        first = Some((self.now, lp, e));
+                    }
+                }
+            }
+            if let Some((_, _, e)) = first {
+                return Err(e);
+            }
+            self.now = until;
+            self.deliver()?;
+            let next = self.lps.iter().filter_map(|l| l.events.peek_time()).min();
+            match next {
+                Some(t) => from = t.max(until),
+                None => break,
+            }
         }
+        Ok(())
+    }
+
+    /// Delivers the window's hand-offs, in the order they were made (each
+    /// process's in its own order, the processes in turn).
+    fn deliver(&mut self) -> Result<(), SimError> {
+        let outbox = std::mem::take(&mut self.outbox);
+        for (lp, what) in outbox {
+            self.cur_lp = lp as usize;
+            match what {
+                Cross::Transfer { at, .. } => self.schedule_cross(at.arrive_ps, what),
+                Cross::Landed { .. } => {}
+                Cross::Credits {
+                    src,
+                    dst,
+                    control,
+                    back_ps,
+                    slots,
+                } => self.credits_back(src, dst, control, back_ps, slots),
+                Cross::Ack { pe, slot, at_ps, outs } => {
+                    if let Some(Some(op)) = self.pes[pe as usize].inflight.get(slot as usize) {
+                        for (s, v) in op.results.iter().zip(outs) {
+                            let _ = s.data.set(v);
+                            s.ready_ps.set(at_ps);
+                        }
+                    }
+                    self.schedule(at_ps, Ev::Done(pe, slot));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Starts fetching the PE state the next two events will read, when
@@ -648,13 +893,15 @@ impl Sim<'_> {
             Ev::Issue(p) => (p, EventKind::Issue),
             Ev::Kick(p, e) => (p, EventKind::Kick(e as usize)),
             Ev::Done(p, slot) | Ev::Sample(p, slot) => (p, EventKind::Finish(slot)),
+            Ev::Cross(_) => (u32::MAX, EventKind::Issue),
         };
-        if let Some((p, kind)) = self.events.peek_now(1).map(at) {
+        let events = &self.lps[self.cur_lp].events;
+        if let Some((p, kind)) = events.peek_now(1).map(at) {
             if let Some(pe) = self.pes.get(p as usize) {
                 pe.prefetch_state(kind);
             }
         }
-        if let Some((p, kind)) = self.events.peek_now(0).map(at) {
+        if let Some((p, kind)) = events.peek_now(0).map(at) {
             if let Some(pe) = self.pes.get(p as usize) {
                 pe.prefetch_targets(kind);
             }
@@ -742,7 +989,15 @@ impl Sim<'_> {
     }
 
     fn report(&self) -> Report {
-        let end = self.pes.iter().map(|p| p.end_ps).max().unwrap_or(self.start_ps);
+        // A message to another SIP that nobody received still arrived.
+        let arrivals = self.lps.iter().map(|l| l.last_arrival_ps);
+        let end = self
+            .pes
+            .iter()
+            .map(|p| p.end_ps)
+            .chain(arrivals)
+            .max()
+            .unwrap_or(self.start_ps);
         let links = self
             .m
             .fabric
@@ -783,7 +1038,15 @@ impl Sim<'_> {
                 .collect(),
             links,
             events: self.events_run,
-            slices: self.slices.clone(),
+            slices: {
+                let mut slices = self.slices.clone();
+                // Each PE's in the order it made them, whatever order the
+                // logical processes ran in.
+                if self.windowed() {
+                    slices.sort_by_key(|s| s.rank);
+                }
+                slices
+            },
             link_intervals,
         }
     }

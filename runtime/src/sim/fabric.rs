@@ -86,6 +86,18 @@ impl LinkId {
         }
     }
 
+    /// The SIP the link belongs to (a SIP link to the one it leaves).
+    pub fn sip(self) -> u32 {
+        match self {
+            LinkId::PeLink { at, .. } | LinkId::HbmChannel { at, .. } | LinkId::Tcm { at, .. } => at.sip,
+            LinkId::RouterHop { sip, .. }
+            | LinkId::Ucie { sip, .. }
+            | LinkId::SramPort { sip, .. }
+            | LinkId::Pcie { sip } => sip,
+            LinkId::SipLink { from, .. } => from,
+        }
+    }
+
     pub fn class_name(self) -> &'static str {
         LINK_CLASSES[self.class()]
     }
@@ -198,6 +210,42 @@ pub struct Transfer {
     pub injected_ps: u64,
     /// When the last byte arrived.
     pub end_ps: u64,
+}
+
+/// Where a transfer being reserved stands before stage `stage`: its head
+/// reaches that stage at `arrive_ps`, its tail left the stage before at
+/// `prev_tail_ps` (none before the first), and its first stage's start
+/// and injection once booked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub stage: usize,
+    pub arrive_ps: u64,
+    pub prev_tail_ps: Option<u64>,
+    pub start_ps: Option<u64>,
+    pub injected_ps: u64,
+}
+
+impl Progress {
+    /// A transfer about to enter its first stage at `t0`.
+    pub fn at_start(t0: u64) -> Progress {
+        Progress {
+            stage: 0,
+            arrive_ps: t0,
+            prev_tail_ps: None,
+            start_ps: None,
+            injected_ps: t0,
+        }
+    }
+}
+
+/// What [`Fabric::reserve_within`] booked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Booked {
+    /// The whole route: the transfer's times.
+    Done(Transfer),
+    /// Up to a stage on another SIP: the times so far (`end_ps`: when the
+    /// tail reaches that stage), and where the transfer stands there.
+    HandOff(Transfer, Progress),
 }
 
 /// An idle-path cost, broken down.
@@ -710,21 +758,59 @@ impl Fabric {
     /// Reserves `route` for `bytes` from `t0`. `hbm`: bytes per
     /// pseudo-channel when the route has an HBM stage.
     pub fn reserve(&mut self, route: &Route, bytes: u64, hbm: &[u64], t0: u64) -> Transfer {
+        match self.reserve_within(route, bytes, hbm, Progress::at_start(t0), |_| true) {
+            Booked::Done(t) | Booked::HandOff(t, _) => t,
+        }
+    }
+
+    /// Reserves `route`'s stages from where `from` stands, while `mine`
+    /// holds for the SIP of the next stage: the whole route
+    /// ([`Booked::Done`]), or up to the first stage on a SIP that is not
+    /// ([`Booked::HandOff`], with where the transfer stands there, to be
+    /// continued by [`Self::reserve_within`] when its head gets there).
+    /// The transfer's start and injection are those of its first stage,
+    /// booked by whoever began it.
+    pub fn reserve_within(
+        &mut self,
+        route: &Route,
+        bytes: u64,
+        hbm: &[u64],
+        from: Progress,
+        mine: impl Fn(u32) -> bool,
+    ) -> Booked {
         let head = bytes.min(self.packet_bytes);
-        let mut arrive = t0;
-        let mut prev_tail: Option<u64> = None;
-        let mut start = None;
-        let mut injected = t0;
-        for (k, &st) in route.stages.iter().enumerate() {
+        let Progress {
+            stage: first,
+            mut arrive_ps,
+            mut prev_tail_ps,
+            mut start_ps,
+            mut injected_ps,
+        } = from;
+        for (k, &st) in route.stages.iter().enumerate().skip(first) {
+            if k > first && !mine(self.stage_sip(st)) {
+                let t = Transfer {
+                    start_ps: start_ps.unwrap_or(arrive_ps),
+                    injected_ps,
+                    end_ps: prev_tail_ps.unwrap_or(arrive_ps),
+                };
+                let at = Progress {
+                    stage: k,
+                    arrive_ps,
+                    prev_tail_ps,
+                    start_ps,
+                    injected_ps,
+                };
+                return Booked::HandOff(t, at);
+            }
             let (free, ser, head_ser, lat) = self.stage_params(st, bytes, head, hbm);
-            let e = arrive.max(free);
-            start.get_or_insert(e);
-            let tail = match prev_tail {
+            let e = arrive_ps.max(free);
+            start_ps.get_or_insert(e);
+            let tail = match prev_tail_ps {
                 Some(pt) => (e + ser).max(pt + head_ser),
                 None => e + ser,
             };
             if k == 0 {
-                injected = tail;
+                injected_ps = tail;
             }
             match st {
                 Stage::Link(i) => {
@@ -756,13 +842,22 @@ impl Fabric {
                     }
                 }
             }
-            arrive = e + head_ser + lat;
-            prev_tail = Some(tail + lat);
+            arrive_ps = e + head_ser + lat;
+            prev_tail_ps = Some(tail + lat);
         }
-        Transfer {
-            start_ps: start.unwrap_or(t0),
-            injected_ps: injected,
-            end_ps: prev_tail.unwrap_or(t0),
+        Booked::Done(Transfer {
+            start_ps: start_ps.unwrap_or(arrive_ps),
+            injected_ps,
+            end_ps: prev_tail_ps.unwrap_or(arrive_ps),
+        })
+    }
+
+    /// The SIP a stage's links belong to (a SIP link to the SIP it
+    /// leaves).
+    pub fn stage_sip(&self, st: Stage) -> u32 {
+        match st {
+            Stage::Link(i) => self.links[i as usize].id.sip(),
+            Stage::Hbm { owner, .. } => owner.sip,
         }
     }
 

@@ -10,6 +10,12 @@
 //! `tl.barrier` moves its tokens over *control* queues: a second queue per
 //! ordered pair, kept apart from the data queue so that a token never
 //! takes the place of a message a receive is waiting for.
+//!
+//! A queue between PEs of two logical processes (two SIPs of a launch run
+//! in windows, `events.rs`) is kept as two halves, one in each: the
+//! sender's (credits, messages sent) and the receiver's (messages
+//! arrived, receives issued). Messages and credits travel between them as
+//! hand-offs, never by one side touching the other's half.
 
 use super::fabric::Route;
 use kernbench_compiler::datapath::RtValue;
@@ -38,6 +44,12 @@ pub struct Queue {
     /// The sender and the receiver (PE indices of the launch).
     pub src: u32,
     pub dst: u32,
+    /// Which side of the queue this is.
+    pub half: Half,
+    /// A control queue (barrier tokens).
+    pub control: bool,
+    /// Messages sent so far (the next send's message number).
+    pub sent: u64,
     /// Credits at the sender, not counting those still travelling back.
     pub credits: u32,
     /// Credits travelling back to the sender: when each batch arrives and
@@ -72,6 +84,17 @@ pub struct Queue {
 
 const _: () = assert!(std::mem::size_of::<Msg>() == 64);
 const _: () = assert!(std::mem::size_of::<Queue>() == 192);
+
+/// Which side of a queue a [`Queue`] holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Half {
+    /// Sender and receiver in one logical process: the whole queue.
+    Both,
+    /// The sender's side (credits, messages sent).
+    Send,
+    /// The receiver's side (messages arrived, receives issued).
+    Recv,
+}
 
 impl Queue {
     pub fn msg(&self, m: u64) -> Option<&Msg> {
@@ -129,8 +152,8 @@ impl Queue {
 #[derive(Default)]
 pub struct Queues {
     pub queues: Vec<Queue>,
-    /// By sender, receiver and whether it is a control queue.
-    index: HashMap<(u32, u32, bool), u32>,
+    /// By sender, receiver, whether it is a control queue, and side.
+    index: HashMap<(u32, u32, bool, Half), u32>,
     n_slots: u32,
 }
 
@@ -143,26 +166,20 @@ impl Queues {
         }
     }
 
-    /// The data queue from PE `src` to PE `dst` (launch indices), created
-    /// on first use.
-    pub fn get(&mut self, src: u32, dst: u32) -> u32 {
-        self.get_queue(src, dst, false)
-    }
-
-    /// The control queue (barrier tokens) from PE `src` to PE `dst`,
-    /// created on first use.
-    pub fn get_control(&mut self, src: u32, dst: u32) -> u32 {
-        self.get_queue(src, dst, true)
-    }
-
-    fn get_queue(&mut self, src: u32, dst: u32, control: bool) -> u32 {
-        if let Some(&q) = self.index.get(&(src, dst, control)) {
-            return q;
+    /// Side `half` of the data queue (`control`: the barrier's control
+    /// queue) from PE `src` to PE `dst` (launch indices), created on first
+    /// use; whether it is new.
+    pub fn get(&mut self, src: u32, dst: u32, control: bool, half: Half) -> (u32, bool) {
+        if let Some(&q) = self.index.get(&(src, dst, control, half)) {
+            return (q, false);
         }
         let q = self.queues.len() as u32;
         self.queues.push(Queue {
             src,
             dst,
+            half,
+            control,
+            sent: 0,
             credits: self.n_slots,
             returning: VecDeque::new(),
             sender_waiting: false,
@@ -174,8 +191,13 @@ impl Queues {
             waiting_recv: None,
             token_waiter: None,
         });
-        self.index.insert((src, dst, control), q);
-        q
+        self.index.insert((src, dst, control, half), q);
+        (q, true)
+    }
+
+    /// The queue already made for this key, if any.
+    pub fn find(&self, src: u32, dst: u32, control: bool, half: Half) -> Option<u32> {
+        self.index.get(&(src, dst, control, half)).copied()
     }
 
     pub fn n_slots(&self) -> u32 {

@@ -8,6 +8,7 @@
 //! it at `max(that time, its clock)`.
 
 use super::events::Sim;
+use super::ipcq::Half;
 use super::pe::{ConeMemo, Frame, FrameKind, OpBox, OpKind, Slot, Stall, Val};
 use super::{Engine, SimError};
 use crate::exec::{scalar_op, Scalar};
@@ -555,10 +556,11 @@ impl Sim<'_> {
         let Some(other) = self.peer_rank(p, i, peer)? else {
             return Ok(None);
         };
-        let existing = self.queues.queues.len();
         let (src, dst) = if sending { (p as u32, other) } else { (other, p as u32) };
-        let queue = self.queues.get(src, dst);
-        if self.queues.queues.len() > existing {
+        let half = self.half(src, dst, sending);
+        let (queue, new) = self.queues.get(src, dst, false, half);
+        // The slots are the receiver's: counted once, by its side.
+        if new && half != Half::Send {
             self.queue_slots_fit(dst as usize, p, i)?;
         }
         if let Peer::Dir(d) = peer {
@@ -571,7 +573,7 @@ impl Sim<'_> {
     /// is the IPCQ's buffer space: they must fit with the slots of the
     /// queues into it so far (the launch checked one queue's). The error
     /// names PE `p`'s send or receive `i`, which opened the queue.
-    fn queue_slots_fit(&mut self, dst: usize, p: usize, i: Inst) -> Result<(), SimError> {
+    pub(super) fn queue_slots_fit(&mut self, dst: usize, p: usize, i: Inst) -> Result<(), SimError> {
         let slot_bytes = super::ipcq_tcm_bytes(&self.ipcq);
         self.queues_into[dst] += 1;
         let queues = self.queues_into[dst];
@@ -787,12 +789,14 @@ impl Sim<'_> {
             return Ok(self.stall(p, Stall::QueueFull(Engine::Send)));
         }
         let (to, from) = self.barrier_peers(p, round);
-        let out = self.queues.get_control(p as u32, to);
+        let half = self.half(p as u32, to, true);
+        let (out, _) = self.queues.get(p as u32, to, true, half);
         let t = self.dispatch(p, 0);
         let op = self.op_pool.take(i, OpKind::Send { queue: out, slots: 1 }, None);
         self.enqueue(p, Engine::Send, t, op);
         // The token to wait for: here already, or filled in by its send.
-        let inq = self.queues.get_control(from, p as u32);
+        let half = self.half(from, p as u32, false);
+        let (inq, _) = self.queues.get(from, p as u32, true, half);
         let q = &mut self.queues.queues[inq as usize];
         let msg = q.recvs_issued;
         q.recvs_issued += 1;
@@ -810,6 +814,18 @@ impl Sim<'_> {
         pe.wait_for = Some(token);
         pe.barrier_round = round + 1;
         Ok(true)
+    }
+
+    /// The side of queue `src` → `dst` that PE `src` (`sending`) or `dst`
+    /// keeps: the whole queue when both are in one logical process.
+    fn half(&self, src: u32, dst: u32, sending: bool) -> Half {
+        if self.lp_of[src as usize] == self.lp_of[dst as usize] {
+            Half::Both
+        } else if sending {
+            Half::Send
+        } else {
+            Half::Recv
+        }
     }
 
     /// The ranks PE `p` sends its token of barrier round `round` to and

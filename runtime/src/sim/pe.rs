@@ -100,6 +100,10 @@ pub enum OpKind {
     /// `tl.notify`: write `bits` (`size` bytes, at most 8) at `addr` once
     /// every earlier memory operation of the PE has finished.
     Notify { addr: u64, bits: u64, size: u8 },
+    /// A put or notify into another SIP's memory, handed to that SIP's
+    /// logical process: it writes there, and this operation ends when the
+    /// acknowledgement is back (its results, if any, come with it).
+    Remote,
 }
 
 /// An issued operation: three cache lines, aligned. Its engine, its

@@ -65,24 +65,60 @@ impl<T> EventQueue<T> {
         self.put(t_ps.max(self.last), item);
     }
 
+    /// Brings the earliest items into the FIFO for their time, which
+    /// becomes the last popped time (nothing can be scheduled before them
+    /// any more), if that time is before `limit`; false when there are
+    /// none before it (and then nothing moves).
+    fn refill_before(&mut self, limit: u64) -> bool {
+        if !self.now.is_empty() {
+            return self.last < limit;
+        }
+        if self.nonempty == 0 {
+            return false;
+        }
+        let b = self.nonempty.trailing_zeros() as usize;
+        let Some(min) = self.later[b].iter().map(|(t, _)| *t).min() else {
+            return false;
+        };
+        if min >= limit {
+            return false;
+        }
+        let mut moving = std::mem::take(&mut self.later[b]);
+        self.nonempty &= !(1 << b);
+        self.last = min;
+        for (t, item) in moving.drain(..) {
+            self.put(t, item);
+        }
+        // Keep the allocation for the next time this bucket fills.
+        self.later[b] = moving;
+        true
+    }
+
     /// The earliest item and its time.
+    #[cfg(test)]
     pub fn pop(&mut self) -> Option<(u64, T)> {
-        if self.now.is_empty() {
-            if self.nonempty == 0 {
-                return None;
-            }
-            let b = self.nonempty.trailing_zeros() as usize;
-            let mut moving = std::mem::take(&mut self.later[b]);
-            self.nonempty &= !(1 << b);
-            self.last = moving.iter().map(|(t, _)| *t).min()?;
-            for (t, item) in moving.drain(..) {
-                self.put(t, item);
-            }
-            // Keep the allocation for the next time this bucket fills.
-            self.later[b] = moving;
+        self.pop_before(u64::MAX)
+    }
+
+    /// The earliest item and its time, if it is due before `limit`.
+    #[inline]
+    pub fn pop_before(&mut self, limit: u64) -> Option<(u64, T)> {
+        if !self.refill_before(limit) {
+            return None;
         }
         let item = self.now.pop_front()?;
         Some((self.last, item))
+    }
+
+    /// The time of the earliest item, leaving the queue as it is (items
+    /// may still be scheduled before it, from the last popped time on).
+    pub fn peek_time(&self) -> Option<u64> {
+        if !self.now.is_empty() {
+            return Some(self.last);
+        }
+        // The lowest bucket holds the earliest items.
+        let b = (self.nonempty != 0).then(|| self.nonempty.trailing_zeros() as usize)?;
+        self.later[b].iter().map(|(t, _)| *t).min()
     }
 
     /// The `k`-th item due at the time of the last pop, after those
