@@ -45,6 +45,8 @@ fn run(
         pes: &pes,
         dtype,
         op,
+        // Launches over both SIPs run on two threads: the same results.
+        threads: 2,
     };
     let mut jit = Jit::new();
     bench::run_one(&case, &mut jit, &mut bench::DataCache::default(), bytes)

@@ -2058,3 +2058,98 @@ fn messages_cross_sips_without_pes_of_the_launch() {
     };
     assert!(busy(0, 1) && busy(1, 2), "rank 0's messages crossed SIP 1");
 }
+
+/// Everything a run gives, for comparing runs: the data, the time, the
+/// events, each PE's figures, each link's, the trace's slices and link
+/// intervals; or the error.
+fn fingerprint(r: Result<SimRun, SimError>) -> String {
+    let r = match r {
+        Ok(r) => r,
+        Err(e) => return format!("error {e:?}"),
+    };
+    let rep = &r.report;
+    let pes: Vec<_> = rep.pes.iter().map(|p| (p.pe, p.rank, p.end_ps, p.busy_ps)).collect();
+    let links: Vec<_> = rep.links.iter().map(|l| (l.id, l.busy_ps, l.bytes)).collect();
+    let slices: Vec<_> = rep
+        .slices
+        .iter()
+        .map(|s| (s.rank, s.engine, s.start_ps, s.end_ps, s.done_ps, s.inst))
+        .collect();
+    format!(
+        "{:?}\n{} {} {}\n{pes:?}\n{links:?}\n{slices:?}\n{:?}",
+        r.tensors, rep.start_ps, rep.end_ps, rep.events, rep.link_intervals
+    )
+}
+
+/// A launch over several SIPs runs as one shard of its SIPs per thread,
+/// and the threads change nothing but the wall time: the stdlib's ring
+/// all-reduce over both SIPs of the default machine and over three of
+/// `large` (with a trace), a barrier, a deadlock and a failing access
+/// across SIPs give the same data, times, events, figures, trace and
+/// errors on 1, 2 and 3 threads.
+#[test]
+fn threads_change_nothing_but_the_wall_time() {
+    let ring = |topo: &Topology, world: usize, n: usize, threads: usize| {
+        let (func, _) = kernbench_tests::exec::lower_path(
+            &repo_root().join("stdlib/ccl/ring_allreduce.tl"),
+            "ring_allreduce",
+            &[("T", Konst::DType(DType::I32))],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
+        let data = i32s(&[world, n], |k| (k * 7919 % 2001) as i32 - 1000);
+        let args = vec![tensor("buf", data, &["shard"]), scalar_i32(n as i64)];
+        fingerprint(kernbench_tests::sim::simulate_on(
+            topo, pes, &func, args, None, true, threads,
+        ))
+    };
+    let default = Topology::default_machine();
+    let large = Topology::load("large").expect("preset");
+    for (topo, world, n) in [(&default, 256, 256 * 37 + 5), (&large, 600, 600 * 2)] {
+        let one = ring(topo, world, n, 1);
+        assert!(one.starts_with('['), "the ring runs: {}", &one[..one.len().min(300)]);
+        for threads in [2, 3] {
+            assert!(ring(topo, world, n, threads) == one, "{world} PEs on {threads} threads");
+        }
+    }
+    let all = sim::select_pes(&default, "all").expect("256 PEs");
+    let cases = [
+        // A barrier over both SIPs.
+        ("@kernel\ndef k():\n    tl.barrier()\n", false, "["),
+        // Everyone receives first: a deadlock naming every PE.
+        (
+            "@kernel\ndef k():\n    x = tl.recv(tl.PREV, [16], i32)\n    tl.send(tl.NEXT, x)\n",
+            false,
+            "error Deadlock",
+        ),
+        // Ranks 40 and 200 (one per SIP) read out of bounds, rank 200
+        // first: its error is the one reported.
+        (
+            "@kernel\ndef k(buf: ptr[i32]):\n    r = tl.rank()\n    x = tl.arange(0, 16)\n    if r == 200:\n        tl.store(buf + x + 100000, x)\n    elif r == 40:\n        for i in range(50):\n            r += 1\n        tl.store(buf + x + 100000, x)\n",
+            true,
+            "error Exec { pe: PeCoord { sip: 1",
+        ),
+    ];
+    for (src, with_buf, outcome) in cases {
+        let (func, _) = lower(src, "k", &[]);
+        let run = |threads| {
+            fingerprint(kernbench_tests::sim::simulate_on(
+                &default,
+                all.clone(),
+                &func,
+                match with_buf {
+                    true => vec![tensor("buf", i32s(&[256, 16], |k| k as i32), &["shard"])],
+                    false => Vec::new(),
+                },
+                None,
+                true,
+                threads,
+            ))
+        };
+        let one = run(1);
+        assert!(one.starts_with(outcome), "{src}: {}", &one[..one.len().min(300)]);
+        for threads in [2, 3] {
+            assert!(run(threads) == one, "{src} on {threads} threads:\n{one}");
+        }
+    }
+}

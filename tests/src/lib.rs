@@ -327,8 +327,22 @@ pub mod sim {
         grid: Option<[u32; 3]>,
         trace: bool,
     ) -> Result<SimRun, SimError> {
+        simulate_on(topo, pes, func, args, grid, trace, 1)
+    }
+
+    /// [`simulate`] with `Machine::threads` set to `threads`.
+    pub fn simulate_on(
+        topo: &Topology,
+        pes: Vec<PeCoord>,
+        func: &Function,
+        args: Vec<LaunchArg>,
+        grid: Option<[u32; 3]>,
+        trace: bool,
+        threads: usize,
+    ) -> Result<SimRun, SimError> {
         let comm = Communicator::new(pes);
         let mut machine = Machine::new(topo);
+        machine.threads = threads;
         let (rank_args, placed) = place::place_args(&mut machine, &comm, args).map_err(SimError::Setup)?;
         let mut launch = Launch::new(func, &comm, rank_args);
         launch.grid = grid.unwrap_or(launch.grid);

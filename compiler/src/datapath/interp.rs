@@ -60,6 +60,10 @@ impl DataPath for Interpreter {
         Ok(())
     }
 
+    fn maker(&self) -> Option<fn() -> Box<dyn DataPath>> {
+        Some(|| Box::new(Interpreter))
+    }
+
     fn run(
         &mut self,
         func: &Function,

@@ -37,6 +37,18 @@ pub enum RtValue {
 }
 
 impl RtValue {
+    /// A copy that shares nothing with `self` (its block or formula is
+    /// copied, not shared): a value to hand to another thread, which may
+    /// then own it alone.
+    pub fn deep_clone(&self) -> RtValue {
+        match self {
+            RtValue::Scalar(b) => RtValue::Scalar(*b),
+            RtValue::Block(t) => RtValue::Block(std::rc::Rc::new((**t).clone())),
+            RtValue::Affine(a) => RtValue::Affine(std::rc::Rc::new((**a).clone())),
+            RtValue::Mask(m) => RtValue::Mask(std::rc::Rc::new((**m).clone())),
+        }
+    }
+
     #[inline]
     pub fn scalar(&self) -> elem::Bits {
         match self {
@@ -165,6 +177,13 @@ pub trait DataPath {
 
     /// Prepares every group of `plan` (compiling them, for the JIT).
     fn prepare(&mut self, func: &Function, plan: &Plan) -> Result<(), String>;
+
+    /// How to make another data path like this one, for a thread of its
+    /// own (prepared there: a data path stays on the thread that made
+    /// it); `None` when there is no such way.
+    fn maker(&self) -> Option<fn() -> Box<dyn DataPath>> {
+        None
+    }
 
     /// Runs group `g`: `inputs` are the values of `plan.groups[g].inputs`;
     /// returns the values of its `outputs`.

@@ -74,6 +74,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 pes: &pes,
                 dtype: DType::F32,
                 op: ReduceOp::Sum,
+                threads: 1,
             };
             let row = bench::run_one(&case, &mut Jit::new(), &mut cache, size)?;
             if row.wrong != 0 {

@@ -199,6 +199,9 @@ pub struct Case<'a> {
     pub pes: &'a [PeCoord],
     pub dtype: DType,
     pub op: ReduceOp,
+    /// Threads a launch over several SIPs may run on (`Machine::threads`:
+    /// the results do not depend on it).
+    pub threads: usize,
 }
 
 /// Runs one collective of `size_bytes` on a fresh machine.
@@ -212,6 +215,7 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
         pes,
         dtype,
         op,
+        threads,
     } = *case;
     let comm = communicator(topo, a, pes)?;
     let n = comm.world() as u64;
@@ -229,6 +233,7 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
     }
     let data = cache.0.as_ref().ok_or("no data")?;
     let mut m = Machine::new(topo);
+    m.threads = threads;
     let parts = |bufs: Vec<Vec<u8>>| {
         comm.pes
             .iter()

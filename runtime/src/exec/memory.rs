@@ -25,6 +25,25 @@ pub struct Segment {
 
 const _: () = assert!(std::mem::size_of::<Segment>() == 64);
 
+/// A segment's bytes by raw pointer: how the threads of one simulated
+/// launch reach memory at once, each only the segments of its own SIPs
+/// (`sim::memory::MemView`). Valid while the memory makes no allocation,
+/// which it cannot while the launch holds it.
+#[derive(Clone, Copy, Debug)]
+pub struct RawSegment {
+    pub base: u64,
+    pub ptr: *mut u8,
+    pub len: usize,
+    pub tag: u32,
+}
+
+// SAFETY: a `RawSegment` is an address and a length; whoever reads or
+// writes through it must make sure no two threads touch one segment's
+// bytes at once (`MemView` hands a thread only its own SIPs' segments).
+unsafe impl Send for RawSegment {}
+// SAFETY: as above; sharing the pointer itself reads nothing.
+unsafe impl Sync for RawSegment {}
+
 pub struct FlatMemory {
     /// Sorted by base address. Only `alloc` changes the list, and no
     /// segment's buffer is ever resized or dropped while it is listed.
@@ -112,7 +131,10 @@ impl FlatMemory {
 
     /// The segment that starts at or below `addr`, if any (whether `addr`
     /// is inside it is the caller's check).
-    fn index_of(&self, addr: u64) -> Option<usize> {
+    /// The index (in [`Self::segments`]) of the segment that would hold
+    /// `addr`: the last one starting at or before it (the caller checks
+    /// the end).
+    pub fn index_of(&self, addr: u64) -> Option<usize> {
         // The granule's segment, when it starts at or below `addr`: the
         // next one starts at least a granule past its end, so past `addr`.
         let granule = (addr.wrapping_sub(BASE_ADDR) >> GRANULE_SHIFT) as usize;
@@ -124,6 +146,20 @@ impl FlatMemory {
             }
         }
         self.bases.partition_point(|&b| b <= addr).checked_sub(1)
+    }
+
+    /// Where each segment's bytes are, in [`Self::segments`]' order, for
+    /// access through raw pointers (see [`RawSegment`]).
+    pub fn raw_segments(&mut self) -> Vec<RawSegment> {
+        self.segs
+            .iter_mut()
+            .map(|s| RawSegment {
+                base: s.base,
+                ptr: s.data.as_mut_ptr(),
+                len: s.data.len(),
+                tag: s.tag,
+            })
+            .collect()
     }
 
     pub fn segments(&self) -> &[Segment] {

@@ -6,7 +6,7 @@
 
 mod memory;
 
-pub use memory::{FlatMemory, Segment};
+pub use memory::{FlatMemory, RawSegment, Segment};
 
 use kernbench_compiler::datapath::{elem, DataPath, ExecError, ExecErrorKind, Memory, Plan, RtValue, Step, Tensor};
 use kernbench_compiler::ir::{BinaryOp, CmpOp, ConstVal, Function, Inst, Op, Region, Type, UnaryOp, Value};

@@ -505,7 +505,7 @@ impl Sim<'_> {
         (start_ps, end_ps, done_ps): (u64, u64, u64),
         inst: kernbench_compiler::ir::Inst,
     ) {
-        if self.l.trace {
+        if self.trace {
             self.slices.push(super::report::Slice {
                 rank: p as u32,
                 engine,
@@ -596,14 +596,17 @@ impl Sim<'_> {
                 let t0 = now + self.dma_setup_ps;
                 if info.effect_at_end && self.elsewhere(place.sip()) {
                     let hbm = hbm.clone();
+                    let program = self.pes[p].ctx.pid;
                     return self.remote_put(p, e, op, (place, bytes, hbm), t0, |op, pe, slot| Then::Put {
                         pe,
                         slot,
+                        program,
                         g,
+                        // Copies of their own: they go to another process.
                         inputs: op
                             .args
                             .iter()
-                            .map(|(_, v)| v.data().cloned().unwrap_or(RtValue::Scalar(0)))
+                            .map(|(_, v)| v.data().map_or(RtValue::Scalar(0), RtValue::deep_clone))
                             .collect(),
                     });
                 }
@@ -618,12 +621,12 @@ impl Sim<'_> {
                     let route = match &self.pes[p].dma_routes[write as usize] {
                         Some((at, r)) if *at == far => r.clone(),
                         _ => {
-                            let r = self.m.fabric.core_route(me, far, write);
+                            let r = self.fabric.core_route(me, far, write);
                             self.pes[p].dma_routes[write as usize] = Some((far, r.clone()));
                             r
                         }
                     };
-                    let tr = self.m.fabric.reserve(&route, bytes, hbm, t0);
+                    let tr = self.fabric.reserve(&route, bytes, hbm, t0);
                     (tr.injected_ps, tr.end_ps, tr.start_ps)
                 };
                 self.occupy(p, e, (now, busy_end, end), op.inst);
@@ -645,7 +648,7 @@ impl Sim<'_> {
             }
             OpKind::Notify { addr, size, .. } => {
                 let size = u64::from(size);
-                let place = self.m.mem.placement_of(addr).ok_or_else(|| {
+                let place = self.mem.placement_of(addr).ok_or_else(|| {
                     self.exec_error(
                         p,
                         op.inst,
@@ -662,8 +665,8 @@ impl Sim<'_> {
                 }
                 let mut hbm = Channels::new();
                 if let Placement::Hbm(_) = place {
-                    hbm = smallvec![0; self.m.fabric.channels() as usize];
-                    self.m.fabric.split_contiguous(addr, size, &mut hbm);
+                    hbm = smallvec![0; self.fabric.channels() as usize];
+                    self.fabric.split_contiguous(addr, size, &mut hbm);
                 }
                 let t0 = now + self.dma_setup_ps;
                 if self.elsewhere(place.sip()) {
@@ -680,15 +683,15 @@ impl Sim<'_> {
                         }
                     });
                 }
-                let route = self.m.fabric.core_route(self.coords[p], place.endpoint(), true);
-                let tr = self.m.fabric.reserve(&route, size, &hbm, t0);
+                let route = self.fabric.core_route(self.coords[p], place.endpoint(), true);
+                let tr = self.fabric.reserve(&route, size, &hbm, t0);
                 self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
                 self.finish_at(p, op, tr.end_ps);
             }
             OpKind::Send { queue, slots } => {
                 let (bytes, data) = match op.args.first() {
                     Some((value, val)) => (
-                        value_bytes(self.l.func.ty(*value)),
+                        value_bytes(self.func.ty(*value)),
                         val.data().cloned().unwrap_or(RtValue::Scalar(0)),
                     ),
                     // A barrier token: one word, no data.
@@ -708,7 +711,8 @@ impl Sim<'_> {
                     msg,
                     bytes,
                     slots,
-                    data: data.clone(),
+                    // A copy of its own: it goes to another process.
+                    data: data.deep_clone(),
                     inst,
                 });
                 match booked {
@@ -739,7 +743,7 @@ impl Sim<'_> {
             }
             OpKind::Remote => {}
             OpKind::Recv { queue, msg } => {
-                let func = self.l.func;
+                let func = self.func;
                 let r = func.inst(op.inst).results[0];
                 // A future receives the block it will hold.
                 let ty = match func.ty(r) {
@@ -762,7 +766,7 @@ impl Sim<'_> {
                     ));
                 }
                 let (route, hbm, _) = self.buffer_route(queue, msg, bytes, false);
-                let tr = self.m.fabric.reserve(&route, bytes, &hbm, now);
+                let tr = self.fabric.reserve(&route, bytes, &hbm, now);
                 let end = tr.end_ps;
                 if let Some(s) = op.results.first() {
                     let _ = s.data.set(reinterpret(&ty, &data));
@@ -786,7 +790,7 @@ impl Sim<'_> {
         value: kernbench_compiler::ir::Value,
     ) -> Result<u32, SimError> {
         let ipcq = &self.ipcq;
-        let bytes = value_bytes(self.l.func.ty(value));
+        let bytes = value_bytes(self.func.ty(value));
         let slots = self.ipcq_slot_bytes.div_ceil(bytes).max(1);
         if slots > ipcq.n_slots.0 {
             return Err(self.exec_error(
@@ -828,33 +832,33 @@ impl Sim<'_> {
             None => {
                 // The sender writes into the slots; the receiver reads them.
                 let core = self.coords[if to_slots { q.src } else { q.dst } as usize];
-                let r = self.m.fabric.core_route(core, place.endpoint(), to_slots);
+                let r = self.fabric.core_route(core, place.endpoint(), to_slots);
                 self.queues.queues[queue as usize].routes[to_slots as usize] = Some(r.clone());
                 r
             }
         };
         let mut hbm = Channels::new();
         if matches!(place, Placement::Hbm(_)) {
-            hbm = smallvec![0; self.m.fabric.channels() as usize];
-            self.m.fabric.split_contiguous(offset, bytes, &mut hbm);
+            hbm = smallvec![0; self.fabric.channels() as usize];
+            self.fabric.split_contiguous(offset, bytes, &mut hbm);
         }
         (route, hbm, ends)
     }
 
     /// Runs a data-path group on the operation's captured operands.
     fn run_group(&mut self, p: usize, op: &OpRec, g: usize) -> Result<Outputs, SimError> {
-        let func = self.l.func;
+        let func = self.func;
         const UNSET: RtValue = RtValue::Scalar(0);
         let r = with_fitted(
             op.args.iter().map(|(v, x)| (func.ty(*v), x.data().unwrap_or(&UNSET))),
-            |refs| self.dp.run(func, self.plan, g, refs, &mut self.m.mem),
+            |refs| self.dp.run(func, self.plan, g, refs, &mut self.mem),
         );
         r.map_err(|e| self.fail(p, e))
     }
 
     /// Where a memory operation goes and how many bytes it moves.
     fn access(&self, p: usize, op: &OpRec) -> Result<Access, SimError> {
-        let func = self.l.func;
+        let func = self.func;
         let d = func.inst(op.inst);
         let data = |k: usize| op.arg(d.args[k]).and_then(Val::data);
         if let Op::Gemm { .. } = d.op {
@@ -891,7 +895,7 @@ impl Sim<'_> {
         let (base, seg_end, place) = match known.get() {
             Some(e @ (base, end, _)) if (base..end).contains(&first) => e,
             _ => {
-                let e = self.m.mem.extent_of(first).ok_or_else(fault)?;
+                let e = self.mem.extent_of(first).ok_or_else(fault)?;
                 known.set(Some(e));
                 e
             }
@@ -902,16 +906,33 @@ impl Sim<'_> {
         // lane's memory.
         if scan.lo < base || scan.hi > seg_end {
             let mut bad = None;
+            let mut split = None;
             for_each_active(&ptr, mask.as_ref(), |a| {
-                if bad.is_none() && !(base..seg_end).contains(&a) {
+                if bad.is_none() && split.is_none() && !(base..seg_end).contains(&a) {
                     bad = Some(a);
-                    if let Some(pl) = self.m.mem.placement_of(a) {
+                    if let Some(pl) = self.mem.placement_of(a) {
                         if self.check_reach(p, op, pl, a, write).is_ok() {
                             bad = None;
+                        }
+                        // One SIP's process does the whole access.
+                        if self.windowed()
+                            && self.lp_of_sip.get(pl.sip() as usize) != self.lp_of_sip.get(place.sip() as usize)
+                        {
+                            split = Some((a, pl));
                         }
                     }
                 }
             });
+            if let Some((a, pl)) = split {
+                return Err(self.exec_error(
+                    p,
+                    op.inst,
+                    ExecErrorKind::Unsupported(format!(
+                        "this access reaches the {place} (at {first:#x}) and the {pl} (at {a:#x}), on two SIPs: in a \
+                         launch over several SIPs one access stays on one SIP"
+                    )),
+                ));
+            }
             if let Some(a) = bad {
                 let outside = self.exec_error(
                     p,
@@ -922,7 +943,7 @@ impl Sim<'_> {
                         write,
                     }),
                 );
-                return Err(match self.m.mem.placement_of(a) {
+                return Err(match self.mem.placement_of(a) {
                     Some(pl) => self.check_reach(p, op, pl, a, write).err().unwrap_or(outside),
                     None => outside,
                 });
@@ -931,7 +952,7 @@ impl Sim<'_> {
         let bytes = scan.count * size;
         let mut hbm = Channels::new();
         if let Placement::Hbm(_) = place {
-            let f = &self.m.fabric;
+            let f = &self.fabric;
             hbm = smallvec![0; f.channels() as usize];
             if scan.contiguous {
                 f.split_contiguous(first, bytes, &mut hbm);
@@ -954,7 +975,7 @@ impl Sim<'_> {
                 "the address {addr:#x} is in the TCM of {owner}, which only that PE can access"
             )),
             _ if place.sip() != me.sip => {
-                let symmetric = self.m.mem.lookup(addr).is_some_and(|(_, i)| i.symmetric.is_some());
+                let symmetric = self.mem.lookup(addr).is_some_and(|(_, i)| i.symmetric.is_some());
                 if write && symmetric {
                     None
                 } else {
@@ -974,7 +995,7 @@ impl Sim<'_> {
     }
 
     fn gemm_access(&self, p: usize, op: &OpRec) -> Result<Access, SimError> {
-        let func = self.l.func;
+        let func = self.func;
         let d = func.inst(op.inst);
         let s = |k: usize| op.arg(d.args[k]).and_then(Val::data).map_or(0, RtValue::scalar);
         let dim = |k: usize| kernbench_compiler::datapath::elem::to_i64(DType::I32, s(k)).max(0) as u64;
@@ -991,12 +1012,12 @@ impl Sim<'_> {
             }
             let fault = || self.exec_error(p, op.inst, ExecErrorKind::OutOfBounds(MemFault { addr, bytes, write }));
             // The whole matrix lies inside one allocation.
-            let (base, _) = self.m.mem.lookup(addr).ok_or_else(fault)?;
-            let len = self.m.mem.bytes_at(base).map_or(0, |b| b.len() as u64);
+            let (base, _) = self.mem.lookup(addr).ok_or_else(fault)?;
+            let len = self.mem.len_at(base).unwrap_or(0);
             if addr - base + bytes > len {
                 return Err(fault());
             }
-            let place = self.m.mem.placement_of(addr).ok_or_else(fault)?;
+            let place = self.mem.placement_of(addr).ok_or_else(fault)?;
             self.check_reach(p, op, place, addr, write)?;
             if self.elsewhere(place.sip()) {
                 // Its pipeline books all its traffic when it starts, which
@@ -1013,8 +1034,8 @@ impl Sim<'_> {
             }
             let mut hbm = Channels::new();
             if let Placement::Hbm(_) = place {
-                hbm = smallvec![0; self.m.fabric.channels() as usize];
-                self.m.fabric.split_contiguous(addr, bytes, &mut hbm);
+                hbm = smallvec![0; self.fabric.channels() as usize];
+                self.fabric.split_contiguous(addr, bytes, &mut hbm);
             }
             parts.push((place, bytes, hbm, write));
             ranges.push((addr, addr + bytes, write));
@@ -1027,7 +1048,7 @@ impl Sim<'_> {
     /// contention, and contention slows it down). Returns when it ends and
     /// the pipeline's stage times (the caller holds the engines).
     fn gemm_composite(&mut self, p: usize, op: &OpRec, access: &Access) -> Result<(u64, cost::GemmPipeline), SimError> {
-        let func = self.l.func;
+        let func = self.func;
         let d = func.inst(op.inst);
         let now = self.now;
         let s = |k: usize| op.arg(d.args[k]).and_then(Val::data).map_or(0, RtValue::scalar);
@@ -1049,19 +1070,19 @@ impl Sim<'_> {
         // each operand's path.
         let mut routes = Vec::new();
         for (place, _, _, write) in &access.parts {
-            routes.push(self.m.fabric.core_route(me, place.endpoint(), *write));
+            routes.push(self.fabric.core_route(me, place.endpoint(), *write));
         }
         let stream = |sim: &Self, k: usize, bytes: u64| -> u64 {
             let (_, total, hbm, _) = &access.parts[k];
             // The tile's share of each pseudo-channel follows the operand's.
             let share: Vec<u64> = hbm.iter().map(|b| (b * bytes).div_ceil((*total).max(1))).collect();
-            let c = sim.m.fabric.idle_cost(&routes[k], bytes, &share);
+            let c = sim.fabric.idle_cost(&routes[k], bytes, &share);
             c.head_ps + c.stream_ps
         };
-        let lat = |sim: &Self, k: usize| sim.m.fabric.idle_cost(&routes[k], 1, &access.parts[k].2).latency_ps;
+        let lat = |sim: &Self, k: usize| sim.fabric.idle_cost(&routes[k], 1, &access.parts[k].2).latency_ps;
         let latency = lat(self, 0).max(lat(self, 1)) + lat(self, 2);
         let pipe = cost::gemm_pipeline(
-            &self.m.topo,
+            self.topo,
             &shape,
             |b| stream(self, 0, b),
             |b| stream(self, 1, b),
@@ -1071,7 +1092,7 @@ impl Sim<'_> {
         let mut end = t0 + pipe.total_ps();
         // The operands' traffic: A tiles are read once per output tile
         // column, B tiles once per output tile row.
-        let g = &self.m.topo.spec.pe.gemm;
+        let g = &self.topo.spec.pe.gemm;
         let (tm, tn) = (g.tile_m.0, g.tile_n.0);
         let traffic = [
             shape.n.div_ceil(tn) * access.parts[0].1,
@@ -1081,7 +1102,7 @@ impl Sim<'_> {
         for (k, bytes) in traffic.into_iter().enumerate() {
             let (_, total, hbm, _) = &access.parts[k];
             let scale: Vec<u64> = hbm.iter().map(|b| (b * bytes).div_ceil((*total).max(1))).collect();
-            let tr = self.m.fabric.reserve(&routes[k], bytes, &scale, t0);
+            let tr = self.fabric.reserve(&routes[k], bytes, &scale, t0);
             end = end.max(tr.end_ps);
         }
         Ok((end, pipe))
@@ -1162,7 +1183,7 @@ impl Sim<'_> {
             }
             OpKind::Notify { addr, bits, size } => {
                 use kernbench_compiler::datapath::Memory;
-                let _ = self.m.mem.write(addr, &bits.to_le_bytes()[..size as usize]);
+                let _ = self.mem.write(addr, &bits.to_le_bytes()[..size as usize]);
                 self.wake_signal_waiters();
             }
             _ => {}
@@ -1397,7 +1418,7 @@ impl Sim<'_> {
         then: impl FnOnce() -> Then,
     ) -> Booked {
         if !self.windowed() {
-            return Booked::Done(self.m.fabric.reserve(route, bytes, hbm, t0));
+            return Booked::Done(self.fabric.reserve(route, bytes, hbm, t0));
         }
         let progress = super::fabric::Progress::at_start(t0);
         self.continue_transfer(route, ends, bytes, hbm, progress, then)
@@ -1415,11 +1436,10 @@ impl Sim<'_> {
     ) -> Booked {
         let (lp, lp_of_sip) = (self.cur_lp, &self.lp_of_sip);
         let booked = self
-            .m
             .fabric
             .reserve_within(route, bytes, hbm, at, |sip| lp_of_sip[sip as usize] as usize == lp);
         if let Booked::HandOff(_, at) = booked {
-            let next = self.lp_of_sip[self.m.fabric.stage_sip(route.stages[at.stage]) as usize];
+            let next = self.lp_of_sip[self.fabric.stage_sip(route.stages[at.stage]) as usize];
             self.hand_off(
                 next,
                 Cross::Transfer {
@@ -1451,7 +1471,7 @@ impl Sim<'_> {
     ) -> Result<(), SimError> {
         let now = self.now;
         let ends = (Endpoint::Core(self.coords[p]), place.endpoint());
-        let route = self.m.fabric.route(ends.0, ends.1);
+        let route = self.fabric.route(ends.0, ends.1);
         let inst = op.inst;
         op.kind = OpKind::Remote;
         // Parked first: the hand-off names its slot.
@@ -1479,7 +1499,7 @@ impl Sim<'_> {
                 at,
                 then,
             } => {
-                let route = self.m.fabric.route(from, to);
+                let route = self.fabric.route(from, to);
                 let mut then = Some(then);
                 let booked = self.continue_transfer(&route, (from, to), bytes, &hbm, at, || {
                     then.take().expect("handed on once")
@@ -1537,13 +1557,27 @@ impl Sim<'_> {
     /// the memory back to its core).
     fn land(&mut self, then: Then, to: Endpoint) -> Result<(), SimError> {
         let (pe, slot, outs) = match then {
-            Then::Put { pe, slot, g, inputs } => {
-                let func = self.l.func;
+            Then::Put {
+                pe,
+                slot,
+                program,
+                g,
+                inputs,
+            } => {
+                let func = self.func;
                 let group = &self.plan.groups[g];
                 let r = with_fitted(group.inputs.iter().map(|v| func.ty(*v)).zip(inputs.iter()), |refs| {
-                    self.dp.run(func, self.plan, g, refs, &mut self.m.mem)
+                    self.dp.run(func, self.plan, g, refs, &mut self.mem)
                 });
-                (pe, slot, r.map_err(|e| self.fail(pe as usize, e))?)
+                // Its PE is another process's: the error names it from
+                // the launch's tables.
+                let outs = r.map_err(|error| SimError::Exec {
+                    pe: self.coords[pe as usize],
+                    rank: self.ranks[pe as usize],
+                    program,
+                    error,
+                })?;
+                (pe, slot, outs.iter().map(RtValue::deep_clone).collect())
             }
             Then::Notify {
                 pe,
@@ -1553,13 +1587,13 @@ impl Sim<'_> {
                 size,
             } => {
                 use kernbench_compiler::datapath::Memory;
-                let _ = self.m.mem.write(addr, &bits.to_le_bytes()[..size as usize]);
+                let _ = self.mem.write(addr, &bits.to_le_bytes()[..size as usize]);
                 (pe, slot, Outputs::new())
             }
             Then::Message { .. } => return Ok(()),
         };
         self.wake_signal_waiters();
-        let back = self.m.fabric.latency_ps(to, Endpoint::Core(self.coords[pe as usize]));
+        let back = self.fabric.latency_ps(to, Endpoint::Core(self.coords[pe as usize]));
         let lp = self.lp_of[pe as usize];
         self.hand_off(
             lp,

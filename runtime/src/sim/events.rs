@@ -5,14 +5,14 @@
 use super::divisor::Divisor;
 use super::fabric::Endpoint;
 use super::ipcq::Queues;
-use super::pe::{EventKind, PeState, Programs, Stall};
+use super::pe::{EventKind, PeSlab, Stall};
 use super::queue::EventQueue;
-use super::report::{Blocked, LinkStat, PeStat, Report, Slice, WaitReason};
-use super::{cost, ipcq_tcm_bytes, peak_live_bytes, Communicator, Engine, Launch, Machine, Placement, SimError};
+use super::report::{Blocked, PeStat, Slice, WaitReason};
+use super::{cost, Communicator, Engine, Machine, SimError};
 use crate::topology::schema::Ipcq;
 use crate::topology::{PeCoord, Topology};
 use kernbench_compiler::datapath::elem::compare_values;
-use kernbench_compiler::datapath::{plan_with, DataPath, ExecError, ExecErrorKind, Fusion, GroupId, Plan, RtValue};
+use kernbench_compiler::datapath::{DataPath, ExecError, ExecErrorKind, GroupId, Plan, RtValue};
 use kernbench_compiler::ir::{BinaryOp, CmpOp, Function, Inst, Op, Value};
 use kernbench_compiler::sema::types::DType;
 use std::collections::HashSet;
@@ -112,11 +112,13 @@ pub(super) enum Then {
         data: RtValue,
         inst: Inst,
     },
-    /// PE `pe`'s store or atomic (group `g`, in-flight slot `slot`) writes
-    /// with its operands `inputs`, then is acknowledged.
+    /// PE `pe`'s store or atomic (group `g`, in-flight slot `slot`, in
+    /// its program `program`) writes with its operands `inputs`, then is
+    /// acknowledged.
     Put {
         pe: u32,
         slot: u32,
+        program: [u32; 3],
         g: usize,
         inputs: Vec<RtValue>,
     },
@@ -153,7 +155,7 @@ pub(super) struct ScalarStep {
 pub(super) const NO_ENTRY: u32 = u32::MAX;
 
 impl ScalarStep {
-    fn decode(func: &Function, i: Inst, slot_of: &[u32]) -> Option<ScalarStep> {
+    pub(super) fn decode(func: &Function, i: Inst, slot_of: &[u32]) -> Option<ScalarStep> {
         let op = crate::exec::PureScalar::decode(func, i)?;
         let d = func.inst(i);
         if d.args.len() > 3 {
@@ -261,7 +263,7 @@ impl FastScalar {
 /// `c_k` to its operand `k` one after the other: no operand `k` is a
 /// parameter `c_j` with `j < k` (already overwritten by then). The
 /// induction variable is set after them, so an operand may be it.
-fn in_order_yields(func: &Function) -> Vec<bool> {
+pub(super) fn in_order_yields(func: &Function) -> Vec<bool> {
     let mut out = vec![false; func.insts.len()];
     for r in func.regions.values() {
         let carried = r.params.get(1..).unwrap_or(&[]);
@@ -290,7 +292,7 @@ fn in_order_yields(func: &Function) -> Vec<bool> {
 ///
 /// Taking them saves a reference-count increment now and a decrement
 /// later, and with them a touch of each value's shared data.
-fn yield_moves(func: &Function) -> Vec<u64> {
+pub(super) fn yield_moves(func: &Function) -> Vec<u64> {
     let mut out = vec![0; func.insts.len()];
     let mut defined_in = vec![false; func.values.len()];
     for r in func.regions.values() {
@@ -343,23 +345,34 @@ pub(super) struct GroupInfo {
     pub label: Inst,
 }
 
+/// The state of a shard of a launch (`launch.rs`: some of its logical
+/// processes with their PEs, or all of them): its events, PEs, queue
+/// halves, fabric copy, memory view and data path, and references to what
+/// every shard shares.
 pub(super) struct Sim<'a> {
-    pub m: &'a mut Machine,
+    pub topo: &'a Topology,
+    pub mem: super::MemView<'a>,
+    pub fabric: super::Fabric,
     pub dp: &'a mut dyn DataPath,
-    pub l: &'a Launch<'a>,
-    /// The launch's plan ([`Fusion::Compute`]: each group on one engine).
+    pub func: &'a Function,
+    pub comms: &'a [Communicator],
+    pub grid: [u32; 3],
+    /// Record every operation (a trace).
+    pub trace: bool,
     pub plan: &'a Plan,
-    pub pes: Vec<PeState>,
-    /// The logical processes (one, or one per SIP of the machine), the one
-    /// running, and each PE's and each SIP's.
+    pub pes: PeSlab,
+    /// The logical processes (one, or one per SIP of the machine; this
+    /// shard runs `my_lps`), the one running, and each PE's and each
+    /// SIP's.
     pub lps: Vec<Lp>,
+    pub my_lps: Vec<usize>,
     pub cur_lp: usize,
-    pub lp_of: Vec<u16>,
-    pub lp_of_sip: Vec<u16>,
+    pub lp_of: &'a [u16],
+    pub lp_of_sip: &'a [u16],
     /// The windows' length (see [`Lp`]).
     pub window_ps: u64,
-    /// Hand-offs made in this window: to which process, and what.
-    pub outbox: Vec<(u16, Cross)>,
+    /// Hand-offs made in this window: by which process, to which, what.
+    pub outbox: Vec<(u16, u16, Cross)>,
     pub now: u64,
     /// The time of the latest event run, in any process.
     latest_ps: u64,
@@ -367,35 +380,37 @@ pub(super) struct Sim<'a> {
     /// Per PE: the TCM its live blocks and TCM allocations take, and the
     /// IPCQ queues into it so far (each holds its slots there when the
     /// buffer space is TCM).
-    pub tcm_base_bytes: Vec<u64>,
+    pub tcm_base_bytes: &'a [u64],
     pub queues_into: Vec<u32>,
-    pub groups: Vec<GroupInfo>,
+    pub groups: &'a [GroupInfo],
     /// Per instruction (by index), its decoded form when it is pure
     /// scalar arithmetic.
-    pub scalar_ops: Vec<Option<ScalarStep>>,
+    pub scalar_ops: &'a [Option<ScalarStep>],
     /// Per instruction: a `yield` whose values may be copied into its
     /// region's carried parameters one by one, in order, with the same
     /// result as all at once (see [`in_order_yields`]).
-    pub in_order_yields: Vec<bool>,
+    pub in_order_yields: &'a [bool],
     /// Per instruction: a `yield`'s operands that may be moved (see
     /// [`yield_moves`]).
-    pub yield_moves: Vec<u64>,
+    pub yield_moves: &'a [u64],
     /// Per group: the inputs its queued operation may move out of the
     /// environment (see [`super::slots::EnvSlots::group_moves`]).
-    pub group_moves: Vec<u64>,
+    pub group_moves: &'a [u64],
     /// Per address-generation group, its outputs' cones (see
     /// [`super::agu::cones`]), and the index of its first cone in each
     /// PE's `cone_memo`.
-    pub cones: Vec<Option<Vec<super::agu::Cone>>>,
-    pub cone_base: Vec<usize>,
+    pub cones: &'a [Option<Vec<super::agu::Cone>>],
+    pub cone_base: &'a [usize],
     pub dispatch_ps: u64,
     pub dma_setup_ps: u64,
     pub queue_depth: usize,
-    /// Every PE of the launch (the groups in order, each in rank order).
-    pub coords: Vec<PeCoord>,
+    /// Every PE of the launch (the groups in order, each in rank order)
+    /// and its rank in its group.
+    pub coords: &'a [PeCoord],
+    pub ranks: &'a [u32],
     /// Each PE's group, and each group's first PE index.
-    pub group_of: Vec<u32>,
-    pub group_base: Vec<usize>,
+    pub group_of: &'a [u32],
+    pub group_base: &'a [usize],
     /// The IPCQ of this launch.
     pub ipcq: Ipcq,
     /// Its slot count and slot size, as divisors.
@@ -412,7 +427,7 @@ pub(super) struct Sim<'a> {
     pub start_ps: u64,
 }
 
-fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, address: &HashSet<Value>) -> GroupInfo {
+pub(super) fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, address: &HashSet<Value>) -> GroupInfo {
     let group = &plan.groups[g];
     let i = group.insts[0];
     let topo = &m.topo;
@@ -449,185 +464,66 @@ fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, address: &H
     }
 }
 
-pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<Report, SimError> {
-    let func = l.func;
-    let coords: Vec<PeCoord> = l.groups.iter().flat_map(|c| c.pes.iter().copied()).collect();
-    if coords.is_empty() {
-        return Err(SimError::Setup("the launch has no PEs".into()));
-    }
-    if l.args.len() != coords.len() {
-        return Err(SimError::Setup(format!(
-            "{} argument lists for {} PEs",
-            l.args.len(),
-            coords.len()
-        )));
-    }
-    let mut seen = HashSet::new();
-    if let Some(pe) = coords.iter().find(|c| !seen.insert(**c)) {
-        return Err(SimError::Setup(format!("{pe} is in the launch twice")));
-    }
-    let ipcq = l.ipcq.clone().unwrap_or_else(|| m.topo.spec.pe.ipcq.clone());
-    // Live blocks, the PE's TCM allocations and one queue's IPCQ slots must
-    // fit; each further queue into a PE is checked when it is first used.
-    let live = peak_live_bytes(func);
-    let slot_bytes = ipcq_tcm_bytes(&ipcq);
-    let mut tcm_base_bytes = Vec::with_capacity(coords.len());
-    for &pe in &coords {
-        let tcm = Placement::Tcm(pe);
-        let (cap, used) = (m.mem.capacity(tcm), m.mem.used(tcm));
-        let need = live + used + slot_bytes;
-        if need > cap {
-            return Err(SimError::TcmCapacity {
-                kernel: func.name.clone(),
-                pe,
-                need_bytes: need,
-                have_bytes: cap,
-                queues: u32::from(slot_bytes > 0),
-                opened_by: None,
-            });
-        }
-        tcm_base_bytes.push(live + used);
-    }
-    let plan = plan_with(func, Fusion::Compute);
-    dp.prepare(func, &plan)
-        .map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
-    let address = super::agu::address_values(func);
-    let groups: Vec<GroupInfo> = (0..plan.groups.len())
-        .map(|g| group_info(m, func, &plan, g, &address))
-        .collect();
-    let cones: Vec<Option<Vec<super::agu::Cone>>> = (0..plan.groups.len())
-        .map(|g| match groups[g].address {
-            true => super::agu::cones(func, &plan.groups[g]),
-            false => None,
-        })
-        .collect();
-    let mut cone_base = Vec::with_capacity(cones.len());
-    let mut n_cones = 0;
-    for c in &cones {
-        cone_base.push(n_cones);
-        n_cones += c.as_ref().map_or(0, Vec::len);
-    }
-    let start = m.now_ps + m.launch_latency_ps(&coords);
-    m.fabric.reset_stats();
-    if l.trace {
-        m.fabric.record = Some(Vec::new());
-    }
-    let saved_packet = m.fabric.packet_bytes;
-    if let Some(b) = l.packet_bytes {
-        m.fabric.packet_bytes = b.max(1);
-    }
-    let programs = l
-        .grid
-        .iter()
-        .try_fold(1u64, |a, g| a.checked_mul(*g as u64))
-        .filter(|n| *n <= u32::MAX as u64);
-    let Some(programs) = programs else {
-        return Err(SimError::Setup(format!(
-            "a grid of {:?} programs is too large (at most 2^32 - 1)",
-            l.grid
-        )));
-    };
-    let mut pes = Vec::with_capacity(coords.len());
-    let env_slots = super::slots::EnvSlots::assign(func, &plan);
-    let mut group_of = Vec::with_capacity(coords.len());
-    let mut group_base = Vec::with_capacity(l.groups.len());
-    for (g, c) in l.groups.iter().enumerate() {
-        group_base.push(pes.len());
-        let world = c.world();
-        for r in 0..world {
-            let mine = if l.grid_per_pe {
-                Programs {
-                    next: 0,
-                    step: 1,
-                    end: programs,
-                }
-            } else {
-                Programs {
-                    next: r as u64,
-                    step: world as u64,
-                    end: programs,
-                }
-            };
-            let (row, col) = c.mesh_pos(r);
-            let ctx = crate::exec::ScalarCtx {
-                pid: [0; 3],
-                grid: l.grid,
-                rank: r,
-                world,
-                mesh_id: [row, col],
-                mesh_size: c.mesh,
-            };
-            pes.push(PeState::new(ctx, mine, &env_slots, n_cones, start));
-            group_of.push(g as u32);
+impl<'a> Sim<'a> {
+    /// A shard holding `pes` and running logical processes `my_lps`, with
+    /// its own data path, fabric copy and memory view.
+    pub fn new(
+        sh: &'a super::launch::Shared<'a>,
+        topo: &'a Topology,
+        pes: PeSlab,
+        my_lps: Vec<usize>,
+        dp: &'a mut dyn DataPath,
+        fabric: super::Fabric,
+        mem: super::MemView<'a>,
+    ) -> Sim<'a> {
+        let ipcq = sh.ipcq.clone();
+        Sim {
+            topo,
+            mem,
+            fabric,
+            dp,
+            func: sh.func,
+            comms: sh.comms,
+            grid: sh.grid,
+            trace: sh.trace,
+            plan: &sh.plan,
+            pes,
+            lps: (0..sh.n_lps).map(|_| Lp::new()).collect(),
+            cur_lp: my_lps.first().copied().unwrap_or(0),
+            my_lps,
+            lp_of: &sh.lp_of,
+            lp_of_sip: &sh.lp_of_sip,
+            window_ps: sh.window_ps,
+            outbox: Vec::new(),
+            now: sh.start_ps,
+            latest_ps: sh.start_ps,
+            queues: Queues::new(ipcq.n_slots.0 as u32),
+            tcm_base_bytes: &sh.tcm_base_bytes,
+            queues_into: vec![0; sh.coords.len()],
+            groups: &sh.groups,
+            scalar_ops: &sh.scalar_ops,
+            in_order_yields: &sh.in_order_yields,
+            yield_moves: &sh.yield_moves,
+            group_moves: &sh.env_slots.group_moves,
+            cones: &sh.cones,
+            cone_base: &sh.cone_base,
+            dispatch_ps: sh.dispatch_ps,
+            dma_setup_ps: sh.dma_setup_ps,
+            queue_depth: sh.queue_depth,
+            coords: &sh.coords,
+            ranks: &sh.ranks,
+            group_of: &sh.group_of,
+            group_base: &sh.group_base,
+            ipcq_slots: Divisor::new(ipcq.n_slots.0),
+            ipcq_slot_bytes: Divisor::new(ipcq.slot_size_bytes.0),
+            ipcq,
+            signal_waiters: Vec::new(),
+            op_pool: Default::default(),
+            events_run: 0,
+            slices: Vec::new(),
+            start_ps: sh.start_ps,
         }
     }
-    // One logical process per SIP of the machine when the launch spans
-    // several and the SIP links take time (the windows' length); one for
-    // the whole launch otherwise.
-    let n_sips = m.topo.spec.system.sips.0 as usize;
-    let window_ps = Topology::ns_to_ps(m.topo.spec.system.sip_link.latency_ns.0);
-    let spans_sips = coords.iter().any(|c| c.sip != coords[0].sip);
-    let (n_lps, lp_of_sip): (usize, Vec<u16>) = if spans_sips && window_ps > 0 && n_sips <= u16::MAX as usize {
-        (n_sips, (0..n_sips as u16).collect())
-    } else {
-        (1, vec![0; n_sips])
-    };
-    let lp_of = coords.iter().map(|c| lp_of_sip[c.sip as usize]).collect();
-    let t = &m.topo;
-    let mut sim = Sim {
-        dispatch_ps: t.cycles_to_ps(t.spec.pe.dispatch_cycles.0),
-        dma_setup_ps: t.cycles_to_ps(t.spec.pe.dma.setup_cycles),
-        queue_depth: t.spec.pe.queue_depth.0 as usize,
-        queues: Queues::new(ipcq.n_slots.0 as u32),
-        queues_into: vec![0; tcm_base_bytes.len()],
-        tcm_base_bytes,
-        ipcq_slots: Divisor::new(ipcq.n_slots.0),
-        ipcq_slot_bytes: Divisor::new(ipcq.slot_size_bytes.0),
-        ipcq,
-        m,
-        dp,
-        l,
-        plan: &plan,
-        pes,
-        coords,
-        group_of,
-        group_base,
-        lps: (0..n_lps).map(|_| Lp::new()).collect(),
-        cur_lp: 0,
-        lp_of,
-        lp_of_sip,
-        window_ps,
-        outbox: Vec::new(),
-        now: start,
-        latest_ps: start,
-        groups,
-        scalar_ops: func
-            .insts
-            .keys()
-            .map(|i| ScalarStep::decode(func, i, &env_slots.slot_of))
-            .collect(),
-        in_order_yields: in_order_yields(func),
-        yield_moves: yield_moves(func),
-        group_moves: env_slots.group_moves,
-        cones,
-        cone_base,
-        signal_waiters: Vec::new(),
-        op_pool: Default::default(),
-        events_run: 0,
-        slices: Vec::new(),
-        start_ps: start,
-    };
-    for p in 0..sim.pes.len() {
-        sim.start_next_program(p);
-    }
-    let result = sim.run_events();
-    sim.m.fabric.packet_bytes = saved_packet;
-    sim.m.fabric.record.take_if(|_| result.is_err());
-    result?;
-    let report = sim.report();
-    sim.m.now_ps = report.end_ps;
-    sim.m.fabric.record = None;
-    Ok(report)
 }
 
 impl Sim<'_> {
@@ -642,7 +538,7 @@ impl Sim<'_> {
 
     /// Hands `what` to logical process `lp` (delivered after this window).
     pub fn hand_off(&mut self, lp: u16, what: Cross) {
-        self.outbox.push((lp, what));
+        self.outbox.push((self.cur_lp as u16, lp, what));
     }
 
     /// Schedules hand-off `what` to take effect in the running process at
@@ -726,13 +622,13 @@ impl Sim<'_> {
 
     /// PE `p`'s communicator.
     pub fn comm(&self, p: usize) -> &Communicator {
-        &self.l.groups[self.group_of[p] as usize]
+        &self.comms[self.group_of[p] as usize]
     }
 
     /// Starts PE `p`'s next program, or marks it finished.
     pub fn start_next_program(&mut self, p: usize) {
-        let func = self.l.func;
-        let [g0, g1, _] = self.l.grid;
+        let func = self.func;
+        let [g0, g1, _] = self.grid;
         let Some(idx) = self.pes[p].programs.next() else {
             let pe = &mut self.pes[p];
             pe.stall = Stall::Finished;
@@ -750,37 +646,151 @@ impl Sim<'_> {
         let t = pe.issue_ps.max(pe.last_done_ps);
         pe.issue_ps = t;
         let params = &func.region(func.body).params;
-        for (v, a) in params.iter().zip(&self.l.args[p]) {
-            pe.set(*v, super::pe::Val::Ready { v: a.clone(), at: t });
+        for (k, v) in params.iter().enumerate() {
+            if let Some(a) = pe.args.get(k).cloned() {
+                pe.set(*v, super::pe::Val::Ready { v: a, at: t });
+            }
         }
         pe.stall = Stall::None;
         self.wake_issue(p);
     }
 
-    fn run_events(&mut self) -> Result<(), SimError> {
-        if self.windowed() {
-            self.run_windows()?;
-        } else {
-            self.run_lp(0, u64::MAX)?;
+    /// Starts every PE's first program.
+    pub fn start_programs(&mut self) {
+        for p in self.pes.range() {
+            self.start_next_program(p);
         }
-        let blocked = self.blocked();
-        if blocked.is_empty() {
-            Ok(())
-        } else {
-            // Stuck since the last PE reached the operation it waits in
-            // and its last operation ended: its issue clock, and the end of
-            // an operation settled when it started, may be past the last
-            // event.
-            let stuck_ps = self
-                .pes
-                .iter()
-                .filter(|pe| pe.stall != Stall::Finished)
-                .map(|pe| pe.issue_ps.max(pe.last_done_ps))
-                .fold(self.latest_ps.max(self.now), u64::max);
-            Err(SimError::Deadlock {
-                time_ps: stuck_ps,
-                blocked,
+    }
+
+    /// The whole launch in this one shard: every process, window after
+    /// window when there are several (delivering their hand-offs between
+    /// windows in the order they were made), until none has anything
+    /// left. The first error, by time then process.
+    pub fn run_alone(&mut self) -> Result<(), (u64, usize, SimError)> {
+        self.start_programs();
+        if !self.windowed() {
+            return self.run_lp(0, u64::MAX).map_err(|e| (self.now, 0, e));
+        }
+        let mut from = self.now;
+        loop {
+            let until = from.saturating_add(self.window_ps);
+            if let Some(e) = self.run_window(until) {
+                return Err(e);
+            }
+            self.now = until;
+            for (_, dst, what) in std::mem::take(&mut self.outbox) {
+                self.deliver(dst, what);
+            }
+            match self.next_event_ps() {
+                Some(t) => from = t.max(until),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Runs this shard's processes' events before `until` (a window). An
+    /// error stops its process; the first, by time then process, is
+    /// returned once every process has run.
+    pub fn run_window(&mut self, until: u64) -> Option<(u64, usize, SimError)> {
+        let mut first: Option<(u64, usize, SimError)> = None;
+        for k in 0..self.my_lps.len() {
+            let lp = self.my_lps[k];
+            if let Err(e) = self.run_lp(lp, until) {
+                if first.as_ref().is_none_or(|(t, _, _)| self.now < *t) {
+                    first = Some((self.now, lp, e));
+                }
+            }
+        }
+        first
+    }
+
+    /// When this shard's earliest event is due.
+    pub fn next_event_ps(&self) -> Option<u64> {
+        self.my_lps
+            .iter()
+            .filter_map(|&lp| self.lps[lp].events.peek_time())
+            .min()
+    }
+
+    /// What this shard leaves once its run ends with `result`: its PEs'
+    /// figures, its trace, and (for several shards) the state of the links
+    /// it `owns`; when no error stopped it, the PEs it left blocked.
+    pub fn finish(
+        &mut self,
+        result: Result<(), (u64, usize, SimError)>,
+        owns: impl Fn(super::LinkId) -> bool,
+    ) -> super::launch::ShardOut {
+        let error = result.err();
+        let blocked = if error.is_none() { self.blocked() } else { Vec::new() };
+        // Stuck since the last PE reached the operation it waits in and
+        // its last operation ended: its issue clock, and the end of an
+        // operation settled when it started, may be past the last event.
+        let stuck_ps = self
+            .pes
+            .iter()
+            .filter(|(_, pe)| pe.stall != Stall::Finished)
+            .map(|(_, pe)| pe.issue_ps.max(pe.last_done_ps))
+            .fold(self.latest_ps, u64::max);
+        let pes: Vec<PeStat> = self
+            .pes
+            .iter()
+            .map(|(p, s)| PeStat {
+                pe: self.coords[p],
+                rank: s.ctx.rank,
+                end_ps: s.end_ps,
+                busy_ps: s.busy_ps,
             })
+            .collect();
+        // A message to another SIP that nobody received still arrived.
+        let arrivals = self.my_lps.iter().map(|&lp| self.lps[lp].last_arrival_ps);
+        let end_ps = pes
+            .iter()
+            .map(|p| p.end_ps)
+            .chain(arrivals)
+            .fold(self.start_ps, u64::max);
+        let links = &self.fabric.links;
+        let intervals = match self.fabric.record.take() {
+            Some(r) if error.is_none() => r.iter().map(|&(i, s, e)| (links[i as usize].id, s, e)).collect(),
+            _ => Vec::new(),
+        };
+        super::launch::ShardOut {
+            error,
+            pes,
+            end_ps,
+            slices: std::mem::take(&mut self.slices),
+            events: self.events_run,
+            intervals,
+            blocked,
+            stuck_ps,
+            links: links.iter().filter(|l| owns(l.id)).cloned().collect(),
+        }
+    }
+
+    /// Delivers hand-off `what` to process `lp` (between windows): a
+    /// transfer is an event there when its head arrives; credits are back
+    /// at their sender's half of the queue; an acknowledgement's
+    /// operation ends when it arrives.
+    pub fn deliver(&mut self, lp: u16, what: Cross) {
+        self.cur_lp = lp as usize;
+        match what {
+            Cross::Transfer { at, .. } => self.schedule_cross(at.arrive_ps, what),
+            Cross::Landed { .. } => {}
+            Cross::Credits {
+                src,
+                dst,
+                control,
+                back_ps,
+                slots,
+            } => self.credits_back(src, dst, control, back_ps, slots),
+            Cross::Ack { pe, slot, at_ps, outs } => {
+                if let Some(Some(op)) = self.pes[pe as usize].inflight.get(slot as usize) {
+                    for (s, v) in op.results.iter().zip(outs) {
+                        let _ = s.data.set(v);
+                        s.ready_ps.set(at_ps);
+                    }
+                }
+                self.schedule(at_ps, Ev::Done(pe, slot));
+            }
         }
     }
 
@@ -820,67 +830,6 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// The launch over several SIPs: every logical process runs a window,
-    /// then what they handed each other is delivered, until none has
-    /// anything left. An error stops the run at the end of its window;
-    /// of several, the earliest is reported (by time, then process), so
-    /// the outcome does not depend on the order the processes ran in.
-    fn run_windows(&mut self) -> Result<(), SimError> {
-        let mut from = self.now;
-        loop {
-            let until = from.saturating_add(self.window_ps);
-            let mut first: Option<(u64, usize, SimError)> = None;
-            for lp in 0..self.lps.len() {
-                if let Err(e) = self.run_lp(lp, until) {
-                    if first.as_ref().is_none_or(|(t, _, _)| self.now < *t) {
-                        first = Some((self.now, lp, e));
-                    }
-                }
-            }
-            if let Some((_, _, e)) = first {
-                return Err(e);
-            }
-            self.now = until;
-            self.deliver()?;
-            let next = self.lps.iter().filter_map(|l| l.events.peek_time()).min();
-            match next {
-                Some(t) => from = t.max(until),
-                None => break,
-            }
-        }
-        Ok(())
-    }
-
-    /// Delivers the window's hand-offs, in the order they were made (each
-    /// process's in its own order, the processes in turn).
-    fn deliver(&mut self) -> Result<(), SimError> {
-        let outbox = std::mem::take(&mut self.outbox);
-        for (lp, what) in outbox {
-            self.cur_lp = lp as usize;
-            match what {
-                Cross::Transfer { at, .. } => self.schedule_cross(at.arrive_ps, what),
-                Cross::Landed { .. } => {}
-                Cross::Credits {
-                    src,
-                    dst,
-                    control,
-                    back_ps,
-                    slots,
-                } => self.credits_back(src, dst, control, back_ps, slots),
-                Cross::Ack { pe, slot, at_ps, outs } => {
-                    if let Some(Some(op)) = self.pes[pe as usize].inflight.get(slot as usize) {
-                        for (s, v) in op.results.iter().zip(outs) {
-                            let _ = s.data.set(v);
-                            s.ready_ps.set(at_ps);
-                        }
-                    }
-                    self.schedule(at_ps, Ev::Done(pe, slot));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Starts fetching the PE state the next two events will read, when
     /// the queue knows them: with thousands of PEs, each event's first
     /// reads of its PE would otherwise miss the caches one after the other
@@ -910,9 +859,9 @@ impl Sim<'_> {
 
     /// What every unfinished PE waits for (the facts of a deadlock).
     fn blocked(&self) -> Vec<Blocked> {
-        let func = self.l.func;
+        let func = self.func;
         let mut out = Vec::new();
-        for (p, pe) in self.pes.iter().enumerate() {
+        for (p, pe) in self.pes.iter() {
             if pe.stall == Stall::Finished {
                 continue;
             }
@@ -929,14 +878,14 @@ impl Sim<'_> {
                             continue;
                         }
                         WaitReason::NoData {
-                            from_rank: self.pes[q.src as usize].ctx.rank,
+                            from_rank: self.ranks[q.src as usize],
                         }
                     }
                     super::pe::OpKind::Send { queue, .. } => {
                         let q = &self.queues.queues[queue as usize];
                         let slots = self.queues.n_slots();
                         WaitReason::QueueFull {
-                            to_rank: self.pes[q.dst as usize].ctx.rank,
+                            to_rank: self.ranks[q.dst as usize],
                             used: slots - q.credits_eventually().min(slots),
                             slots,
                         }
@@ -971,7 +920,7 @@ impl Sim<'_> {
                 Stall::Data if pe.barrier_round > 0 && pe.wait_for.is_some() => {
                     let (_, from) = self.barrier_peers(p, pe.barrier_round - 1);
                     WaitReason::Barrier {
-                        from_rank: self.pes[from as usize].ctx.rank,
+                        from_rank: self.ranks[from as usize],
                         round: u32::from(pe.barrier_round),
                         rounds: super::issue::barrier_rounds(self.comm(p).world()),
                     }
@@ -988,69 +937,6 @@ impl Sim<'_> {
         out
     }
 
-    fn report(&self) -> Report {
-        // A message to another SIP that nobody received still arrived.
-        let arrivals = self.lps.iter().map(|l| l.last_arrival_ps);
-        let end = self
-            .pes
-            .iter()
-            .map(|p| p.end_ps)
-            .chain(arrivals)
-            .max()
-            .unwrap_or(self.start_ps);
-        let links = self
-            .m
-            .fabric
-            .links
-            .iter()
-            .filter(|l| l.bytes > 0)
-            .map(|l| LinkStat {
-                id: l.id,
-                busy_ps: l.busy_ps,
-                bytes: l.bytes,
-            })
-            .collect();
-        let link_intervals = self
-            .m
-            .fabric
-            .record
-            .as_ref()
-            .map(|r| {
-                r.iter()
-                    .map(|&(i, s, e)| (self.m.fabric.links[i as usize].id, s, e))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Report {
-            kernel: self.l.func.name.clone(),
-            start_ps: self.start_ps,
-            end_ps: end,
-            pes: self
-                .pes
-                .iter()
-                .enumerate()
-                .map(|(p, s)| PeStat {
-                    pe: self.coords[p],
-                    rank: s.ctx.rank,
-                    end_ps: s.end_ps,
-                    busy_ps: s.busy_ps,
-                })
-                .collect(),
-            links,
-            events: self.events_run,
-            slices: {
-                let mut slices = self.slices.clone();
-                // Each PE's in the order it made them, whatever order the
-                // logical processes ran in.
-                if self.windowed() {
-                    slices.sort_by_key(|s| s.rank);
-                }
-                slices
-            },
-            link_intervals,
-        }
-    }
-
     /// The control-message latency between two PEs' cores (launch
     /// indices).
     pub fn core_latency_ps(&mut self, from: usize, to: usize) -> u64 {
@@ -1058,7 +944,7 @@ impl Sim<'_> {
         if a == b {
             return 0;
         }
-        self.m.fabric.latency_ps(Endpoint::Core(a), Endpoint::Core(b))
+        self.fabric.latency_ps(Endpoint::Core(a), Endpoint::Core(b))
     }
 }
 

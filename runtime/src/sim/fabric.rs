@@ -268,6 +268,15 @@ impl PathCost {
     }
 }
 
+/// A fabric's links, for a copy on another thread ([`Fabric::seed`]).
+pub struct FabricSeed {
+    topo: Topology,
+    links: Vec<Link>,
+    index: HashMap<LinkId, u32>,
+    packet_bytes: u64,
+    record: bool,
+}
+
 pub struct Fabric {
     topo: Topology,
     pub links: Vec<Link>,
@@ -329,6 +338,37 @@ impl Fabric {
             interleave: Divisor::new(c.interleave_bytes.0),
             record: None,
             ser: SerMemo::new(),
+        }
+    }
+
+    /// What another thread needs to make a copy of this fabric (its links
+    /// as they stand; routes are found again there).
+    pub fn seed(&self) -> FabricSeed {
+        FabricSeed {
+            topo: self.topo.clone(),
+            links: self.links.clone(),
+            index: self.index.clone(),
+            packet_bytes: self.packet_bytes,
+            record: self.record.is_some(),
+        }
+    }
+
+    /// A fabric like the one `seed` was taken from.
+    pub fn from_seed(seed: &FabricSeed) -> Fabric {
+        let mut f = Fabric::new(&seed.topo);
+        f.links = seed.links.clone();
+        f.index = seed.index.clone();
+        f.packet_bytes = seed.packet_bytes;
+        f.record = seed.record.then(Vec::new);
+        f
+    }
+
+    /// Takes the state of `links` (from a copy of this fabric), creating
+    /// those it does not have yet.
+    pub fn absorb(&mut self, links: impl IntoIterator<Item = Link>) {
+        for l in links {
+            let i = self.link_index(l.id);
+            self.links[i as usize] = l;
         }
     }
 

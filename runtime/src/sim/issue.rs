@@ -71,7 +71,7 @@ impl Sim<'_> {
                 Step::Relabel(i) => {
                     // A reshape is the same elements: consumers see them
                     // under their own type.
-                    let d = self.l.func.inst(i);
+                    let d = self.func.inst(i);
                     let v = self.pes[p].get(d.args[0]).clone();
                     self.pes[p].set(d.results[0], v);
                     self.advance(p);
@@ -147,7 +147,7 @@ impl Sim<'_> {
     }
 
     fn issue_inst(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
-        let func = self.l.func;
+        let func = self.func;
         let d = func.inst(i);
         match &d.op {
             Op::Send(peer) => return self.issue_send(p, i, *peer),
@@ -293,7 +293,7 @@ impl Sim<'_> {
     /// [`Self::ready_all`]; the data does not depend on when); returns its
     /// outputs. The inputs are read in place from the PE's values.
     fn compute_now(&mut self, p: usize, g: usize) -> Result<Outputs, SimError> {
-        let func = self.l.func;
+        let func = self.func;
         let group = &self.plan.groups[g];
         let pe = &self.pes[p];
         let r = super::engines::with_fitted(
@@ -301,7 +301,7 @@ impl Sim<'_> {
                 .inputs
                 .iter()
                 .map(|v| (func.ty(*v), pe.get(*v).data().unwrap_or(&UNSET))),
-            |refs| self.dp.run(func, self.plan, g, refs, &mut self.m.mem),
+            |refs| self.dp.run(func, self.plan, g, refs, &mut self.mem),
         );
         r.map_err(|e| self.fail(p, e))
     }
@@ -316,7 +316,7 @@ impl Sim<'_> {
         if n == 0 || !self.dp.formulas() {
             return self.compute_now(p, g);
         }
-        let func = self.l.func;
+        let func = self.func;
         let mut outs = SmallVec::new();
         for k in 0..n {
             let Some(cone) = self.cones[g].as_ref().and_then(|c| c.get(k)) else {
@@ -519,13 +519,13 @@ impl Sim<'_> {
         match peer {
             Peer::Dir(d) => Ok(Some(base + self.comm(p).peer(me, d))),
             Peer::Rank => {
-                let v = self.l.func.inst(i).args[0];
+                let v = self.func.inst(i).args[0];
                 let Some((vals, ready)) = self.operands(p, &[v]) else {
                     return Ok(None);
                 };
                 let pe = &mut self.pes[p];
                 pe.issue_ps = pe.issue_ps.max(ready);
-                let dt = match self.l.func.ty(v).elem() {
+                let dt = match self.func.ty(v).elem() {
                     Elem::Num(d) | Elem::Ptr(d) => d,
                 };
                 let r = elem::to_i64(dt, vals[0].scalar());
@@ -582,17 +582,17 @@ impl Sim<'_> {
         }
         let pe = self.coords[dst];
         let need_bytes = self.tcm_base_bytes[dst] + u64::from(queues) * slot_bytes;
-        let have_bytes = self.m.mem.capacity(super::Placement::Tcm(pe));
+        let have_bytes = self.mem.capacity(super::Placement::Tcm(pe));
         if need_bytes <= have_bytes {
             return Ok(());
         }
         Err(SimError::TcmCapacity {
-            kernel: self.l.func.name.clone(),
+            kernel: self.func.name.clone(),
             pe,
             need_bytes,
             have_bytes,
             queues,
-            opened_by: Some((self.coords[p], self.pes[p].ctx.rank, i)),
+            opened_by: Some((self.coords[p], self.ranks[p], i)),
         })
     }
 
@@ -603,7 +603,7 @@ impl Sim<'_> {
         let Some(queue) = self.queue_with(p, i, peer, true)? else {
             return Ok(self.stall(p, Stall::Data));
         };
-        let d = self.l.func.inst(i);
+        let d = self.func.inst(i);
         let value = *d.args.last().unwrap_or(&d.args[0]);
         let slots = self.message_slots(p, i, value)?;
         let val = self.pes[p].get(value).clone();
@@ -626,7 +626,7 @@ impl Sim<'_> {
         let msg = q.recvs_issued;
         q.recvs_issued += 1;
         let slot = Slot::new();
-        let r = self.l.func.inst(i).results[0];
+        let r = self.func.inst(i).results[0];
         self.pes[p].set(r, Val::Pending(slot.clone()));
         let t = self.dispatch(p, 0);
         let mut op = self.op_pool.take(i, OpKind::Recv { queue, msg }, None);
@@ -649,7 +649,7 @@ impl Sim<'_> {
                 ExecErrorKind::Unsupported(format!("rank {r} is outside the communicator (world size {world})")),
             ));
         }
-        self.m.mem.symmetric_at(addr, r as u32).ok_or_else(|| {
+        self.mem.symmetric_at(addr, r as u32).ok_or_else(|| {
             self.exec_error(
                 p,
                 i,
@@ -663,11 +663,11 @@ impl Sim<'_> {
     /// `tl.symm_at(ptr, rank)`: the same offset in rank's copy (computed
     /// when issued: the layout of memory is fixed during a launch).
     fn symm_at(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
-        let d = self.l.func.inst(i);
+        let d = self.func.inst(i);
         let Some((vals, ready)) = self.operands(p, &d.args) else {
             return Ok(self.stall(p, Stall::Data));
         };
-        let rank_dt = match self.l.func.ty(d.args[1]).elem() {
+        let rank_dt = match self.func.ty(d.args[1]).elem() {
             Elem::Num(t) | Elem::Ptr(t) => t,
         };
         let r = elem::to_i64(rank_dt, vals[1].scalar());
@@ -695,15 +695,15 @@ impl Sim<'_> {
         if !self.make_room(p, Engine::Dma) {
             return Ok(self.stall(p, Stall::QueueFull(Engine::Dma)));
         }
-        let d = self.l.func.inst(i);
+        let d = self.func.inst(i);
         let Some((vals, ready)) = self.operands(p, &d.args) else {
             return Ok(self.stall(p, Stall::Data));
         };
-        let rank_dt = match self.l.func.ty(d.args[1]).elem() {
+        let rank_dt = match self.func.ty(d.args[1]).elem() {
             Elem::Num(t) | Elem::Ptr(t) => t,
         };
         // A dtype's size: at most 8 bytes.
-        let size = match self.l.func.ty(d.args[0]).elem() {
+        let size = match self.func.ty(d.args[0]).elem() {
             Elem::Ptr(t) | Elem::Num(t) => t.size_bytes() as u8,
         };
         let addr = self.symmetric(p, i, vals[0].scalar(), elem::to_i64(rank_dt, vals[1].scalar()))?;
@@ -725,7 +725,7 @@ impl Sim<'_> {
     /// time the issue unit reaches it; until it holds `value` the PE waits
     /// (a notify's arrival, or one of its own stores, wakes it).
     fn wait_until(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
-        let d = self.l.func.inst(i);
+        let d = self.func.inst(i);
         let Some((vals, ready)) = self.operands(p, &d.args) else {
             return Ok(self.stall(p, Stall::Data));
         };
@@ -735,15 +735,25 @@ impl Sim<'_> {
             self.wake_issue(p);
             return Ok(false);
         }
-        let dt = match self.l.func.ty(d.args[0]).elem() {
+        let dt = match self.func.ty(d.args[0]).elem() {
             Elem::Ptr(t) | Elem::Num(t) => t,
         };
         let addr = vals[0].scalar();
+        if let Some(place) = self.mem.placement_of(addr).filter(|pl| self.elsewhere(pl.sip())) {
+            // Its SIP's process writes it, in a window of its own.
+            return Err(self.exec_error(
+                p,
+                i,
+                ExecErrorKind::Unsupported(format!(
+                    "tl.wait_until reads its signal word at {addr:#x}, in the {place}, on another SIP: in a launch \
+                     over several SIPs it waits on a word of its own SIP (the one tl.notify writes into)"
+                )),
+            ));
+        }
         let mut buf = [0u8; 8];
         let size = dt.size_bytes() as usize;
         use kernbench_compiler::datapath::Memory;
-        self.m
-            .mem
+        self.mem
             .read(addr, &mut buf[..size])
             .map_err(|f| self.exec_error(p, i, ExecErrorKind::OutOfBounds(f)))?;
         let mask = if size == 8 { u64::MAX } else { (1u64 << (8 * size)) - 1 };
@@ -842,7 +852,7 @@ impl Sim<'_> {
     // ----- control flow -----
 
     fn bind(&mut self, p: usize, region: Region, vals: impl IntoIterator<Item = Val>) {
-        let params = &self.l.func.region(region).params;
+        let params = &self.func.region(region).params;
         let pe = &mut self.pes[p];
         for (v, x) in params.iter().zip(vals) {
             pe.set(*v, x);
@@ -864,7 +874,7 @@ impl Sim<'_> {
 
     /// Control flow; false when it stalled on a condition's data.
     fn control(&mut self, p: usize, i: Inst) -> Result<bool, SimError> {
-        let func = self.l.func;
+        let func = self.func;
         let d = func.inst(i);
         // Conditions and loop bounds must be known; carried values are
         // passed along as they are.
@@ -989,7 +999,7 @@ impl Sim<'_> {
         if !self.in_order_yields[i.as_u32() as usize] {
             return false;
         }
-        let func = self.l.func;
+        let func = self.func;
         let pe = &mut self.pes[p];
         let Some(Frame {
             region,
@@ -1030,7 +1040,7 @@ impl Sim<'_> {
     /// results (never among them). False, doing nothing, when the
     /// innermost frame is not an `if`.
     fn end_if(&mut self, p: usize, i: Inst) -> bool {
-        let func = self.l.func;
+        let func = self.func;
         let pe = &mut self.pes[p];
         let Some(Frame {
             kind: FrameKind::If { inst },
@@ -1052,7 +1062,7 @@ impl Sim<'_> {
 
     /// `yield`/`continue`: end an `if`, or start a loop's next iteration.
     fn loop_next(&mut self, p: usize, carried: Carried, is_continue: bool) {
-        let func = self.l.func;
+        let func = self.func;
         if is_continue {
             // `continue` may sit inside `if`s: leave them first.
             while matches!(self.pes[p].frames.last().map(|f| &f.kind), Some(FrameKind::If { .. })) {
@@ -1095,7 +1105,7 @@ impl Sim<'_> {
     }
 
     fn loop_break(&mut self, p: usize, carried: Carried) {
-        let func = self.l.func;
+        let func = self.func;
         while let Some(frame) = self.pes[p].frames.pop() {
             if let FrameKind::For { inst, .. } | FrameKind::WhileBody { inst } = frame.kind {
                 self.set_results(p, &func.inst(inst).results, carried);

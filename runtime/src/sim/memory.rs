@@ -9,7 +9,7 @@
 //! an address in one rank's segment to the same offset in rank `r`'s.
 
 use super::fabric::Endpoint;
-use crate::exec::FlatMemory;
+use crate::exec::{FlatMemory, RawSegment};
 use crate::topology::{PeCoord, Space, Topology};
 use kernbench_compiler::datapath::{MemFault, Memory};
 use std::collections::HashMap;
@@ -235,6 +235,123 @@ impl SimMemory {
             .segment_at(base)
             .filter(|s| s.base == base)
             .map(|s| s.data.as_slice())
+    }
+}
+
+impl SimMemory {
+    /// Every segment's bytes by raw pointer, for [`MemView`]s.
+    pub fn raw_segments(&mut self) -> Vec<RawSegment> {
+        self.flat.raw_segments()
+    }
+
+    /// The placement of segment `tag`.
+    fn placement_of_tag(&self, tag: u32) -> Option<Placement> {
+        self.info.get(tag as usize).map(|i| i.placement)
+    }
+}
+
+/// The memory as the simulator sees it during a launch: the layout (read
+/// only: nothing is allocated or freed while a launch runs) and the bytes
+/// of the segments it owns, reached through raw pointers. The threads of a
+/// launch over several SIPs each hold one, owning the segments on their
+/// own SIPs: a segment of another SIP is out of reach (`segment` gives
+/// nothing, so an access to it fails rather than races), and the
+/// simulator never needs one (loads reach only their own SIP; a write into
+/// another SIP is done by that SIP's logical process).
+pub struct MemView<'a> {
+    mem: &'a SimMemory,
+    segs: &'a [RawSegment],
+    /// The SIPs whose segments this view may touch (`None`: all).
+    owns: Option<&'a [bool]>,
+}
+
+impl<'a> MemView<'a> {
+    /// `segs` must be `mem.raw_segments()`, taken after its last
+    /// allocation.
+    pub fn new(mem: &'a SimMemory, segs: &'a [RawSegment], owns: Option<&'a [bool]>) -> MemView<'a> {
+        MemView { mem, segs, owns }
+    }
+
+    pub fn capacity(&self, p: Placement) -> u64 {
+        self.mem.capacity(p)
+    }
+
+    pub fn lookup(&self, addr: u64) -> Option<(u64, &SegmentInfo)> {
+        self.mem.lookup(addr)
+    }
+
+    pub fn placement_of(&self, addr: u64) -> Option<Placement> {
+        self.mem.placement_of(addr)
+    }
+
+    pub fn extent_of(&self, addr: u64) -> Option<(u64, u64, Placement)> {
+        self.mem.extent_of(addr)
+    }
+
+    pub fn symmetric_at(&self, addr: u64, rank: u32) -> Option<u64> {
+        self.mem.symmetric_at(addr, rank)
+    }
+
+    /// The length of the segment that starts at `base`.
+    pub fn len_at(&self, base: u64) -> Option<u64> {
+        self.mem
+            .flat
+            .segment_at(base)
+            .filter(|s| s.base == base)
+            .map(|s| s.data.len() as u64)
+    }
+
+    /// The segment holding `addr` (up to its end), if this view owns it.
+    fn raw(&self, addr: u64) -> Option<RawSegment> {
+        let s = *self.segs.get(self.mem.flat.index_of(addr)?)?;
+        if addr - s.base > s.len as u64 {
+            return None;
+        }
+        if let Some(owns) = self.owns {
+            let sip = self.mem.placement_of_tag(s.tag)?.sip();
+            if !owns.get(sip as usize).copied().unwrap_or(false) {
+                return None;
+            }
+        }
+        Some(s)
+    }
+}
+
+impl Memory for MemView<'_> {
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemFault> {
+        let fault = MemFault {
+            addr,
+            bytes: out.len() as u64,
+            write: false,
+        };
+        let (base, bytes) = self.segment(addr).ok_or(fault)?;
+        let off = (addr - base) as usize;
+        let src = bytes.get(off..off + out.len()).ok_or(fault)?;
+        out.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemFault> {
+        let fault = MemFault {
+            addr,
+            bytes: data.len() as u64,
+            write: true,
+        };
+        let (base, bytes) = self.segment(addr).ok_or(fault)?;
+        let off = (addr - base) as usize;
+        bytes.get_mut(off..off + data.len()).ok_or(fault)?.copy_from_slice(data);
+        Ok(())
+    }
+
+    fn segment(&mut self, addr: u64) -> Option<(u64, &mut [u8])> {
+        let s = self.raw(addr)?;
+        // SAFETY: `s` is a live segment of the memory this view was made
+        // from (no allocation or free during the launch), and this view
+        // owns it: no other thread reads or writes its bytes while the
+        // launch runs, and this thread does so only through this view,
+        // borrowed mutably for as long as the slice lives.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(s.ptr, s.len) };
+        Some((s.base, bytes))
     }
 }
 

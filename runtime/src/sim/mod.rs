@@ -30,6 +30,7 @@ mod events;
 pub mod fabric;
 mod ipcq;
 mod issue;
+mod launch;
 mod memory;
 mod pe;
 pub mod place;
@@ -40,7 +41,7 @@ mod slots;
 
 pub use comm::{mesh_dims, ring_order, select_pes, Communicator};
 pub use fabric::{Endpoint, Fabric, LinkId, PathCost, Transfer, LINK_CLASSES};
-pub use memory::{OutOfMemory, Placement, SimMemory};
+pub use memory::{MemView, OutOfMemory, Placement, SimMemory};
 pub use report::{
     render_deadlock, render_sim_error, summary_json, summary_text, trace_json, Blocked, LinkStat, PeStat, Report,
     Slice, WaitReason,
@@ -87,6 +88,9 @@ pub struct Machine {
     pub fabric: Fabric,
     /// When the last launch ended.
     pub now_ps: u64,
+    /// Threads a launch over several SIPs may run on (one shard of its
+    /// SIPs each; see `launch.rs`). The results do not depend on it.
+    pub threads: usize,
 }
 
 impl Machine {
@@ -96,12 +100,13 @@ impl Machine {
             mem: SimMemory::new(topo),
             fabric: Fabric::new(topo),
             now_ps: 0,
+            threads: 1,
         }
     }
 
     /// Runs a launch to completion (or deadlock) and reports its time.
     pub fn run(&mut self, launch: &Launch, dp: &mut dyn DataPath) -> Result<Report, SimError> {
-        events::run(self, launch, dp)
+        launch::run(self, launch, dp)
     }
 
     /// Copies `bytes` at `addr` between the host and the memory holding

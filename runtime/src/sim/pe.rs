@@ -408,7 +408,9 @@ pub struct PeState {
     /// The values the issue unit holds, one entry per live range
     /// ([`super::slots`]): `env[slot_of[v]]` is value `v`'s.
     env: Vec<Val>,
-    slot_of: Rc<[u32]>,
+    slot_of: std::sync::Arc<[u32]>,
+    /// The PE's arguments, bound at the start of each program.
+    pub args: Vec<RtValue>,
     /// The issue unit's own clock (never behind the global clock when it
     /// acts on shared state).
     pub issue_ps: u64,
@@ -452,6 +454,52 @@ pub struct PeState {
     pub last_extent: Cell<Option<(u64, u64, super::Placement)>>,
 }
 
+/// The PEs a shard of a launch holds (`launch.rs`): a contiguous range of
+/// the launch's PE indices, indexed by launch index. Indexing a PE of
+/// another shard panics: a shard never reaches into another's PEs.
+pub struct PeSlab {
+    first: usize,
+    pes: Vec<PeState>,
+}
+
+impl PeSlab {
+    /// `pes` are PEs `first, first + 1, …` of the launch.
+    pub fn new(first: usize, pes: Vec<PeState>) -> PeSlab {
+        PeSlab { first, pes }
+    }
+
+    #[inline]
+    pub fn get(&self, p: usize) -> Option<&PeState> {
+        self.pes.get(p.wrapping_sub(self.first))
+    }
+
+    /// The PEs with their launch indices.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, &PeState)> {
+        self.pes.iter().enumerate().map(|(k, pe)| (self.first + k, pe))
+    }
+
+    /// Their launch indices.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.pes.len()
+    }
+}
+
+impl std::ops::Index<usize> for PeSlab {
+    type Output = PeState;
+
+    #[inline]
+    fn index(&self, p: usize) -> &PeState {
+        &self.pes[p.wrapping_sub(self.first)]
+    }
+}
+
+impl std::ops::IndexMut<usize> for PeSlab {
+    #[inline]
+    fn index_mut(&mut self, p: usize) -> &mut PeState {
+        &mut self.pes[p.wrapping_sub(self.first)]
+    }
+}
+
 /// Asks the CPU to bring the cache line holding `at` into its caches: a
 /// hint with no effect on results.
 #[inline(always)]
@@ -483,8 +531,10 @@ impl PeState {
         slots: &super::slots::EnvSlots,
         n_cones: usize,
         t0: u64,
+        args: Vec<RtValue>,
     ) -> PeState {
         PeState {
+            args,
             programs,
             ctx,
             frames: Vec::new(),

@@ -34,7 +34,7 @@
 use kernbench_compiler::datapath::{Plan, Step};
 use kernbench_compiler::ir::{Function, Region, Value};
 use std::collections::BTreeSet;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// The definition position of a value no step defines.
 const NEVER: u32 = u32::MAX;
@@ -42,7 +42,8 @@ const NEVER: u32 = u32::MAX;
 /// The environment entry of every IR value (shared by every PE of a
 /// launch), and how many entries a PE needs.
 pub struct EnvSlots {
-    pub slot_of: Rc<[u32]>,
+    /// Shared by every PE (and the threads of a launch).
+    pub slot_of: Arc<[u32]>,
     pub count: usize,
     /// Per group, the inputs it may move (see [`last_use_moves`]).
     pub group_moves: Vec<u64>,

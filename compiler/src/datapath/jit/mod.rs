@@ -93,6 +93,8 @@ pub struct Jit {
     /// Float `dot` groups call the 256-bit kernel of `dot_avx` (hosts with
     /// AVX) rather than Cranelift's 128-bit loops.
     native_dot: bool,
+    /// Cranelift's verifier checks every function (see [`Jit::verifying`]).
+    verify: bool,
 }
 
 impl Default for Jit {
@@ -159,6 +161,7 @@ impl Jit {
             formula_only_runs: 0,
             mask_formula_outputs: 0,
             native_dot: dot_avx::available(),
+            verify,
         }
     }
 
@@ -502,6 +505,14 @@ impl DataPath for Jit {
 
     fn formulas(&self) -> bool {
         true
+    }
+
+    fn maker(&self) -> Option<fn() -> Box<dyn DataPath>> {
+        Some(if self.verify {
+            || Box::new(Jit::verifying())
+        } else {
+            || Box::new(Jit::new())
+        })
     }
 
     fn prepare(&mut self, func: &Function, plan: &Plan) -> Result<(), String> {

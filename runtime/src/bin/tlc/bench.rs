@@ -36,6 +36,10 @@ pub struct CclArgs {
     /// The PEs: 1, N, cube, sip, all, or SIP.CUBE.PE,….
     #[arg(long, default_value = "cube")]
     pub pes: String,
+    /// Threads a launch over several SIPs runs on (default: every core).
+    /// The results do not depend on it.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
     /// A topology file or preset (default: the embedded default machine).
     #[arg(long, value_name = "FILE")]
     pub topology: Option<String>,
@@ -66,6 +70,10 @@ pub struct SimArgs {
     /// Timed runs, each on a fresh machine (the JIT compiles once, before).
     #[arg(long, default_value_t = 5)]
     pub runs: u32,
+    /// Threads a launch over several SIPs runs on (one shard of its SIPs
+    /// each); the results do not depend on it. 1 measures one core.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     #[arg(long, value_name = "DIR")]
     pub stdlib: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "human")]
@@ -116,6 +124,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
         pes: &pes,
         dtype,
         op: redop,
+        threads: a.threads.max(1),
     };
     let mut jit = Jit::new();
     let mut cache = bench::DataCache::default();
@@ -252,6 +261,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return usage_error(&format!("--sizes: {e}")),
     };
+    let threads = a.threads.unwrap_or_else(crate::cores).max(1);
     let (topo, pes, mut reg) = match machine_and_registry(a.topology.as_deref(), &a.pes, a.stdlib.clone()) {
         Ok(x) => x,
         Err(code) => return code,
@@ -338,6 +348,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 pes: &pes,
                 dtype,
                 op: redop,
+                threads,
             };
             match bench::run_one(&case, &mut p.jit, &mut cache, size) {
                 Ok(r) => p.rows.push(r),

@@ -96,6 +96,10 @@ enum Command {
         /// or a list SIP.CUBE.PE,….
         #[arg(long, default_value = "1")]
         pes: String,
+        /// Threads a launch over several SIPs runs on, one shard of its
+        /// SIPs each (default: every core). The results do not depend on it.
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
         /// A topology file or preset (tiny, default, large); default: the
         /// embedded default machine.
         #[arg(long, value_name = "FILE")]
@@ -218,6 +222,7 @@ fn main() -> ExitCode {
             grid,
             args,
             pes,
+            threads,
             topology,
             trace,
             trace_links,
@@ -240,12 +245,18 @@ fn main() -> ExitCode {
             stdlib,
             functional,
             pes,
+            threads: threads.unwrap_or_else(cores).max(1),
             topology,
             trace,
             trace_links,
             format,
         }),
     }
+}
+
+/// The cores this machine offers (1 when it cannot tell).
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Prints a usage error the way clap does and returns exit code 2.

@@ -32,6 +32,7 @@ pub struct RunArgs {
     pub stdlib: Option<PathBuf>,
     pub functional: bool,
     pub pes: String,
+    pub threads: usize,
     pub topology: Option<String>,
     pub trace: Option<PathBuf>,
     pub trace_links: Option<usize>,
@@ -225,6 +226,7 @@ pub fn run(a: RunArgs) -> ExitCode {
 
     let comm = Communicator::new(pes);
     let mut machine = Machine::new(&topo);
+    machine.threads = a.threads;
     let launch_args = host_args
         .into_iter()
         .map(|(name, h, layout)| match h {

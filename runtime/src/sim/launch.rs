@@ -1,0 +1,655 @@
+//! One launch from start to end: its checks and what the simulator works
+//! out once before running ([`Shared`], read by every thread), the shards
+//! it runs as, the threads that run them in step, and the report.
+//!
+//! A launch over several SIPs runs as one logical process per SIP
+//! (`events::Lp`), in windows of simulated time. A *shard* is a
+//! contiguous range of those processes with their PEs, and everything
+//! they touch: their events, queue halves, a copy of the fabric (whose
+//! links of their SIPs are theirs to book), a view of the memory (whose
+//! segments on their SIPs are theirs to read and write), a data path and
+//! the operations' boxes. With `Machine::threads` above one and a data
+//! path that can be made again on another thread, each shard runs on a
+//! thread of its own; the shards meet between windows to swap what their
+//! processes handed each other, and agree on where the next window
+//! starts. One shard or several, the processes run the same windows and
+//! receive the same hand-offs in the same order (sorted by the process
+//! that made them), so the threads change the wall time and nothing else:
+//! the same bits, times, event count and report.
+
+use super::agu::Cone;
+use super::events::{group_info, in_order_yields, yield_moves, Cross, GroupInfo, ScalarStep, Sim};
+use super::fabric::{Fabric, Link, LinkId};
+use super::pe::{PeSlab, PeState, Programs};
+use super::report::{Blocked, LinkStat, PeStat, Report, Slice};
+use super::slots::EnvSlots;
+use super::{ipcq_tcm_bytes, peak_live_bytes, Communicator, Launch, Machine, MemView, Placement, SimError};
+use crate::topology::schema::Ipcq;
+use crate::topology::{PeCoord, Topology};
+use kernbench_compiler::datapath::{plan_with, DataPath, Fusion, Plan, RtValue};
+use kernbench_compiler::ir::Function;
+use std::collections::HashSet;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+
+/// What the simulator works out once for a launch, before running; every
+/// shard reads it.
+pub(super) struct Shared<'a> {
+    pub func: &'a Function,
+    pub comms: &'a [Communicator],
+    pub grid: [u32; 3],
+    pub trace: bool,
+    /// The launch's plan ([`Fusion::Compute`]: each group on one engine).
+    pub plan: Plan,
+    pub groups: Vec<GroupInfo>,
+    /// Per instruction (by index), its decoded form when it is pure
+    /// scalar arithmetic.
+    pub scalar_ops: Vec<Option<ScalarStep>>,
+    /// Per instruction: a `yield` whose values may be copied into its
+    /// region's carried parameters one by one (see `in_order_yields`).
+    pub in_order_yields: Vec<bool>,
+    /// Per instruction: a `yield`'s operands that may be moved.
+    pub yield_moves: Vec<u64>,
+    pub env_slots: EnvSlots,
+    /// Per address-generation group, its outputs' cones, and the index of
+    /// its first cone in each PE's `cone_memo`.
+    pub cones: Vec<Option<Vec<Cone>>>,
+    pub cone_base: Vec<usize>,
+    pub n_cones: usize,
+    /// Every PE of the launch (the groups in order, each in rank order),
+    /// its rank in its group, its group, and each group's first PE.
+    pub coords: Vec<PeCoord>,
+    pub ranks: Vec<u32>,
+    pub group_of: Vec<u32>,
+    pub group_base: Vec<usize>,
+    /// The programs each PE runs.
+    pub programs: Vec<Programs>,
+    /// The logical processes: how many, each PE's, each SIP's, and the
+    /// windows' length.
+    pub n_lps: usize,
+    pub lp_of: Vec<u16>,
+    pub lp_of_sip: Vec<u16>,
+    pub window_ps: u64,
+    /// Per PE: the TCM its live blocks and TCM allocations take.
+    pub tcm_base_bytes: Vec<u64>,
+    pub ipcq: Ipcq,
+    pub dispatch_ps: u64,
+    pub dma_setup_ps: u64,
+    pub queue_depth: usize,
+    pub start_ps: u64,
+}
+
+impl<'a> Shared<'a> {
+    /// Checks the launch and works out everything the shards share;
+    /// prepares `dp` for the plan.
+    fn new(m: &mut Machine, l: &Launch<'a>, dp: &mut dyn DataPath) -> Result<Shared<'a>, SimError> {
+        let func = l.func;
+        let coords: Vec<PeCoord> = l.groups.iter().flat_map(|c| c.pes.iter().copied()).collect();
+        if coords.is_empty() {
+            return Err(SimError::Setup("the launch has no PEs".into()));
+        }
+        if l.args.len() != coords.len() {
+            return Err(SimError::Setup(format!(
+                "{} argument lists for {} PEs",
+                l.args.len(),
+                coords.len()
+            )));
+        }
+        let mut seen = HashSet::new();
+        if let Some(pe) = coords.iter().find(|c| !seen.insert(**c)) {
+            return Err(SimError::Setup(format!("{pe} is in the launch twice")));
+        }
+        let ipcq = l.ipcq.clone().unwrap_or_else(|| m.topo.spec.pe.ipcq.clone());
+        // Live blocks, the PE's TCM allocations and one queue's IPCQ slots
+        // must fit; each further queue into a PE is checked when it is
+        // first used.
+        let live = peak_live_bytes(func);
+        let slot_bytes = ipcq_tcm_bytes(&ipcq);
+        let mut tcm_base_bytes = Vec::with_capacity(coords.len());
+        for &pe in &coords {
+            let tcm = Placement::Tcm(pe);
+            let (cap, used) = (m.mem.capacity(tcm), m.mem.used(tcm));
+            let need = live + used + slot_bytes;
+            if need > cap {
+                return Err(SimError::TcmCapacity {
+                    kernel: func.name.clone(),
+                    pe,
+                    need_bytes: need,
+                    have_bytes: cap,
+                    queues: u32::from(slot_bytes > 0),
+                    opened_by: None,
+                });
+            }
+            tcm_base_bytes.push(live + used);
+        }
+        let plan = plan_with(func, Fusion::Compute);
+        dp.prepare(func, &plan)
+            .map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
+        let address = super::agu::address_values(func);
+        let groups: Vec<GroupInfo> = (0..plan.groups.len())
+            .map(|g| group_info(m, func, &plan, g, &address))
+            .collect();
+        let cones: Vec<Option<Vec<Cone>>> = (0..plan.groups.len())
+            .map(|g| match groups[g].address {
+                true => super::agu::cones(func, &plan.groups[g]),
+                false => None,
+            })
+            .collect();
+        let mut cone_base = Vec::with_capacity(cones.len());
+        let mut n_cones = 0;
+        for c in &cones {
+            cone_base.push(n_cones);
+            n_cones += c.as_ref().map_or(0, Vec::len);
+        }
+        let start_ps = m.now_ps + m.launch_latency_ps(&coords);
+        let total = l
+            .grid
+            .iter()
+            .try_fold(1u64, |a, g| a.checked_mul(*g as u64))
+            .filter(|n| *n <= u32::MAX as u64);
+        let Some(total) = total else {
+            return Err(SimError::Setup(format!(
+                "a grid of {:?} programs is too large (at most 2^32 - 1)",
+                l.grid
+            )));
+        };
+        let env_slots = EnvSlots::assign(func, &plan);
+        let (mut ranks, mut group_of, mut programs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut group_base = Vec::with_capacity(l.groups.len());
+        for (g, c) in l.groups.iter().enumerate() {
+            group_base.push(ranks.len());
+            let world = c.world();
+            for r in 0..world {
+                ranks.push(r);
+                group_of.push(g as u32);
+                programs.push(if l.grid_per_pe {
+                    Programs {
+                        next: 0,
+                        step: 1,
+                        end: total,
+                    }
+                } else {
+                    Programs {
+                        next: r as u64,
+                        step: world as u64,
+                        end: total,
+                    }
+                });
+            }
+        }
+        // One logical process per SIP of the machine when the launch spans
+        // several and the SIP links take time (the windows' length); one
+        // for the whole launch otherwise.
+        let n_sips = m.topo.spec.system.sips.0 as usize;
+        let window_ps = Topology::ns_to_ps(m.topo.spec.system.sip_link.latency_ns.0);
+        let spans_sips = coords.iter().any(|c| c.sip != coords[0].sip);
+        let (n_lps, lp_of_sip): (usize, Vec<u16>) = if spans_sips && window_ps > 0 && n_sips <= u16::MAX as usize {
+            (n_sips, (0..n_sips as u16).collect())
+        } else {
+            (1, vec![0; n_sips])
+        };
+        let lp_of = coords.iter().map(|c| lp_of_sip[c.sip as usize]).collect();
+        let t = &m.topo;
+        Ok(Shared {
+            func,
+            comms: l.groups,
+            grid: l.grid,
+            trace: l.trace,
+            scalar_ops: func
+                .insts
+                .keys()
+                .map(|i| ScalarStep::decode(func, i, &env_slots.slot_of))
+                .collect(),
+            in_order_yields: in_order_yields(func),
+            yield_moves: yield_moves(func),
+            env_slots,
+            plan,
+            groups,
+            cones,
+            cone_base,
+            n_cones,
+            coords,
+            ranks,
+            group_of,
+            group_base,
+            programs,
+            n_lps,
+            lp_of,
+            lp_of_sip,
+            window_ps,
+            tcm_base_bytes,
+            dispatch_ps: t.cycles_to_ps(t.spec.pe.dispatch_cycles.0),
+            dma_setup_ps: t.cycles_to_ps(t.spec.pe.dma.setup_cycles),
+            queue_depth: t.spec.pe.queue_depth.0 as usize,
+            ipcq,
+            start_ps,
+        })
+    }
+
+    /// PE `p`'s state at the start, with its arguments.
+    pub fn pe_state(&self, p: usize, args: Vec<RtValue>) -> PeState {
+        let c = &self.comms[self.group_of[p] as usize];
+        let r = self.ranks[p];
+        let (row, col) = c.mesh_pos(r);
+        let ctx = crate::exec::ScalarCtx {
+            pid: [0; 3],
+            grid: self.grid,
+            rank: r,
+            world: c.world(),
+            mesh_id: [row, col],
+            mesh_size: c.mesh,
+        };
+        PeState::new(
+            ctx,
+            self.programs[p],
+            &self.env_slots,
+            self.n_cones,
+            self.start_ps,
+            args,
+        )
+    }
+
+    /// The shards to run on `threads` threads: each a run of logical
+    /// processes whose PEs follow each other in the launch, with about as
+    /// many PEs each, and their PEs (a range); the processes without PEs
+    /// (SIPs a route only crosses) go with the last. One shard when there
+    /// is one process, one thread, or a process's PEs are not all together
+    /// (several communicators interleaved over the SIPs). Each shard's
+    /// processes in increasing order.
+    fn shards(&self, threads: usize) -> Vec<(Range<usize>, Vec<usize>)> {
+        let n = self.coords.len();
+        let all = vec![(0..n, (0..self.n_lps).collect())];
+        if self.n_lps < 2 || threads < 2 {
+            return all;
+        }
+        // The processes in the order their PEs come, and where each's end.
+        let mut order: Vec<(usize, usize)> = Vec::new();
+        for (p, &lp) in self.lp_of.iter().enumerate() {
+            let lp = lp as usize;
+            if let Some((last, end)) = order.last_mut() {
+                if *last == lp {
+                    *end = p + 1;
+                    continue;
+                }
+            }
+            if order.iter().any(|(l, _)| *l == lp) {
+                return all;
+            }
+            order.push((lp, p + 1));
+        }
+        let k = threads.min(order.len());
+        if k < 2 {
+            return all;
+        }
+        // Cut after the process where the PEs so far pass the next k-th.
+        let mut out: Vec<(Range<usize>, Vec<usize>)> = Vec::new();
+        let (mut pe0, mut lps) = (0, Vec::new());
+        for (i, &(lp, end)) in order.iter().enumerate() {
+            lps.push(lp);
+            let cut = out.len() + 1 < k && end * k >= n * (out.len() + 1) && i + 1 < order.len();
+            if cut || i + 1 == order.len() {
+                out.push((pe0..end, std::mem::take(&mut lps)));
+                pe0 = end;
+            }
+        }
+        let with_pes: Vec<bool> = (0..self.n_lps).map(|lp| order.iter().any(|(l, _)| *l == lp)).collect();
+        if let Some((_, last)) = out.last_mut() {
+            last.extend((0..self.n_lps).filter(|lp| !with_pes[*lp]));
+        }
+        for (_, lps) in &mut out {
+            lps.sort_unstable();
+        }
+        out
+    }
+}
+
+/// What a shard leaves when its run ends.
+pub(super) struct ShardOut {
+    /// Its first error (by time, then logical process), if any.
+    pub error: Option<(u64, usize, SimError)>,
+    pub pes: Vec<PeStat>,
+    /// When its last PE finished or its last message from another SIP
+    /// arrived.
+    pub end_ps: u64,
+    pub slices: Vec<Slice>,
+    pub events: u64,
+    /// The link reservations it recorded (a trace).
+    pub intervals: Vec<(LinkId, u64, u64)>,
+    /// Its PEs that never finished, and since when they are stuck.
+    pub blocked: Vec<Blocked>,
+    pub stuck_ps: u64,
+    /// With several shards: the state of the links it owns.
+    pub links: Vec<Link>,
+}
+
+pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<Report, SimError> {
+    let sh = Shared::new(m, l, dp)?;
+    m.fabric.reset_stats();
+    if l.trace {
+        m.fabric.record = Some(Vec::new());
+    }
+    let saved_packet = m.fabric.packet_bytes;
+    if let Some(b) = l.packet_bytes {
+        m.fabric.packet_bytes = b.max(1);
+    }
+    let maker = dp.maker();
+    let shards = match maker {
+        Some(_) => sh.shards(m.threads),
+        None => sh.shards(1),
+    };
+    let outs = match (maker, shards.len()) {
+        (Some(maker), 2..) => run_threads(m, &sh, l, dp, maker, &shards),
+        _ => vec![run_one(m, &sh, l, dp)],
+    };
+    m.fabric.packet_bytes = saved_packet;
+    m.fabric.record = None;
+    let report = report(m, &sh, outs)?;
+    m.now_ps = report.end_ps;
+    Ok(report)
+}
+
+/// The whole launch as one shard, on this thread.
+fn run_one(m: &mut Machine, sh: &Shared, l: &Launch, dp: &mut dyn DataPath) -> ShardOut {
+    let fabric = std::mem::replace(&mut m.fabric, Fabric::new(&m.topo));
+    let segs = m.mem.raw_segments();
+    let mem = MemView::new(&m.mem, &segs, None);
+    let pes = (0..sh.coords.len())
+        .map(|p| sh.pe_state(p, l.args[p].clone()))
+        .collect();
+    let mut sim = Sim::new(
+        sh,
+        &m.topo,
+        PeSlab::new(0, pes),
+        (0..sh.n_lps).collect(),
+        dp,
+        fabric,
+        mem,
+    );
+    let result = sim.run_alone();
+    let out = sim.finish(result, |_| true);
+    m.fabric = sim.fabric;
+    out
+}
+
+/// A hand-off on its way to another shard: the process that made it,
+/// the one it is for, and what it is.
+struct Mail(u16, u16, Cross);
+
+// SAFETY: the values a `Cross` holds (a message's data, a put's operands,
+// an acknowledgement's results) are `RtValue::deep_clone`s made for it,
+// shared with nothing, so sending one moves sole ownership of those
+// reference-counted blocks to the receiving thread, as sending a `Box`
+// would; the rest of a `Cross` is plain data.
+unsafe impl Send for Mail {}
+
+/// Launch arguments cloned for another thread.
+struct Args(Vec<Vec<RtValue>>);
+
+// SAFETY: `RtValue::deep_clone`s, shared with nothing (see `Mail`).
+unsafe impl Send for Args {}
+
+/// Where the shards meet between windows.
+struct Meeting {
+    barrier: Barrier,
+    /// Per shard, the hand-offs for its processes.
+    mail: Vec<Mutex<Vec<Mail>>>,
+    /// Per shard, when its earliest event is due (`u64::MAX`: none).
+    next: Vec<AtomicU64>,
+    /// The earliest error of the window (time, process), if any.
+    failed: Mutex<Option<(u64, usize)>>,
+    /// The shard of each process.
+    shard_of: Vec<usize>,
+}
+
+/// The launch as several shards, one per thread: this one runs the first
+/// with `dp`, the others make their own with `maker`.
+fn run_threads(
+    m: &mut Machine,
+    sh: &Shared,
+    l: &Launch,
+    dp: &mut dyn DataPath,
+    maker: fn() -> Box<dyn DataPath>,
+    shards: &[(Range<usize>, Vec<usize>)],
+) -> Vec<ShardOut> {
+    let seed = m.fabric.seed();
+    let segs = m.mem.raw_segments();
+    let mut shard_of = vec![0; sh.n_lps];
+    for (k, (_, lps)) in shards.iter().enumerate() {
+        for &lp in lps {
+            shard_of[lp] = k;
+        }
+    }
+    let owns: Vec<Vec<bool>> = (0..shards.len())
+        .map(|k| sh.lp_of_sip.iter().map(|&lp| shard_of[lp as usize] == k).collect())
+        .collect();
+    let meeting = Meeting {
+        barrier: Barrier::new(shards.len()),
+        mail: (0..shards.len()).map(|_| Mutex::new(Vec::new())).collect(),
+        next: (0..shards.len()).map(|_| AtomicU64::new(u64::MAX)).collect(),
+        failed: Mutex::new(None),
+        shard_of,
+    };
+    let args: Vec<Args> = shards
+        .iter()
+        .map(|(pes, _)| {
+            Args(
+                pes.clone()
+                    .map(|p| l.args[p].iter().map(RtValue::deep_clone).collect())
+                    .collect(),
+            )
+        })
+        .collect();
+    let (topo, mem) = (&m.topo, &m.mem);
+    let (seed, segs, meeting, owns) = (&seed, &segs, &meeting, &owns);
+    let mut outs: Vec<ShardOut> = std::thread::scope(|s| {
+        let mut args = args.into_iter();
+        let first_args = args.next().map(|a| a.0).unwrap_or_default();
+        let handles: Vec<_> = shards
+            .iter()
+            .enumerate()
+            .skip(1)
+            .zip(args)
+            .map(|((k, (pes, lps)), args)| {
+                let (pes, lps) = (pes.clone(), lps.clone());
+                s.spawn(move || {
+                    let args = args;
+                    let mut dp = maker();
+                    let prepared = dp.prepare(sh.func, &sh.plan);
+                    let mem = MemView::new(mem, segs, Some(&owns[k]));
+                    let states = pes.clone().zip(args.0).map(|(p, a)| sh.pe_state(p, a)).collect();
+                    let sim = Sim::new(
+                        sh,
+                        topo,
+                        PeSlab::new(pes.start, states),
+                        lps,
+                        &mut *dp,
+                        Fabric::from_seed(seed),
+                        mem,
+                    );
+                    let out = run_shard(sim, meeting, k, prepared.err());
+                    crate::alloc::flush_thread_cache();
+                    out
+                })
+            })
+            .collect();
+        let (pes, lps) = shards[0].clone();
+        let mem = MemView::new(mem, segs, Some(&owns[0]));
+        let states = pes.clone().zip(first_args).map(|(p, a)| sh.pe_state(p, a)).collect();
+        let sim = Sim::new(
+            sh,
+            topo,
+            PeSlab::new(pes.start, states),
+            lps,
+            dp,
+            Fabric::from_seed(seed),
+            mem,
+        );
+        let mut outs = vec![run_shard(sim, meeting, 0, None)];
+        for h in handles {
+            // A shard's thread does not panic short of a bug; if one did,
+            // its PEs would be missing and the launch fails below.
+            if let Ok(out) = h.join() {
+                outs.push(out);
+            }
+        }
+        outs
+    });
+    if outs.len() < shards.len() {
+        outs.push(ShardOut::failed(SimError::Setup("a simulator thread stopped".into())));
+    }
+    for out in &mut outs {
+        m.fabric.absorb(std::mem::take(&mut out.links));
+    }
+    outs
+}
+
+/// One shard's run on its thread: window after window, meeting the other
+/// shards between them. `setup`: why its data path could not be
+/// prepared, if it could not (it then stops the launch at the first
+/// meeting).
+fn run_shard(mut sim: Sim, meeting: &Meeting, k: usize, setup: Option<String>) -> ShardOut {
+    let mut error = setup.map(|e| (sim.start_ps, 0, SimError::Setup(format!("cannot compile: {e}"))));
+    if error.is_none() {
+        sim.start_programs();
+    }
+    let mut from = sim.start_ps;
+    loop {
+        let until = from.saturating_add(sim.window_ps);
+        if error.is_none() {
+            error = sim.run_window(until);
+        }
+        // Post the window's hand-offs, then meet.
+        let mut batches: Vec<Vec<Mail>> = (0..meeting.mail.len()).map(|_| Vec::new()).collect();
+        for (src, dst, what) in sim.outbox.drain(..) {
+            batches[meeting.shard_of[dst as usize]].push(Mail(src, dst, what));
+        }
+        for (to, batch) in batches.into_iter().enumerate() {
+            if !batch.is_empty() {
+                if let Ok(mut mail) = meeting.mail[to].lock() {
+                    mail.extend(batch);
+                }
+            }
+        }
+        if let Some((t, lp, _)) = &error {
+            if let Ok(mut f) = meeting.failed.lock() {
+                if f.is_none_or(|first| (*t, *lp) < first) {
+                    *f = Some((*t, *lp));
+                }
+            }
+        }
+        meeting.barrier.wait();
+        if meeting.failed.lock().map(|f| f.is_some()).unwrap_or(true) {
+            break;
+        }
+        // Take this shard's mail in the order the processes made it.
+        let mut mail = meeting.mail[k]
+            .lock()
+            .map(|mut m| std::mem::take(&mut *m))
+            .unwrap_or_default();
+        mail.sort_by_key(|m| m.0);
+        sim.now = until;
+        for Mail(_, dst, what) in mail {
+            sim.deliver(dst, what);
+        }
+        meeting.next[k].store(sim.next_event_ps().unwrap_or(u64::MAX), Ordering::SeqCst);
+        meeting.barrier.wait();
+        let next = meeting
+            .next
+            .iter()
+            .map(|t| t.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(u64::MAX);
+        // Nobody reads `next` again before the next meeting's first wait,
+        // which every shard reaches only after this read.
+        if next == u64::MAX {
+            break;
+        }
+        from = next.max(until);
+    }
+    let owned = sim.my_lps.clone();
+    let lp_of_sip = sim.lp_of_sip;
+    sim.finish(error.map_or(Ok(()), Err), |id| {
+        lp_of_sip
+            .get(id.sip() as usize)
+            .is_some_and(|&lp| owned.contains(&(lp as usize)))
+    })
+}
+
+impl ShardOut {
+    fn failed(e: SimError) -> ShardOut {
+        ShardOut {
+            error: Some((0, 0, e)),
+            pes: Vec::new(),
+            end_ps: 0,
+            slices: Vec::new(),
+            events: 0,
+            intervals: Vec::new(),
+            blocked: Vec::new(),
+            stuck_ps: 0,
+            links: Vec::new(),
+        }
+    }
+}
+
+/// The report of a launch from its shards' outcomes (in shard order,
+/// which is PE order), or its error: the earliest of the shards' errors,
+/// or a deadlock naming every blocked PE.
+fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, SimError> {
+    let first = outs
+        .iter()
+        .enumerate()
+        .filter_map(|(k, o)| o.error.as_ref().map(|(t, lp, _)| (*t, *lp, k)))
+        .min();
+    if let Some((_, _, k)) = first {
+        if let Some((_, _, e)) = outs.swap_remove(k).error {
+            return Err(e);
+        }
+    }
+    let blocked: Vec<Blocked> = outs.iter().flat_map(|o| o.blocked.iter().cloned()).collect();
+    if !blocked.is_empty() {
+        return Err(SimError::Deadlock {
+            time_ps: outs.iter().map(|o| o.stuck_ps).max().unwrap_or(sh.start_ps),
+            blocked,
+        });
+    }
+    let windowed = sh.n_lps > 1;
+    let mut slices: Vec<Slice> = Vec::new();
+    let mut link_intervals = Vec::new();
+    let (mut pes, mut events, mut end) = (Vec::new(), 0, sh.start_ps);
+    for o in outs {
+        slices.extend(o.slices);
+        link_intervals.extend(o.intervals);
+        pes.extend(o.pes);
+        events += o.events;
+        end = end.max(o.end_ps);
+    }
+    if windowed {
+        // Each PE's slices in the order it made them, and the links' in
+        // order, whatever order the processes and threads ran in.
+        slices.sort_by_key(|s| s.rank);
+        link_intervals.sort_unstable();
+    }
+    let mut links: Vec<LinkStat> = m
+        .fabric
+        .links
+        .iter()
+        .filter(|l| l.bytes > 0)
+        .map(|l| LinkStat {
+            id: l.id,
+            busy_ps: l.busy_ps,
+            bytes: l.bytes,
+        })
+        .collect();
+    links.sort_by_key(|l| l.id);
+    Ok(Report {
+        kernel: sh.func.name.clone(),
+        start_ps: sh.start_ps,
+        end_ps: end,
+        pes,
+        links,
+        events,
+        slices,
+        link_intervals,
+    })
+}
