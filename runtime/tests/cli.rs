@@ -825,3 +825,53 @@ fn the_worked_trace_example_in_the_docs_is_current() {
         "no slice `{named}` in the trace"
     );
 }
+
+/// `tlc run --threads N` over both SIPs of the default machine (three PEs
+/// on each): the same JSON summary, data and trace on one thread and on
+/// two, and the two threads named in the run line.
+#[test]
+fn run_threads_give_the_same_results() {
+    let dir = temp_dir("threads");
+    let run = |threads: &str| {
+        let out = dir.join(threads);
+        let trace = dir.join(format!("{threads}.json"));
+        let o = tlc(&[
+            "run",
+            "stdlib/ccl/ring_allreduce.tl",
+            "--kernel",
+            "ring_allreduce",
+            "-D",
+            "T=i32",
+            "--pes",
+            "0.0.0,0.0.2,0.3.1,1.0.0,1.2.1,1.3.3",
+            "--threads",
+            threads,
+            "--arg",
+            "buf=rand((6,1000),i32,7):shard",
+            "--arg",
+            "n_elem=1000",
+            "--format",
+            "json",
+            "--out",
+            &out.to_string_lossy(),
+            "--trace",
+            &trace.to_string_lossy(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let data = std::fs::read(out.join("buf.npy")).expect("buf.npy");
+        let trace = std::fs::read(&trace).expect("trace");
+        let err = stderr(&o);
+        (o.stdout, data, trace, err)
+    };
+    let (one, two) = (run("1"), run("2"));
+    assert_eq!(one.0, two.0, "the JSON summary");
+    assert_eq!(one.1, two.1, "the data");
+    assert!(one.2 == two.2, "the trace");
+    assert!(
+        two.3.contains("backend on 2 threads") && !one.3.contains("backend on"),
+        "{}\n{}",
+        one.3,
+        two.3
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1417,7 +1417,9 @@ impl Sim<'_> {
         t0: u64,
         then: impl FnOnce() -> Then,
     ) -> Booked {
-        if !self.windowed() {
+        // A route between two places of one SIP stays in it.
+        let lp = |e: Endpoint| self.lp_of_sip.get(e.sip() as usize);
+        if !self.windowed() || lp(ends.0) == lp(ends.1) {
             return Booked::Done(self.fabric.reserve(route, bytes, hbm, t0));
         }
         let progress = super::fabric::Progress::at_start(t0);

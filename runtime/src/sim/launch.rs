@@ -613,7 +613,7 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
             blocked,
         });
     }
-    let windowed = sh.n_lps > 1;
+    let (windowed, threads) = (sh.n_lps > 1, outs.len());
     let mut slices: Vec<Slice> = Vec::new();
     let mut link_intervals = Vec::new();
     let (mut pes, mut events, mut end) = (Vec::new(), 0, sh.start_ps);
@@ -651,5 +651,6 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
         events,
         slices,
         link_intervals,
+        threads,
     })
 }

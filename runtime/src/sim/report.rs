@@ -56,6 +56,8 @@ pub struct Report {
     pub slices: Vec<Slice>,
     /// Link reservations (when tracing): link, start, end.
     pub link_intervals: Vec<(LinkId, u64, u64)>,
+    /// The threads the launch ran on (its shards; no result depends on it).
+    pub threads: usize,
 }
 
 impl Report {

@@ -260,7 +260,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
     };
     eprintln!(
-        "ran `{}` on {} PE{} of `{}` ({} program{}) with the {} backend in {wall_ms:.1} ms wall ({:.2} M events/s)",
+        "ran `{}` on {} PE{} of `{}` ({} program{}) with the {} backend{} in {wall_ms:.1} ms wall ({:.2} M events/s)",
         func.name,
         comm.world(),
         if comm.world() == 1 { "" } else { "s" },
@@ -268,6 +268,10 @@ pub fn run(a: RunArgs) -> ExitCode {
         grid.iter().product::<u32>(),
         if grid.iter().product::<u32>() == 1 { "" } else { "s" },
         dp.name(),
+        match report.threads {
+            1 => String::new(),
+            n => format!(" on {n} threads"),
+        },
         report.events as f64 / (wall_ms * 1e3).max(1e-9)
     );
     match a.format {
