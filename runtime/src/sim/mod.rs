@@ -16,7 +16,9 @@
 //!
 //! Time is integer picoseconds; events at equal times run in the order
 //! they were created, so a launch gives the same bits and the same times
-//! on every run. Links are FIFO servers with reservations ([`fabric`]);
+//! on every run. A launch over several SIPs runs as one logical process
+//! per SIP, in windows, on as many threads as `Machine::threads` allows
+//! ([`launch`]), with the same results on any number. Links are FIFO servers with reservations ([`fabric`]);
 //! inter-PE queues ([`ipcq`]) have slots, credits and back-pressure. When
 //! no event is pending and some PE still waits, the run is a deadlock and
 //! the error names every blocked PE, what it waits for and where.
