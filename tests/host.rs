@@ -137,6 +137,43 @@ fn ddp_all_reduce_across_ranks() {
     assert_eq!(rt.pending_launches(), 0);
 }
 
+/// A collective across devices (a launch over several SIPs) gives the same
+/// data and the same time on one thread and on two
+/// (`Runtime::set_threads`).
+#[test]
+fn threads_do_not_change_a_collective_across_devices() {
+    let run = |threads: usize| {
+        let mut rt = Runtime::new(&machine(4));
+        rt.set_threads(threads);
+        let out = std::sync::Mutex::new(Vec::new());
+        spawn(&mut rt, 4, |rank, ctx| {
+            let t = ctx.full(&[4992], (rank * 3 + 1) as i32, DpPolicy::row_wise(2, 8))?;
+            ctx.all_reduce(&t, ReduceOp::Sum)?;
+            let got: ArrayD<i32> = ctx.to_ndarray(&t)?;
+            if let Ok(mut o) = out.lock() {
+                o.push((rank, got.iter().copied().collect::<Vec<i32>>()));
+            }
+            Ok(())
+        })
+        .expect("every rank succeeds");
+        let mut out = out.into_inner().expect("lock");
+        out.sort();
+        let threads = rt.history().iter().map(|l| l.threads).max();
+        ((out, rt.now_ps()), threads)
+    };
+    let (one, threads) = run(1);
+    assert_eq!(threads, Some(1));
+    assert!(
+        one.0.iter().all(|(_, v)| v.iter().all(|x| *x == 1 + 4 + 7 + 10)),
+        "exact sums"
+    );
+    // The all-reduce's shard groups interleave the SIPs in the launch: the
+    // simulator groups its PEs by SIP, and it runs on two threads.
+    let (two, threads) = run(2);
+    assert_eq!(threads, Some(2));
+    assert_eq!(two, one);
+}
+
 #[test]
 fn gather_scatter_broadcast_point_to_point_and_barrier() {
     let mut rt = Runtime::new(&machine(3));

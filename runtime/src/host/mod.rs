@@ -266,6 +266,8 @@ pub struct LaunchRecord {
     pub pes: usize,
     pub start_ps: u64,
     pub end_ps: u64,
+    /// The threads it ran on (see [`Runtime::set_threads`]).
+    pub threads: usize,
 }
 
 /// The machine and everything on it.
@@ -313,6 +315,12 @@ impl Runtime {
 
     pub fn topology(&self) -> &Topology {
         &self.topo
+    }
+
+    /// How many threads a launch over several SIPs (a collective across
+    /// devices) may run on: 1 unless set. Results do not depend on it.
+    pub fn set_threads(&mut self, threads: usize) {
+        self.machine.threads = threads.max(1);
     }
 
     /// The SIP new tensors go to (PyTorch's `set_device`).
@@ -562,6 +570,7 @@ impl Runtime {
             pes: report.pes.len(),
             start_ps: report.start_ps,
             end_ps: report.end_ps,
+            threads: report.threads,
         });
         Ok(report)
     }

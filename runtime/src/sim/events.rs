@@ -408,9 +408,13 @@ pub(super) struct Sim<'a> {
     /// and its rank in its group.
     pub coords: &'a [PeCoord],
     pub ranks: &'a [u32],
-    /// Each PE's group, and each group's first PE index.
+    /// Each PE's group; each group's first position in the launch, and
+    /// the PE at each position (see `launch::Shared`).
     pub group_of: &'a [u32],
     pub group_base: &'a [usize],
+    pub pe_at: &'a [u32],
+    /// Each PE's position in the launch.
+    pub launch_order: &'a [usize],
     /// The IPCQ of this launch.
     pub ipcq: Ipcq,
     /// Its slot count and slot size, as divisors.
@@ -514,6 +518,8 @@ impl<'a> Sim<'a> {
             ranks: &sh.ranks,
             group_of: &sh.group_of,
             group_base: &sh.group_base,
+            pe_at: &sh.pe_at,
+            launch_order: &sh.order,
             ipcq_slots: Divisor::new(ipcq.n_slots.0),
             ipcq_slot_bytes: Divisor::new(ipcq.slot_size_bytes.0),
             ipcq,
@@ -722,6 +728,7 @@ impl Sim<'_> {
     ) -> super::launch::ShardOut {
         let error = result.err();
         let blocked = if error.is_none() { self.blocked() } else { Vec::new() };
+        let blocked = blocked.into_iter().map(|(p, b)| (self.launch_order[p], b)).collect();
         // Stuck since the last PE reached the operation it waits in and
         // its last operation ended: its issue clock, and the end of an
         // operation settled when it started, may be past the last event.
@@ -858,7 +865,7 @@ impl Sim<'_> {
     }
 
     /// What every unfinished PE waits for (the facts of a deadlock).
-    fn blocked(&self) -> Vec<Blocked> {
+    fn blocked(&self) -> Vec<(usize, Blocked)> {
         let func = self.func;
         let mut out = Vec::new();
         for (p, pe) in self.pes.iter() {
@@ -893,12 +900,15 @@ impl Sim<'_> {
                     _ => continue,
                 };
                 found = true;
-                out.push(Blocked {
-                    pe: coord,
-                    rank: pe.ctx.rank,
-                    inst: head.inst,
-                    reason,
-                });
+                out.push((
+                    p,
+                    Blocked {
+                        pe: coord,
+                        rank: pe.ctx.rank,
+                        inst: head.inst,
+                        reason,
+                    },
+                ));
             }
             if found {
                 continue;
@@ -927,12 +937,15 @@ impl Sim<'_> {
                 }
                 _ => WaitReason::Other,
             };
-            out.push(Blocked {
-                pe: coord,
-                rank: pe.ctx.rank,
-                inst,
-                reason,
-            });
+            out.push((
+                p,
+                Blocked {
+                    pe: coord,
+                    rank: pe.ctx.rank,
+                    inst,
+                    reason,
+                },
+            ));
         }
         out
     }

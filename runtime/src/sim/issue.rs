@@ -514,10 +514,9 @@ impl Sim<'_> {
     /// rank operand is not computed yet.
     fn peer_rank(&mut self, p: usize, i: Inst, peer: Peer) -> Result<Option<u32>, SimError> {
         let me = self.pes[p].ctx.rank;
-        let base = self.group_base[self.group_of[p] as usize] as u32;
         let world = self.comm(p).world();
         match peer {
-            Peer::Dir(d) => Ok(Some(base + self.comm(p).peer(me, d))),
+            Peer::Dir(d) => Ok(Some(self.pe_of_rank(p, self.comm(p).peer(me, d)))),
             Peer::Rank => {
                 let v = self.func.inst(i).args[0];
                 let Some((vals, ready)) = self.operands(p, &[v]) else {
@@ -538,7 +537,7 @@ impl Sim<'_> {
                         )),
                     ));
                 }
-                Ok(Some(base + r as u32))
+                Ok(Some(self.pe_of_rank(p, r as u32)))
             }
         }
     }
@@ -839,14 +838,22 @@ impl Sim<'_> {
     }
 
     /// The ranks PE `p` sends its token of barrier round `round` to and
-    /// receives one from, as PE indices of the launch.
+    /// receives one from, as PE indices.
     pub(super) fn barrier_peers(&self, p: usize, round: u8) -> (u32, u32) {
-        let base = self.group_base[self.group_of[p] as usize] as u32;
         let world = self.comm(p).world();
-        let me = p as u32 - base;
+        let me = self.ranks[p];
         let step = (1u64 << round) % u64::from(world);
         let step = step as u32;
-        (base + (me + step) % world, base + (me + world - step) % world)
+        (
+            self.pe_of_rank(p, (me + step) % world),
+            self.pe_of_rank(p, (me + world - step) % world),
+        )
+    }
+
+    /// The PE (its index) of rank `r` of PE `p`'s communicator.
+    pub(super) fn pe_of_rank(&self, p: usize, r: u32) -> u32 {
+        let base = self.group_base[self.group_of[p] as usize];
+        self.pe_at[base + r as usize]
     }
 
     // ----- control flow -----

@@ -57,8 +57,14 @@ pub(super) struct Shared<'a> {
     pub cones: Vec<Option<Vec<Cone>>>,
     pub cone_base: Vec<usize>,
     pub n_cones: usize,
-    /// Every PE of the launch (the groups in order, each in rank order),
-    /// its rank in its group, its group, and each group's first PE.
+    /// The launch's PEs in the simulator's order (`order[p]`: PE `p`'s
+    /// position in the launch, the groups in order, each in rank order;
+    /// the launch's order grouped by logical process, so that a shard's
+    /// PEs are a range), and the PE at each position (`pe_at`).
+    pub order: Vec<usize>,
+    pub pe_at: Vec<u32>,
+    /// Each PE's coordinates, rank in its group and group, and each
+    /// group's first position in the launch.
     pub coords: Vec<PeCoord>,
     pub ranks: Vec<u32>,
     pub group_of: Vec<u32>,
@@ -155,6 +161,7 @@ impl<'a> Shared<'a> {
             )));
         };
         let env_slots = EnvSlots::assign(func, &plan);
+        // In the launch's order first.
         let (mut ranks, mut group_of, mut programs) = (Vec::new(), Vec::new(), Vec::new());
         let mut group_base = Vec::with_capacity(l.groups.len());
         for (g, c) in l.groups.iter().enumerate() {
@@ -189,6 +196,20 @@ impl<'a> Shared<'a> {
         } else {
             (1, vec![0; n_sips])
         };
+        // The simulator's order of the PEs: the launch's, grouped by logical
+        // process (the same when one process, or one communicator in ring
+        // order, as `--pes all`).
+        let mut order: Vec<usize> = (0..coords.len()).collect();
+        order.sort_by_key(|&i| lp_of_sip[coords[i].sip as usize]);
+        let mut pe_at = vec![0u32; order.len()];
+        for (p, &i) in order.iter().enumerate() {
+            pe_at[i] = p as u32;
+        }
+        let permute = |v: &[u32]| order.iter().map(|&i| v[i]).collect::<Vec<u32>>();
+        let (ranks, group_of) = (permute(&ranks), permute(&group_of));
+        let programs = order.iter().map(|&i| programs[i]).collect();
+        let tcm_base_bytes = order.iter().map(|&i| tcm_base_bytes[i]).collect();
+        let coords: Vec<PeCoord> = order.iter().map(|&i| coords[i]).collect();
         let lp_of = coords.iter().map(|c| lp_of_sip[c.sip as usize]).collect();
         let t = &m.topo;
         Ok(Shared {
@@ -209,6 +230,8 @@ impl<'a> Shared<'a> {
             cones,
             cone_base,
             n_cones,
+            order,
+            pe_at,
             coords,
             ranks,
             group_of,
@@ -254,13 +277,16 @@ impl<'a> Shared<'a> {
     /// processes whose PEs follow each other in the launch, with about as
     /// many PEs each, and their PEs (a range); the processes without PEs
     /// (SIPs a route only crosses) go with the last. One shard when there
-    /// is one process, one thread, or a process's PEs are not all together
+    /// is one process, one thread, windows shorter than
+    /// [`MIN_THREADED_WINDOW_PS`], or a process's PEs are not all together
     /// (several communicators interleaved over the SIPs). Each shard's
     /// processes in increasing order.
     fn shards(&self, threads: usize) -> Vec<(Range<usize>, Vec<usize>)> {
         let n = self.coords.len();
         let all = vec![(0..n, (0..self.n_lps).collect())];
-        if self.n_lps < 2 || threads < 2 {
+        // Shards meet at every window: with short windows the meetings
+        // would cost more than the threads gain.
+        if self.n_lps < 2 || threads < 2 || self.window_ps < MIN_THREADED_WINDOW_PS {
             return all;
         }
         // The processes in the order their PEs come, and where each's end.
@@ -304,6 +330,10 @@ impl<'a> Shared<'a> {
     }
 }
 
+/// The shortest window worth running on several threads (the presets'
+/// SIP links take 500 ns).
+const MIN_THREADED_WINDOW_PS: u64 = 100_000;
+
 /// What a shard leaves when its run ends.
 pub(super) struct ShardOut {
     /// Its first error (by time, then logical process), if any.
@@ -316,8 +346,9 @@ pub(super) struct ShardOut {
     pub events: u64,
     /// The link reservations it recorded (a trace).
     pub intervals: Vec<(LinkId, u64, u64)>,
-    /// Its PEs that never finished, and since when they are stuck.
-    pub blocked: Vec<Blocked>,
+    /// Its PEs that never finished (with their positions in the launch),
+    /// and since when they are stuck.
+    pub blocked: Vec<(usize, Blocked)>,
     pub stuck_ps: u64,
     /// With several shards: the state of the links it owns.
     pub links: Vec<Link>,
@@ -355,7 +386,7 @@ fn run_one(m: &mut Machine, sh: &Shared, l: &Launch, dp: &mut dyn DataPath) -> S
     let segs = m.mem.raw_segments();
     let mem = MemView::new(&m.mem, &segs, None);
     let pes = (0..sh.coords.len())
-        .map(|p| sh.pe_state(p, l.args[p].clone()))
+        .map(|p| sh.pe_state(p, l.args[sh.order[p]].clone()))
         .collect();
     let mut sim = Sim::new(
         sh,
@@ -435,7 +466,7 @@ fn run_threads(
         .map(|(pes, _)| {
             Args(
                 pes.clone()
-                    .map(|p| l.args[p].iter().map(RtValue::deep_clone).collect())
+                    .map(|p| l.args[sh.order[p]].iter().map(RtValue::deep_clone).collect())
                     .collect(),
             )
         })
@@ -606,7 +637,10 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
             return Err(e);
         }
     }
-    let blocked: Vec<Blocked> = outs.iter().flat_map(|o| o.blocked.iter().cloned()).collect();
+    // In the launch's order.
+    let mut blocked: Vec<(usize, Blocked)> = outs.iter().flat_map(|o| o.blocked.iter().cloned()).collect();
+    blocked.sort_by_key(|(at, _)| *at);
+    let blocked: Vec<Blocked> = blocked.into_iter().map(|(_, b)| b).collect();
     if !blocked.is_empty() {
         return Err(SimError::Deadlock {
             time_ps: outs.iter().map(|o| o.stuck_ps).max().unwrap_or(sh.start_ps),
@@ -623,6 +657,17 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
         pes.extend(o.pes);
         events += o.events;
         end = end.max(o.end_ps);
+    }
+    // PEs and trace processes by their positions in the launch.
+    if sh.order.iter().enumerate().any(|(p, &i)| p != i) {
+        let mut by_position: Vec<Option<PeStat>> = vec![None; pes.len()];
+        for (p, stat) in pes.into_iter().enumerate() {
+            by_position[sh.order[p]] = Some(stat);
+        }
+        pes = by_position.into_iter().flatten().collect();
+        for s in &mut slices {
+            s.rank = sh.order[s.rank as usize] as u32;
+        }
     }
     if windowed {
         // Each PE's slices in the order it made them, and the links' in
