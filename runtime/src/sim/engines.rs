@@ -49,6 +49,16 @@ struct Access {
 /// Bytes per HBM pseudo-channel.
 pub(super) type Channels = SmallVec<[u64; 8]>;
 
+/// Zero bytes on each of `n` pseudo-channels (inline up to eight, as
+/// every access to HBM makes one).
+#[inline]
+fn zero_channels(n: u32) -> Channels {
+    match usize::try_from(n) {
+        Ok(n) if n <= 8 => Channels::from_buf_and_len([0; 8], n),
+        _ => smallvec::smallvec![0; n as usize],
+    }
+}
+
 fn pointee(ty: &Type) -> DType {
     match ty.elem() {
         Elem::Ptr(d) | Elem::Num(d) => d,
@@ -536,6 +546,7 @@ impl Sim<'_> {
     }
 
     /// Parks a started operation and schedules its end.
+    #[inline]
     fn finish_at(&mut self, p: usize, op: OpBox, end: u64) {
         let slot = self.pes[p].park(op);
         self.schedule(end, Ev::Done(p as u32, slot));
@@ -665,7 +676,7 @@ impl Sim<'_> {
                 }
                 let mut hbm = Channels::new();
                 if let Placement::Hbm(_) = place {
-                    hbm = smallvec![0; self.fabric.channels() as usize];
+                    hbm = zero_channels(self.fabric.channels());
                     self.fabric.split_contiguous(addr, size, &mut hbm);
                 }
                 let t0 = now + self.dma_setup_ps;
@@ -701,20 +712,27 @@ impl Sim<'_> {
                 q.credits -= slots;
                 let msg = q.sent;
                 q.sent += 1;
-                let (src, dst, control) = (q.src, q.dst, q.control);
-                let (route, hbm, ends) = self.buffer_route(queue, msg, bytes, true);
+                let (src, dst, control, half) = (q.src, q.dst, q.control, q.half);
+                let (route, hbm) = self.buffer_route(queue, msg, bytes, true);
                 let inst = op.inst;
-                let booked = self.book(&route, ends, bytes, &hbm, now, || Then::Message {
-                    src,
-                    dst,
-                    control,
-                    msg,
-                    bytes,
-                    slots,
-                    // A copy of its own: it goes to another process.
-                    data: data.deep_clone(),
-                    inst,
-                });
+                // Only a queue between two SIPs has a sender's half; the
+                // others' routes stay in one.
+                let booked = if half != Half::Send {
+                    Booked::Done(self.fabric.reserve(&route, bytes, &hbm, now))
+                } else {
+                    let ends = self.slot_ends(queue, true);
+                    self.book(&route, ends, bytes, &hbm, now, || Then::Message {
+                        src,
+                        dst,
+                        control,
+                        msg,
+                        bytes,
+                        slots,
+                        // A copy of its own: it goes to another process.
+                        data: data.deep_clone(),
+                        inst,
+                    })
+                };
                 match booked {
                     Booked::Done(tr) => {
                         let end = tr.end_ps;
@@ -765,7 +783,7 @@ impl Sim<'_> {
                         )),
                     ));
                 }
-                let (route, hbm, _) = self.buffer_route(queue, msg, bytes, false);
+                let (route, hbm) = self.buffer_route(queue, msg, bytes, false);
                 let tr = self.fabric.reserve(&route, bytes, &hbm, now);
                 let end = tr.end_ps;
                 if let Some(s) = op.results.first() {
@@ -809,24 +827,12 @@ impl Sim<'_> {
     /// The route between the slots of queue `queue` (in its receiver's
     /// buffer space) and the sender's core (`to_slots`) or the receiver's,
     /// with the HBM pseudo-channel split of message `msg`'s slots.
-    fn buffer_route(
-        &mut self,
-        queue: u32,
-        msg: u64,
-        bytes: u64,
-        to_slots: bool,
-    ) -> (Rc<Route>, Channels, (Endpoint, Endpoint)) {
+    fn buffer_route(&mut self, queue: u32, msg: u64, bytes: u64, to_slots: bool) -> (Rc<Route>, Channels) {
         let q = &self.queues.queues[queue as usize];
         let owner_pe = self.coords[q.dst as usize];
         let ipcq = &self.ipcq;
         let place = Placement::near(ipcq.buffer_space, owner_pe);
         let offset = self.ipcq_slots.rem(msg) * ipcq.slot_size_bytes.0;
-        let core = Endpoint::Core(self.coords[if to_slots { q.src } else { q.dst } as usize]);
-        let ends = if to_slots {
-            (core, place.endpoint())
-        } else {
-            (place.endpoint(), core)
-        };
         let route = match &q.routes[to_slots as usize] {
             Some(r) => r.clone(),
             None => {
@@ -839,10 +845,23 @@ impl Sim<'_> {
         };
         let mut hbm = Channels::new();
         if matches!(place, Placement::Hbm(_)) {
-            hbm = smallvec![0; self.fabric.channels() as usize];
+            hbm = zero_channels(self.fabric.channels());
             self.fabric.split_contiguous(offset, bytes, &mut hbm);
         }
-        (route, hbm, ends)
+        (route, hbm)
+    }
+
+    /// Where a message of `queue` travels from and to: the sender's core
+    /// and the receiver's slots (`to_slots`), or the slots and the
+    /// receiver's core.
+    fn slot_ends(&self, queue: u32, to_slots: bool) -> (Endpoint, Endpoint) {
+        let q = &self.queues.queues[queue as usize];
+        let slots = Placement::near(self.ipcq.buffer_space, self.coords[q.dst as usize]).endpoint();
+        if to_slots {
+            (Endpoint::Core(self.coords[q.src as usize]), slots)
+        } else {
+            (slots, Endpoint::Core(self.coords[q.dst as usize]))
+        }
     }
 
     /// Runs a data-path group on the operation's captured operands.
@@ -953,7 +972,7 @@ impl Sim<'_> {
         let mut hbm = Channels::new();
         if let Placement::Hbm(_) = place {
             let f = &self.fabric;
-            hbm = smallvec![0; f.channels() as usize];
+            hbm = zero_channels(f.channels());
             if scan.contiguous {
                 f.split_contiguous(first, bytes, &mut hbm);
             } else {
@@ -1034,7 +1053,7 @@ impl Sim<'_> {
             }
             let mut hbm = Channels::new();
             if let Placement::Hbm(_) = place {
-                hbm = smallvec![0; self.fabric.channels() as usize];
+                hbm = zero_channels(self.fabric.channels());
                 self.fabric.split_contiguous(addr, bytes, &mut hbm);
             }
             parts.push((place, bytes, hbm, write));
@@ -1228,6 +1247,7 @@ impl Sim<'_> {
     /// (or when the receiver came for it, if its clock is ahead); a
     /// receive of it at the head of the receive engine starts then, or
     /// once it is dispatched and the engine is free.
+    #[inline]
     fn message_in(&mut self, queue: u32, msg: u64, end_ps: u64) {
         let q = &mut self.queues.queues[queue as usize];
         let dst = q.dst as usize;

@@ -602,6 +602,7 @@ impl Sim<'_> {
     }
 
     /// Asks engine `e` of PE `p` to try its queue at time `t`.
+    #[inline]
     pub fn request_kick(&mut self, p: usize, e: Engine, t: u64) {
         let t = t.max(self.now);
         let eq = &mut self.pes[p].engines[e.index()];
