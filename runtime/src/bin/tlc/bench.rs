@@ -167,12 +167,16 @@ pub fn sim(a: SimArgs) -> ExitCode {
     match a.format {
         Format::Human => {
             println!(
-                "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank ({} bytes in all) on {ranks} PE{} of `{}`",
+                "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank ({} bytes in all) on {ranks} PE{} of `{}`{}",
                 alg.name,
                 first.size_bytes,
                 first.size_bytes * ranks as u64,
                 if ranks == 1 { "" } else { "s" },
-                topo.spec.name
+                topo.spec.name,
+                match a.threads {
+                    0 | 1 => String::new(),
+                    n => format!(", up to {n} threads"),
+                }
             );
             println!(
                 "# {} events, {:.3} us simulated, #wrong {wrong} {}",
@@ -194,7 +198,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
             "{}",
             json!({
                 "algorithm": alg.name, "ranks": ranks, "topology": topo.spec.name,
-                "bytes_per_rank": first.size_bytes, "events": first.events,
+                "bytes_per_rank": first.size_bytes, "events": first.events, "threads": a.threads.max(1),
                 "simulated_us": first.time_ps as f64 / 1e6, "wrong": wrong,
                 "wall_s": { "min": min, "median": median, "max": max, "runs": walls.len() },
                 "events_per_s": { "best": rate(min), "median": rate(median) },
