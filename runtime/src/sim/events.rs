@@ -404,8 +404,8 @@ pub(super) struct Sim<'a> {
     pub dispatch_ps: u64,
     pub dma_setup_ps: u64,
     pub queue_depth: usize,
-    /// Every PE of the launch (the groups in order, each in rank order)
-    /// and its rank in its group.
+    /// Every PE of the launch, in the simulator's order (the launch's,
+    /// grouped by SIP: see `launch::Shared`), and its rank in its group.
     pub coords: &'a [PeCoord],
     pub ranks: &'a [u32],
     /// Each PE's group; each group's first position in the launch, and
