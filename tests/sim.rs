@@ -2153,3 +2153,107 @@ fn threads_change_nothing_but_the_wall_time() {
         }
     }
 }
+
+/// A data path with a bug on one thread: `ShardBug(Bug::OnCaller)`
+/// panics on the thread that made it, and its copies for other threads
+/// interpret; `ShardBug(Bug::OnHelpers)` interprets and its copies panic.
+struct ShardBug(Bug);
+
+#[derive(Clone, Copy)]
+enum Bug {
+    OnCaller,
+    OnHelpers,
+    /// A copy made by `OnHelpers`.
+    Here,
+    /// A copy made by `OnCaller`.
+    Nowhere,
+}
+
+impl kernbench_compiler::datapath::DataPath for ShardBug {
+    fn name(&self) -> &'static str {
+        "shard-bug"
+    }
+
+    fn prepare(
+        &mut self,
+        _func: &kernbench_compiler::ir::Function,
+        _plan: &kernbench_compiler::datapath::Plan,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn maker(&self) -> Option<fn() -> Box<dyn kernbench_compiler::datapath::DataPath>> {
+        Some(match self.0 {
+            Bug::OnHelpers => || Box::new(ShardBug(Bug::Here)),
+            _ => || Box::new(ShardBug(Bug::Nowhere)),
+        })
+    }
+
+    fn run(
+        &mut self,
+        func: &kernbench_compiler::ir::Function,
+        plan: &kernbench_compiler::datapath::Plan,
+        g: kernbench_compiler::datapath::GroupId,
+        inputs: &[&kernbench_compiler::datapath::RtValue],
+        mem: &mut dyn kernbench_compiler::datapath::Memory,
+    ) -> Result<kernbench_compiler::datapath::Outputs, kernbench_compiler::datapath::ExecError> {
+        match self.0 {
+            Bug::OnCaller => panic!("a bug on the first shard's thread"),
+            Bug::Here => panic!("a bug on the second shard's thread"),
+            Bug::OnHelpers | Bug::Nowhere => {
+                kernbench_compiler::datapath::interp::Interpreter.run(func, plan, g, inputs, mem)
+            }
+        }
+    }
+}
+
+/// A panic on one shard's thread (a bug), a helper's or the caller's,
+/// stops the other shards at their next meeting and comes out of
+/// `Machine::run` as that panic, as it would on one thread, instead of
+/// leaving the others waiting for good. Each launch runs on a thread of
+/// its own, so that a hang fails the test.
+#[test]
+fn a_panic_on_a_shards_thread_stops_the_launch() {
+    use kernbench_compiler::datapath::DataPath;
+    use kernbench_runtime::sim::{Communicator, Launch, Machine};
+    let panic_of = |data_path: fn() -> Box<dyn DataPath>| {
+        let (done, outcome) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let result = std::panic::catch_unwind(|| {
+                let topo = Topology::default_machine();
+                let (func, _) = lower(
+                    "@kernel\ndef k(buf: ptr[i32]):\n    x = tl.arange(0, 16)\n    tl.store(buf + x, tl.load(buf + x) + 1)\n",
+                    "k",
+                    &[],
+                );
+                let comm = Communicator::new(sim::select_pes(&topo, "all").expect("256 PEs"));
+                let mut machine = Machine::new(&topo);
+                machine.threads = 2;
+                let args = vec![tensor("buf", i32s(&[256, 16], |k| k as i32), &["shard"])];
+                let (rank_args, _) = sim::place::place_args(&mut machine, &comm, args).expect("placed");
+                let launch = Launch::new(&func, &comm, rank_args);
+                machine.run(&launch, &mut *data_path()).map(|r| r.end_ps)
+            });
+            let message = match result {
+                Ok(r) => format!("no panic: {r:?}"),
+                Err(payload) => payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_default(),
+            };
+            let _ = done.send(message);
+        });
+        outcome
+            .recv_timeout(std::time::Duration::from_secs(300))
+            .expect("the launch ends (a panic on one thread must not hang the others)")
+    };
+    assert_eq!(
+        panic_of(|| Box::new(ShardBug(Bug::OnHelpers))),
+        "a bug on the second shard's thread"
+    );
+    assert_eq!(
+        panic_of(|| Box::new(ShardBug(Bug::OnCaller))),
+        "a bug on the first shard's thread"
+    );
+}

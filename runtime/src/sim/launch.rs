@@ -31,7 +31,7 @@ use kernbench_compiler::ir::Function;
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::{Condvar, Mutex};
 
 /// What the simulator works out once for a launch, before running; every
 /// shard reads it.
@@ -420,9 +420,80 @@ struct Args(Vec<Vec<RtValue>>);
 // SAFETY: `RtValue::deep_clone`s, shared with nothing (see `Mail`).
 unsafe impl Send for Args {}
 
+/// A barrier that a panicking thread breaks, so that the others stop
+/// instead of waiting for it for good (`std::sync::Barrier` cannot be
+/// broken).
+struct Gate {
+    /// Threads waiting in the current generation, the generation, and
+    /// whether a thread left for good.
+    state: Mutex<(usize, u64, bool)>,
+    turned: Condvar,
+    parties: usize,
+}
+
+/// The gate was broken: a thread panicked.
+struct Broken;
+
+impl Gate {
+    fn new(parties: usize) -> Gate {
+        Gate {
+            state: Mutex::new((0, 0, false)),
+            turned: Condvar::new(),
+            parties,
+        }
+    }
+
+    /// Waits for every party, or until the gate is broken.
+    fn wait(&self) -> Result<(), Broken> {
+        let Ok(mut st) = self.state.lock() else {
+            return Err(Broken);
+        };
+        if st.2 {
+            return Err(Broken);
+        }
+        st.0 += 1;
+        if st.0 == self.parties {
+            st.0 = 0;
+            st.1 += 1;
+            self.turned.notify_all();
+            return Ok(());
+        }
+        let generation = st.1;
+        while st.1 == generation && !st.2 {
+            st = match self.turned.wait(st) {
+                Ok(st) => st,
+                Err(_) => return Err(Broken),
+            };
+        }
+        if st.1 == generation {
+            Err(Broken)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn break_off(&self) {
+        // A poisoned lock is still the lock: break the gate anyway.
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.2 = true;
+        self.turned.notify_all();
+    }
+}
+
+/// Breaks the gate if its thread unwinds from a panic.
+struct LeaveOnPanic<'g>(&'g Gate);
+
+impl Drop for LeaveOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.break_off();
+        }
+    }
+}
+
 /// Where the shards meet between windows.
 struct Meeting {
-    barrier: Barrier,
+    gate: Gate,
     /// Per shard, the hand-offs for its processes.
     mail: Vec<Mutex<Vec<Mail>>>,
     /// Per shard, when its earliest event is due (`u64::MAX`: none).
@@ -455,7 +526,7 @@ fn run_threads(
         .map(|k| sh.lp_of_sip.iter().map(|&lp| shard_of[lp as usize] == k).collect())
         .collect();
     let meeting = Meeting {
-        barrier: Barrier::new(shards.len()),
+        gate: Gate::new(shards.len()),
         mail: (0..shards.len()).map(|_| Mutex::new(Vec::new())).collect(),
         next: (0..shards.len()).map(|_| AtomicU64::new(u64::MAX)).collect(),
         failed: Mutex::new(None),
@@ -517,18 +588,22 @@ fn run_threads(
             mem,
         );
         let mut outs = vec![run_shard(sim, meeting, 0, None)];
+        let mut panicked = None;
         for h in handles {
-            // A shard's thread does not panic short of a bug; if one did,
-            // its PEs would be missing and the launch fails below.
-            if let Ok(out) = h.join() {
-                outs.push(out);
+            // A shard's thread panics only on a bug. It then broke the
+            // gate, the others have stopped, and its panic goes on once
+            // all are joined: as on one thread (a panic on this thread
+            // does the same through the scope).
+            match h.join() {
+                Ok(out) => outs.push(out),
+                Err(payload) => panicked = panicked.or(Some(payload)),
             }
+        }
+        if let Some(payload) = panicked {
+            std::panic::resume_unwind(payload);
         }
         outs
     });
-    if outs.len() < shards.len() {
-        outs.push(ShardOut::failed(SimError::Setup("a simulator thread stopped".into())));
-    }
     for out in &mut outs {
         m.fabric.absorb(std::mem::take(&mut out.links));
     }
@@ -540,6 +615,7 @@ fn run_threads(
 /// prepared, if it could not (it then stops the launch at the first
 /// meeting).
 fn run_shard(mut sim: Sim, meeting: &Meeting, k: usize, setup: Option<String>) -> ShardOut {
+    let _leave = LeaveOnPanic(&meeting.gate);
     let mut error = setup.map(|e| (sim.start_ps, 0, SimError::Setup(format!("cannot compile: {e}"))));
     if error.is_none() {
         sim.start_programs();
@@ -569,7 +645,9 @@ fn run_shard(mut sim: Sim, meeting: &Meeting, k: usize, setup: Option<String>) -
                 }
             }
         }
-        meeting.barrier.wait();
+        if meeting.gate.wait().is_err() {
+            return ShardOut::failed(SimError::Setup("another simulator thread panicked".into()));
+        }
         if meeting.failed.lock().map(|f| f.is_some()).unwrap_or(true) {
             break;
         }
@@ -584,7 +662,9 @@ fn run_shard(mut sim: Sim, meeting: &Meeting, k: usize, setup: Option<String>) -
             sim.deliver(dst, what);
         }
         meeting.next[k].store(sim.next_event_ps().unwrap_or(u64::MAX), Ordering::SeqCst);
-        meeting.barrier.wait();
+        if meeting.gate.wait().is_err() {
+            return ShardOut::failed(SimError::Setup("another simulator thread panicked".into()));
+        }
         let next = meeting
             .next
             .iter()
