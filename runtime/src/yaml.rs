@@ -76,6 +76,7 @@ pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError
                 message = rest.to_string();
             }
         }
+        let message = shorten_quoted(&message);
         // serde_yaml locates value errors at the enclosing mapping; the
         // key's own line is more useful when the path names a key.
         let line = match key_line(text, &path) {
@@ -90,6 +91,46 @@ pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError
             unreadable: false,
         }
     })
+}
+
+/// The longest quoted value an error message repeats whole, in
+/// characters: serde_yaml quotes the offending value, which for a file
+/// that is not YAML of the expected shape (a text file, a log) is the
+/// whole file on one line.
+const QUOTED_CHARS: usize = 60;
+
+/// `message` with each quoted value (`"…"`, with `\"` escapes inside)
+/// longer than [`QUOTED_CHARS`] cut to its first characters and its length.
+fn shorten_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(256));
+    let mut rest = message;
+    while let Some(open) = rest.find('"') {
+        out.push_str(&rest[..=open]);
+        let body = &rest[open + 1..];
+        // The closing quote: the first one not escaped by a backslash.
+        let mut escaped = false;
+        let close = body.char_indices().find_map(|(i, c)| {
+            let end = c == '"' && !escaped;
+            escaped = c == '\\' && !escaped;
+            end.then_some(i)
+        });
+        let Some(close) = close else {
+            out.push_str(body);
+            return out;
+        };
+        let value = &body[..close];
+        let chars = value.chars().count();
+        if chars > QUOTED_CHARS {
+            out.extend(value.chars().take(QUOTED_CHARS));
+            out.push_str(&format!("…\" ({chars} characters)"));
+        } else {
+            out.push_str(value);
+            out.push('"');
+        }
+        rest = &body[close + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The 1-based line where a dotted key path is defined, by following the
@@ -120,4 +161,41 @@ pub fn key_line(text: &str, path: &str) -> Option<usize> {
         found?;
     }
     found.map(|i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_quoted_values_are_cut_short_ones_kept() {
+        let long = "ab\\\"c".repeat(30); // 150 characters, escaped quotes inside
+        let msg = format!("invalid type: string \"{long}\", expected struct File");
+        let want = format!(
+            "invalid type: string \"{}…\" (150 characters), expected struct File",
+            &long[..QUOTED_CHARS]
+        );
+        assert_eq!(shorten_quoted(&msg), want);
+        let short = "unknown variant `x`, expected \"sleep\" or \"poll\"";
+        assert_eq!(shorten_quoted(short), short);
+        assert_eq!(shorten_quoted("a lone \" quote"), "a lone \" quote");
+    }
+
+    /// A text file given as a topology: the error names the file and
+    /// quotes the start of it, not all of it.
+    #[test]
+    fn a_text_file_is_reported_in_a_line() {
+        let text = (0..40)
+            .map(|k| format!("line {k} of some notes"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let e = parse::<crate::topology::schema::File>("notes.txt", &text).expect_err("not a topology");
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with("notes.txt:1: invalid type: string \"line 0 of some notes line 1"),
+            "{shown}"
+        );
+        assert!(shown.contains("characters), expected struct File"), "{shown}");
+        assert!(shown.len() < 160, "{} characters: {shown}", shown.len());
+    }
 }

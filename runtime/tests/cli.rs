@@ -874,4 +874,18 @@ fn run_threads_give_the_same_results() {
         two.3
     );
     let _ = std::fs::remove_dir_all(&dir);
+    // No threads is a usage error, on every command that takes them.
+    for cmd in [
+        &["run", "stdlib/ccl/ring_allreduce.tl", "--kernel", "ring_allreduce"][..],
+        &["bench", "ccl"],
+        &["bench", "sim"],
+    ] {
+        let o = tlc(&[cmd, &["--threads", "0"]].concat());
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("invalid value '0' for '--threads <"),
+            "{cmd:?}: {}",
+            stderr(&o)
+        );
+    }
 }

@@ -38,7 +38,7 @@ pub struct CclArgs {
     pub pes: String,
     /// Threads a launch over several SIPs runs on (default: every core).
     /// The results do not depend on it.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = super::thread_count)]
     pub threads: Option<usize>,
     /// A topology file or preset (default: the embedded default machine).
     #[arg(long, value_name = "FILE")]
@@ -72,7 +72,7 @@ pub struct SimArgs {
     pub runs: u32,
     /// Threads a launch over several SIPs runs on (one shard of its SIPs
     /// each); the results do not depend on it. 1 measures one core.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = super::thread_count)]
     pub threads: usize,
     #[arg(long, value_name = "DIR")]
     pub stdlib: Option<PathBuf>,
@@ -124,7 +124,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
         pes: &pes,
         dtype,
         op: redop,
-        threads: a.threads.max(1),
+        threads: a.threads,
     };
     let mut jit = Jit::new();
     let mut cache = bench::DataCache::default();
@@ -198,7 +198,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
             "{}",
             json!({
                 "algorithm": alg.name, "ranks": ranks, "topology": topo.spec.name,
-                "bytes_per_rank": first.size_bytes, "events": first.events, "threads": a.threads.max(1),
+                "bytes_per_rank": first.size_bytes, "events": first.events, "threads": a.threads,
                 "simulated_us": first.time_ps as f64 / 1e6, "wrong": wrong,
                 "wall_s": { "min": min, "median": median, "max": max, "runs": walls.len() },
                 "events_per_s": { "best": rate(min), "median": rate(median) },
@@ -265,7 +265,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return usage_error(&format!("--sizes: {e}")),
     };
-    let threads = a.threads.unwrap_or_else(crate::cores).max(1);
+    let threads = a.threads.unwrap_or_else(crate::cores);
     let (topo, pes, mut reg) = match machine_and_registry(a.topology.as_deref(), &a.pes, a.stdlib.clone()) {
         Ok(x) => x,
         Err(code) => return code,

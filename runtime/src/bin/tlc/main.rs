@@ -98,7 +98,7 @@ enum Command {
         pes: String,
         /// Threads a launch over several SIPs runs on, one shard of its
         /// SIPs each (default: every core). The results do not depend on it.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = thread_count)]
         threads: Option<usize>,
         /// A topology file or preset (tiny, default, large); default: the
         /// embedded default machine.
@@ -245,12 +245,21 @@ fn main() -> ExitCode {
             stdlib,
             functional,
             pes,
-            threads: threads.unwrap_or_else(cores).max(1),
+            threads: threads.unwrap_or_else(cores),
             topology,
             trace,
             trace_links,
             format,
         }),
+    }
+}
+
+/// Parses `--threads`: a count of at least one.
+pub(crate) fn thread_count(arg: &str) -> Result<usize, String> {
+    match arg.parse::<usize>() {
+        Ok(0) => Err("expected at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
 }
 
