@@ -657,45 +657,40 @@ impl Sim<'_> {
                     self.schedule(transfer_start, Ev::Sample(p as u32, slot));
                 }
             }
-            OpKind::Notify { addr, size, .. } => {
-                let size = u64::from(size);
+            OpKind::Notify { addr, bits, size } => {
+                let bytes = u64::from(size);
                 let place = self.mem.placement_of(addr).ok_or_else(|| {
                     self.exec_error(
                         p,
                         op.inst,
                         ExecErrorKind::OutOfBounds(MemFault {
                             addr,
-                            bytes: size,
+                            bytes,
                             write: true,
                         }),
                     )
                 })?;
                 if let Some(id) = op.mem_id() {
-                    self.pes[p].mem_started(id, smallvec![(addr, addr + size, true)], false);
+                    self.pes[p].mem_started(id, smallvec![(addr, addr + bytes, true)], false);
                     self.kick_waiting(p);
                 }
                 let mut hbm = Channels::new();
                 if let Placement::Hbm(_) = place {
                     hbm = zero_channels(self.fabric.channels());
-                    self.fabric.split_contiguous(addr, size, &mut hbm);
+                    self.fabric.split_contiguous(addr, bytes, &mut hbm);
                 }
                 let t0 = now + self.dma_setup_ps;
                 if self.elsewhere(place.sip()) {
-                    let OpKind::Notify { bits, size, .. } = op.kind else {
-                        unreachable!("matched above")
-                    };
-                    return self.remote_put(p, e, op, (place, u64::from(size), hbm), t0, |_, pe, slot| {
-                        Then::Notify {
-                            pe,
-                            slot,
-                            addr,
-                            bits,
-                            size,
-                        }
+                    return self.remote_put(p, e, op, (place, bytes, hbm), t0, |_, pe, slot| Then::Notify {
+                        pe,
+                        slot,
+                        addr,
+                        bits,
+                        size,
                     });
                 }
                 let route = self.fabric.core_route(self.coords[p], place.endpoint(), true);
-                let tr = self.fabric.reserve(&route, size, &hbm, t0);
+                let tr = self.fabric.reserve(&route, bytes, &hbm, t0);
                 self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
                 self.finish_at(p, op, tr.end_ps);
             }
@@ -1313,18 +1308,21 @@ impl Sim<'_> {
             );
             return;
         }
-        q.returning.push_back((end_ps + back, slots));
-        if q.sender_waiting {
-            self.retry_sender(queue);
-        }
+        self.credits_returning(queue, end_ps + back, slots);
     }
 
     /// Credits of queue `(src, dst, control)` handed back by its
     /// receiver's process arrive at its sender at `back_ps`.
     pub(super) fn credits_back(&mut self, src: u32, dst: u32, control: bool, back_ps: u64, slots: u32) {
-        let Some(queue) = self.queues.find(src, dst, control, Half::Send) else {
-            return;
-        };
+        if let Some(queue) = self.queues.find(src, dst, control, Half::Send) {
+            self.credits_returning(queue, back_ps, slots);
+        }
+    }
+
+    /// `slots` credits of `queue` (its whole or its sender's half) are
+    /// back at its sender at `back_ps`; a sender waiting for them looks
+    /// again.
+    fn credits_returning(&mut self, queue: u32, back_ps: u64, slots: u32) {
         let q = &mut self.queues.queues[queue as usize];
         q.returning.push_back((back_ps, slots));
         if q.sender_waiting {

@@ -226,6 +226,16 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// The transfer's times so far: its start and injection, and when
+    /// its tail reaches the next stage (or leaves the last).
+    fn so_far(&self) -> Transfer {
+        Transfer {
+            start_ps: self.start_ps.unwrap_or(self.arrive_ps),
+            injected_ps: self.injected_ps,
+            end_ps: self.prev_tail_ps.unwrap_or(self.arrive_ps),
+        }
+    }
+
     /// A transfer about to enter its first stage at `t0`.
     pub fn at_start(t0: u64) -> Progress {
         Progress {
@@ -828,11 +838,6 @@ impl Fabric {
         } = from;
         for (k, &st) in route.stages.iter().enumerate().skip(first) {
             if k > first && !mine(self.stage_sip(st)) {
-                let t = Transfer {
-                    start_ps: start_ps.unwrap_or(arrive_ps),
-                    injected_ps,
-                    end_ps: prev_tail_ps.unwrap_or(arrive_ps),
-                };
                 let at = Progress {
                     stage: k,
                     arrive_ps,
@@ -840,7 +845,7 @@ impl Fabric {
                     start_ps,
                     injected_ps,
                 };
-                return Booked::HandOff(t, at);
+                return Booked::HandOff(at.so_far(), at);
             }
             let (free, ser, head_ser, lat) = self.stage_params(st, bytes, head, hbm);
             let e = arrive_ps.max(free);
@@ -885,11 +890,14 @@ impl Fabric {
             arrive_ps = e + head_ser + lat;
             prev_tail_ps = Some(tail + lat);
         }
-        Booked::Done(Transfer {
-            start_ps: start_ps.unwrap_or(arrive_ps),
+        let done = Progress {
+            stage: route.stages.len(),
+            arrive_ps,
+            prev_tail_ps,
+            start_ps,
             injected_ps,
-            end_ps: prev_tail_ps.unwrap_or(arrive_ps),
-        })
+        };
+        Booked::Done(done.so_far())
     }
 
     /// The SIP a stage's links belong to (a SIP link to the SIP it

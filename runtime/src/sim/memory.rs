@@ -317,29 +317,29 @@ impl<'a> MemView<'a> {
     }
 }
 
-impl Memory for MemView<'_> {
-    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemFault> {
+impl MemView<'_> {
+    /// The `len` bytes at `addr`, inside one segment this view owns; the
+    /// fault of a read or a `write` of them otherwise.
+    fn span(&mut self, addr: u64, len: usize, write: bool) -> Result<&mut [u8], MemFault> {
         let fault = MemFault {
             addr,
-            bytes: out.len() as u64,
-            write: false,
+            bytes: len as u64,
+            write,
         };
         let (base, bytes) = self.segment(addr).ok_or(fault)?;
         let off = (addr - base) as usize;
-        let src = bytes.get(off..off + out.len()).ok_or(fault)?;
-        out.copy_from_slice(src);
+        bytes.get_mut(off..off + len).ok_or(fault)
+    }
+}
+
+impl Memory for MemView<'_> {
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemFault> {
+        out.copy_from_slice(self.span(addr, out.len(), false)?);
         Ok(())
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemFault> {
-        let fault = MemFault {
-            addr,
-            bytes: data.len() as u64,
-            write: true,
-        };
-        let (base, bytes) = self.segment(addr).ok_or(fault)?;
-        let off = (addr - base) as usize;
-        bytes.get_mut(off..off + data.len()).ok_or(fault)?.copy_from_slice(data);
+        self.span(addr, data.len(), true)?.copy_from_slice(data);
         Ok(())
     }
 
