@@ -18,7 +18,7 @@
 //!   arrived, copies it out of the slots, and the credits travel back to
 //!   the sender when the copy is done.
 
-use super::events::{Cross, Ev, Sim, Then};
+use super::events::{Arrival, Cross, Ev, Handed, Sim, Then};
 use super::fabric::{Booked, Endpoint, Route};
 use super::ipcq::Half;
 use super::pe::{OpBox, OpKind, OpRec, Ranges, Stall, Val};
@@ -1462,14 +1462,14 @@ impl Sim<'_> {
             let next = self.lp_of_sip[self.fabric.stage_sip(route.stages[at.stage]) as usize];
             self.hand_off(
                 next,
-                Cross::Transfer {
+                Cross::Transfer(Handed {
                     from,
                     to,
                     bytes,
                     hbm: hbm.clone(),
                     at,
                     then: then(),
-                },
+                }),
             );
         }
         booked
@@ -1506,19 +1506,19 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// A hand-off from another process (an [`Ev::Cross`] event): a
-    /// transfer whose head reaches this SIP now books the rest of its
-    /// route; a put whose last byte is in writes.
-    pub(super) fn take_over(&mut self, what: Cross) -> Result<(), SimError> {
+    /// What another process handed this one takes effect (an
+    /// [`Ev::Cross`] event): a transfer whose head reaches this SIP now
+    /// books the rest of its route; a put whose last byte is in writes.
+    pub(super) fn take_over(&mut self, what: Arrival) -> Result<(), SimError> {
         match what {
-            Cross::Transfer {
+            Arrival::Transfer(Handed {
                 from,
                 to,
                 bytes,
                 hbm,
                 at,
                 then,
-            } => {
+            }) => {
                 let route = self.fabric.route(from, to);
                 let mut then = Some(then);
                 let booked = self.continue_transfer(&route, (from, to), bytes, &hbm, at, || {
@@ -1529,8 +1529,7 @@ impl Sim<'_> {
                     _ => Ok(()),
                 }
             }
-            Cross::Landed { then, to } => self.land(then, to),
-            Cross::Credits { .. } | Cross::Ack { .. } => Ok(()),
+            Arrival::Landed { then, to } => self.land(then, to),
         }
     }
 
@@ -1550,7 +1549,7 @@ impl Sim<'_> {
         } = then
         else {
             return {
-                self.schedule_cross(end_ps, Cross::Landed { then, to });
+                self.schedule_cross(end_ps, Arrival::Landed { then, to });
                 Ok(())
             };
         };

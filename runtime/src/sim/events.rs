@@ -44,7 +44,7 @@ pub(super) enum Ev {
 pub(super) struct Lp {
     pub events: EventQueue<Ev>,
     /// Hand-offs due here and not taken yet, by [`Ev::Cross`] index.
-    pub incoming: Vec<Option<Cross>>,
+    pub incoming: Vec<Option<Arrival>>,
     pub free_incoming: Vec<u32>,
     /// When the last message of another process arrived here (the run
     /// ends no earlier).
@@ -62,22 +62,11 @@ impl Lp {
     }
 }
 
-/// What one logical process hands another (see [`Lp`]).
+/// What one logical process hands another (see [`Lp`]), delivered
+/// between windows by [`Sim::deliver`].
 pub(super) enum Cross {
-    /// A transfer's head reaches the first stage on the receiving SIP at
-    /// `at.arrive_ps`: it books the rest of its route from there (an event
-    /// then), and does `then` when its last byte is in.
-    Transfer {
-        from: Endpoint,
-        to: Endpoint,
-        bytes: u64,
-        hbm: super::engines::Channels,
-        at: super::fabric::Progress,
-        then: Then,
-    },
-    /// A put or notify from another process whose last byte is in at `to`
-    /// (an event of this process then): it writes.
-    Landed { then: Then, to: Endpoint },
+    /// A transfer whose route goes on in the receiving process.
+    Transfer(Handed),
     /// Credits of the queue `(src, dst, control)` are back at its sender
     /// at `back_ps`.
     Credits {
@@ -96,6 +85,29 @@ pub(super) enum Cross {
         at_ps: u64,
         outs: kernbench_compiler::datapath::Outputs,
     },
+}
+
+/// A transfer handed to another process: its route from `from` to `to`
+/// continues there from where `at` stands.
+pub(super) struct Handed {
+    pub from: Endpoint,
+    pub to: Endpoint,
+    pub bytes: u64,
+    pub hbm: super::engines::Channels,
+    pub at: super::fabric::Progress,
+    pub then: Then,
+}
+
+/// What takes effect in the process that was handed it, at a time of its
+/// own (an [`Ev::Cross`] event); never handed on itself.
+pub(super) enum Arrival {
+    /// A transfer's head reaches the first stage on this SIP at
+    /// `at.arrive_ps`: it books the rest of its route from there, and does
+    /// `then` when its last byte is in.
+    Transfer(Handed),
+    /// A put or notify from another process whose last byte is in at `to`:
+    /// it writes.
+    Landed { then: Then, to: Endpoint },
 }
 
 /// What a transfer handed to another process does when it ends there.
@@ -547,9 +559,9 @@ impl Sim<'_> {
         self.outbox.push((self.cur_lp as u16, lp, what));
     }
 
-    /// Schedules hand-off `what` to take effect in the running process at
-    /// `t` (an [`Ev::Cross`] event).
-    pub fn schedule_cross(&mut self, t: u64, what: Cross) {
+    /// Schedules `what` to take effect in the running process at `t` (an
+    /// [`Ev::Cross`] event).
+    pub fn schedule_cross(&mut self, t: u64, what: Arrival) {
         let l = &mut self.lps[self.cur_lp];
         let k = match l.free_incoming.pop() {
             Some(k) => {
@@ -781,8 +793,7 @@ impl Sim<'_> {
     pub fn deliver(&mut self, lp: u16, what: Cross) {
         self.cur_lp = lp as usize;
         match what {
-            Cross::Transfer { at, .. } => self.schedule_cross(at.arrive_ps, what),
-            Cross::Landed { .. } => {}
+            Cross::Transfer(h) => self.schedule_cross(h.at.arrive_ps, Arrival::Transfer(h)),
             Cross::Credits {
                 src,
                 dst,

@@ -407,11 +407,11 @@ fn run_one(m: &mut Machine, sh: &Shared, l: &Launch, dp: &mut dyn DataPath) -> S
 /// the one it is for, and what it is.
 struct Mail(u16, u16, Cross);
 
-// SAFETY: the values a `Cross` holds (a message's data, a put's operands,
-// an acknowledgement's results) are `RtValue::deep_clone`s made for it,
-// shared with nothing, so sending one moves sole ownership of those
-// reference-counted blocks to the receiving thread, as sending a `Box`
-// would; the rest of a `Cross` is plain data.
+// SAFETY: the values a `Cross` holds (a handed transfer's message data or
+// put operands, an acknowledgement's results) are `RtValue::deep_clone`s
+// made for it, shared with nothing, so sending one moves sole ownership of
+// those reference-counted blocks to the receiving thread, as sending a
+// `Box` would; the rest of a `Cross` is plain data.
 unsafe impl Send for Mail {}
 
 /// Launch arguments cloned for another thread.
