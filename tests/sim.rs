@@ -12,7 +12,7 @@ use kernbench_runtime::sim::place::LaunchArg;
 use kernbench_runtime::sim::{self, Engine, SimError};
 use kernbench_runtime::topology::{PeCoord, Topology};
 use kernbench_tests::exec::lower_file;
-use kernbench_tests::sim::{simulate, tensor, SimRun};
+use kernbench_tests::sim::{simulate, tensor, SimRun, TestLaunch};
 use kernbench_tests::*;
 
 fn pe(sip: u32, cube: u32, pe: u32) -> PeCoord {
@@ -2099,9 +2099,10 @@ fn threads_change_nothing_but_the_wall_time() {
         let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
         let data = i32s(&[world, n], |k| (k * 7919 % 2001) as i32 - 1000);
         let args = vec![tensor("buf", data, &["shard"]), scalar_i32(n as i64)];
-        fingerprint(kernbench_tests::sim::simulate_on(
-            topo, pes, &func, args, None, true, threads,
-        ))
+        let mut launch = TestLaunch::new(topo, pes, &func, args);
+        launch.trace = true;
+        launch.threads = threads;
+        fingerprint(launch.run())
     };
     let default = Topology::default_machine();
     let large = Topology::load("large").expect("preset");
@@ -2133,18 +2134,14 @@ fn threads_change_nothing_but_the_wall_time() {
     for (src, with_buf, outcome) in cases {
         let (func, _) = lower(src, "k", &[]);
         let run = |threads| {
-            fingerprint(kernbench_tests::sim::simulate_on(
-                &default,
-                all.clone(),
-                &func,
-                match with_buf {
-                    true => vec![tensor("buf", i32s(&[256, 16], |k| k as i32), &["shard"])],
-                    false => Vec::new(),
-                },
-                None,
-                true,
-                threads,
-            ))
+            let args = match with_buf {
+                true => vec![tensor("buf", i32s(&[256, 16], |k| k as i32), &["shard"])],
+                false => Vec::new(),
+            };
+            let mut launch = TestLaunch::new(&default, all.clone(), &func, args);
+            launch.trace = true;
+            launch.threads = threads;
+            fingerprint(launch.run())
         };
         let one = run(1);
         assert!(one.starts_with(outcome), "{src}: {}", &one[..one.len().min(300)]);
@@ -2215,7 +2212,6 @@ impl kernbench_compiler::datapath::DataPath for ShardBug {
 #[test]
 fn a_panic_on_a_shards_thread_stops_the_launch() {
     use kernbench_compiler::datapath::DataPath;
-    use kernbench_runtime::sim::{Communicator, Launch, Machine};
     let panic_of = |data_path: fn() -> Box<dyn DataPath>| {
         let (done, outcome) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -2226,13 +2222,12 @@ fn a_panic_on_a_shards_thread_stops_the_launch() {
                     "k",
                     &[],
                 );
-                let comm = Communicator::new(sim::select_pes(&topo, "all").expect("256 PEs"));
-                let mut machine = Machine::new(&topo);
-                machine.threads = 2;
+                let all = sim::select_pes(&topo, "all").expect("256 PEs");
                 let args = vec![tensor("buf", i32s(&[256, 16], |k| k as i32), &["shard"])];
-                let (rank_args, _) = sim::place::place_args(&mut machine, &comm, args).expect("placed");
-                let launch = Launch::new(&func, &comm, rank_args);
-                machine.run(&launch, &mut *data_path()).map(|r| r.end_ps)
+                let mut launch = TestLaunch::new(&topo, all, &func, args);
+                launch.threads = 2;
+                launch.data_path = data_path();
+                launch.run().map(|r| r.report.end_ps)
             });
             let message = match result {
                 Ok(r) => format!("no panic: {r:?}"),

@@ -303,7 +303,7 @@ pub mod sim {
     //! Running kernels on the simulated machine, for the timing and
     //! communication tests.
 
-    use kernbench_compiler::datapath::{jit::Jit, Tensor};
+    use kernbench_compiler::datapath::{jit::Jit, DataPath, Tensor};
     use kernbench_compiler::ir::Function;
     use kernbench_runtime::sim::place::{self, LaunchArg};
     use kernbench_runtime::sim::{Communicator, Launch, Machine, Report, SimError};
@@ -318,7 +318,8 @@ pub mod sim {
     }
 
     /// Runs `func` on `pes` of `topo` (one program per PE unless `grid`),
-    /// on the JIT, recording a trace when `trace`.
+    /// on the verifying JIT and one thread, recording a trace when `trace`
+    /// (the usual case of [`TestLaunch`]).
     pub fn simulate(
         topo: &Topology,
         pes: Vec<PeCoord>,
@@ -327,35 +328,59 @@ pub mod sim {
         grid: Option<[u32; 3]>,
         trace: bool,
     ) -> Result<SimRun, SimError> {
-        simulate_on(topo, pes, func, args, grid, trace, 1)
+        let mut launch = TestLaunch::new(topo, pes, func, args);
+        launch.grid = grid;
+        launch.trace = trace;
+        launch.run()
     }
 
-    /// [`simulate`] with `Machine::threads` set to `threads`.
-    pub fn simulate_on(
-        topo: &Topology,
-        pes: Vec<PeCoord>,
-        func: &Function,
-        args: Vec<LaunchArg>,
-        grid: Option<[u32; 3]>,
-        trace: bool,
-        threads: usize,
-    ) -> Result<SimRun, SimError> {
-        let comm = Communicator::new(pes);
-        let mut machine = Machine::new(topo);
-        machine.threads = threads;
-        let (rank_args, placed) = place::place_args(&mut machine, &comm, args).map_err(SimError::Setup)?;
-        let mut launch = Launch::new(func, &comm, rank_args);
-        launch.grid = grid.unwrap_or(launch.grid);
-        launch.trace = trace;
-        let mut jit = Jit::verifying();
-        let report = machine.run(&launch, &mut jit)?;
-        let tensors = placed.iter().map(|t| place::gather(&machine, t)).collect();
-        Ok(SimRun {
-            report,
-            tensors,
-            machine,
-            placed,
-        })
+    /// A launch of a test: `func` on `pes` of `topo` with `args` placed as
+    /// their layouts say, and the rest at its default until the test sets
+    /// it (one program per PE, no trace, one thread, the verifying JIT).
+    pub struct TestLaunch<'a> {
+        pub topo: &'a Topology,
+        pub pes: Vec<PeCoord>,
+        pub func: &'a Function,
+        pub args: Vec<LaunchArg>,
+        pub grid: Option<[u32; 3]>,
+        pub trace: bool,
+        /// `Machine::threads`.
+        pub threads: usize,
+        pub data_path: Box<dyn DataPath>,
+    }
+
+    impl<'a> TestLaunch<'a> {
+        pub fn new(topo: &'a Topology, pes: Vec<PeCoord>, func: &'a Function, args: Vec<LaunchArg>) -> Self {
+            TestLaunch {
+                topo,
+                pes,
+                func,
+                args,
+                grid: None,
+                trace: false,
+                threads: 1,
+                data_path: Box::new(Jit::verifying()),
+            }
+        }
+
+        /// Places the arguments, runs, and gathers every tensor back.
+        pub fn run(mut self) -> Result<SimRun, SimError> {
+            let comm = Communicator::new(self.pes);
+            let mut machine = Machine::new(self.topo);
+            machine.threads = self.threads;
+            let (rank_args, placed) = place::place_args(&mut machine, &comm, self.args).map_err(SimError::Setup)?;
+            let mut launch = Launch::new(self.func, &comm, rank_args);
+            launch.grid = self.grid.unwrap_or(launch.grid);
+            launch.trace = self.trace;
+            let report = machine.run(&launch, &mut *self.data_path)?;
+            let tensors = placed.iter().map(|t| place::gather(&machine, t)).collect();
+            Ok(SimRun {
+                report,
+                tensors,
+                machine,
+                placed,
+            })
+        }
     }
 
     /// A tensor argument with a layout.
