@@ -889,3 +889,44 @@ fn run_threads_give_the_same_results() {
         );
     }
 }
+
+#[test]
+fn run_survives_a_reader_that_closed_its_streams() {
+    // `tlc run ... 2>&1 | head -1`: the reader goes away before tlc writes
+    // its summary. The run must still finish, write its outputs and exit 0
+    // (it aborted with 134 when printing panicked on the closed pipe).
+    let dir = temp_dir("closed-streams");
+    let out = dir.to_string_lossy().into_owned();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tlc"))
+        .args([
+            "run",
+            "stdlib/kernels/add.tl",
+            "--kernel",
+            "add",
+            "--grid",
+            "2",
+            "-D",
+            "BLOCK=8",
+            "--arg",
+            "x=rand(13,f32,1)",
+            "--arg",
+            "y=rand(13,f32,2)",
+            "--arg",
+            "out=zeros(13,f32)",
+            "--arg",
+            "n=13",
+            "--out",
+            &out,
+        ])
+        .current_dir(repo())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tlc runs");
+    drop(child.stdout.take());
+    drop(child.stderr.take());
+    let status = child.wait().expect("tlc exits");
+    assert_eq!(status.code(), Some(0));
+    assert!(dir.join("out.npy").is_file(), "out.npy written");
+    let _ = std::fs::remove_dir_all(&dir);
+}

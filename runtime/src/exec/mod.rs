@@ -202,7 +202,10 @@ pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) ->
             } else {
                 " "
             };
-            println!(
+            // A reader that closed stdout stops receiving; the kernel goes on.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stdout(),
                 "pid ({}, {}, {}) {prefix}{sep}{}",
                 ctx.pid[0],
                 ctx.pid[1],

@@ -111,7 +111,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
     let (func, sources) = match bench::compile(&topo, &reg, &alg, dtype, redop) {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -135,7 +135,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
             Ok(r) => rows.push(r),
             Err(e) => {
                 progress.finish_and_clear();
-                eprintln!("error: {e}");
+                errln!("error: {e}");
                 return ExitCode::from(1);
             }
         }
@@ -147,9 +147,12 @@ pub fn sim(a: SimArgs) -> ExitCode {
         .iter()
         .find(|r| (r.events, r.time_ps) != (first.events, first.time_ps))
     {
-        eprintln!(
+        errln!(
             "error: the simulator is not deterministic: {} events in {} ps, then {} events in {} ps",
-            first.events, first.time_ps, r.events, r.time_ps
+            first.events,
+            first.time_ps,
+            r.events,
+            r.time_ps
         );
         return ExitCode::from(1);
     }
@@ -166,7 +169,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
     let ranks = pes.len();
     match a.format {
         Format::Human => {
-            println!(
+            outln!(
                 "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank ({} bytes in all) on {ranks} PE{} of `{}`{}",
                 alg.name,
                 first.size_bytes,
@@ -178,23 +181,23 @@ pub fn sim(a: SimArgs) -> ExitCode {
                     n => format!(", up to {n} threads"),
                 }
             );
-            println!(
+            outln!(
                 "# {} events, {:.3} us simulated, #wrong {wrong} {}",
                 first.events,
                 first.time_ps as f64 / 1e6,
                 if wrong == 0 { "OK" } else { "FAILED" }
             );
-            println!(
+            outln!(
                 "wall per run (s)   min {min:.4}   median {median:.4}   max {max:.4}   ({} runs)",
                 walls.len()
             );
-            println!(
+            outln!(
                 "events/s (M)       best {:.3}   median {:.3}",
                 rate(min) / 1e6,
                 rate(median) / 1e6
             );
         }
-        Format::Json => println!(
+        Format::Json => outln!(
             "{}",
             json!({
                 "algorithm": alg.name, "ranks": ranks, "topology": topo.spec.name,
@@ -223,11 +226,11 @@ fn machine_and_registry(
     let topo = load_topology(topology)?;
     let pes = sim::select_pes(&topo, pes).map_err(|e| usage_error(&e))?;
     let Some(root) = stdlib.or_else(default_stdlib) else {
-        eprintln!("error: cannot find the stdlib (set KERNBENCH_STDLIB or pass --stdlib)");
+        errln!("error: cannot find the stdlib (set KERNBENCH_STDLIB or pass --stdlib)");
         return Err(ExitCode::from(2));
     };
     let reg = Registry::stdlib(&root).map_err(|e| {
-        eprintln!("error: {e}");
+        errln!("error: {e}");
         ExitCode::from(1)
     })?;
     Ok((topo, pes, reg))
@@ -272,7 +275,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     };
     if let Some(cfg) = &a.config {
         if let Err(e) = reg.merge_file(cfg) {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(1);
         }
     }
@@ -332,7 +335,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 });
             }
             Err(e) => {
-                progress.suspend(|| eprintln!("error: {e}"));
+                progress.suspend(|| errln!("error: {e}"));
                 failed = true;
                 progress.inc(sizes.len() as u64);
             }
@@ -357,7 +360,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             match bench::run_one(&case, &mut p.jit, &mut cache, size) {
                 Ok(r) => p.rows.push(r),
                 Err(e) => {
-                    progress.suspend(|| eprintln!("error: {e}"));
+                    progress.suspend(|| errln!("error: {e}"));
                     failed = true;
                 }
             }
@@ -409,7 +412,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                     if wrong == 0 { "OK" } else { "FAILED" }
                 ));
                 o.push_str(&format!("# Avg bus bandwidth    : {avg_bus:.3} \n#\n"));
-                progress.suspend(|| print!("{o}"));
+                progress.suspend(|| out!("{o}"));
             }
             Format::Json => json_out.push(json!({
                 "op": op.key(), "algorithm": name, "module": shown(&alg.module),
@@ -425,7 +428,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     }
     progress.finish_and_clear();
     if a.format == Format::Json {
-        println!("{}", serde_json::Value::Array(json_out));
+        outln!("{}", serde_json::Value::Array(json_out));
     }
     if failed {
         ExitCode::from(1)

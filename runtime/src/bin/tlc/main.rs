@@ -14,6 +14,35 @@
 #[global_allocator]
 static GLOBAL: kernbench_runtime::alloc::Allocator = kernbench_runtime::alloc::Allocator;
 
+/// `eprintln!`/`eprint!`/`println!`/`print!` that drop write errors. The
+/// std macros panic when the stream is gone (`tlc run ... 2>&1 | head -1`
+/// closes it), and a panic aborts: the run's outputs would be lost to a
+/// reader that stopped listening. A closed stream just stops receiving.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+macro_rules! err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod bench;
 mod run;
 
@@ -270,7 +299,7 @@ pub(crate) fn cores() -> usize {
 
 /// Prints a usage error the way clap does and returns exit code 2.
 pub(crate) fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("error: {msg}");
+    errln!("error: {msg}");
     ExitCode::from(2)
 }
 
@@ -363,7 +392,7 @@ pub(crate) fn lower_kernel(
     );
     let (out, ir) = session.lower(name);
     let text = render_human(&out.diagnostics, &out.sources, color_mode(color));
-    eprint!("{text}{}", render_summary(&out.diagnostics));
+    err!("{text}{}", render_summary(&out.diagnostics));
     match ir {
         Ok(f) => Ok((f, out.sources)),
         Err(_) if out.has_errors() => Err((ExitCode::from(1), String::new())),
@@ -375,7 +404,7 @@ pub(crate) fn lower_kernel(
 pub(crate) fn load_topology(file: Option<&str>) -> Result<kernbench_runtime::topology::Topology, ExitCode> {
     match file {
         Some(f) => kernbench_runtime::topology::Topology::load(f).map_err(|e| {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             ExitCode::from(if e.unreadable { 2 } else { 1 })
         }),
         None => Ok(kernbench_runtime::topology::Topology::default_machine()),
@@ -405,8 +434,8 @@ fn probe(case: Option<&str>, bytes: &str, topology: Option<&str>, format: Format
     };
     let results: Vec<probe::ProbeResult> = chosen.iter().map(|c| probe::run_case(&topo, c, bytes)).collect();
     match format {
-        Format::Human => print!("{}", probe::report_text(&topo, &results)),
-        Format::Json => println!("{}", probe::report_json(&results)),
+        Format::Human => out!("{}", probe::report_text(&topo, &results)),
+        Format::Json => outln!("{}", probe::report_json(&results)),
     }
     ExitCode::SUCCESS
 }
@@ -417,8 +446,8 @@ fn topology(file: Option<&str>, format: Format) -> ExitCode {
         Err(code) => return code,
     };
     match format {
-        Format::Json => println!("{}", kernbench_runtime::topology::summary_json(&topo)),
-        Format::Human => print!("{}", kernbench_runtime::topology::summary_text(&topo)),
+        Format::Json => outln!("{}", kernbench_runtime::topology::summary_json(&topo)),
+        Format::Human => out!("{}", kernbench_runtime::topology::summary_text(&topo)),
     }
     ExitCode::SUCCESS
 }
@@ -450,13 +479,13 @@ fn emit_ir(file: &Path, kernel: Option<&str>, define: &[String], color: Color, s
             Ok((func, sources)) => text.push_str(&kernbench_compiler::ir::print_function(&func, &sources)),
             Err((code, msg)) => {
                 if !msg.is_empty() {
-                    eprintln!("error: {msg}");
+                    errln!("error: {msg}");
                 }
                 return code;
             }
         }
     }
-    print!("{text}");
+    out!("{text}");
     ExitCode::SUCCESS
 }
 
@@ -486,11 +515,11 @@ fn check(paths: &[PathBuf], define: &[String], color: Color, format: Format, std
     }
     let out = session.finish();
     if format == Format::Json {
-        print!("{}", render_json(&out.diagnostics, &out.sources));
+        out!("{}", render_json(&out.diagnostics, &out.sources));
         let _ = std::io::stdout().flush();
     } else {
         let text = render_human(&out.diagnostics, &out.sources, color_mode(color));
-        eprint!("{text}{}", render_summary(&out.diagnostics));
+        err!("{text}{}", render_summary(&out.diagnostics));
     }
     if out.has_errors() {
         ExitCode::from(1)

@@ -121,7 +121,7 @@ fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)]) -> Result<(), 
     match out {
         None => {
             for (name, t) in tensors {
-                eprintln!("{}", summary_line(name, t));
+                errln!("{}", summary_line(name, t));
             }
         }
         Some(dir) => {
@@ -129,7 +129,7 @@ fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)]) -> Result<(), 
             for (name, t) in tensors {
                 let path = dir.join(format!("{name}.npy"));
                 args::write_npy(&path, t)?;
-                eprintln!("wrote {}", path.display());
+                errln!("wrote {}", path.display());
             }
         }
     }
@@ -190,7 +190,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(x) => x,
         Err((code, msg)) => {
             if !msg.is_empty() {
-                eprintln!("error: {msg}");
+                errln!("error: {msg}");
             }
             return code;
         }
@@ -241,7 +241,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     let (rank_args, placed) = match place::place_args(&mut machine, &comm, launch_args) {
         Ok(x) => x,
         Err(e) => {
-            eprintln!("error: {e}");
+            errln!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -255,11 +255,11 @@ pub fn run(a: RunArgs) -> ExitCode {
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            eprint!("{}", sim::render_sim_error(&func, &sources, &e, color_mode(a.color)));
+            err!("{}", sim::render_sim_error(&func, &sources, &e, color_mode(a.color)));
             return ExitCode::from(1);
         }
     };
-    eprintln!(
+    errln!(
         "ran `{}` on {} PE{} of `{}` ({} program{}) with the {} backend{} in {wall_ms:.1} ms wall ({:.2} M events/s)",
         func.name,
         comm.world(),
@@ -275,16 +275,16 @@ pub fn run(a: RunArgs) -> ExitCode {
         report.events as f64 / (wall_ms * 1e3).max(1e-9)
     );
     match a.format {
-        Format::Human => print!("{}", sim::summary_text(&report)),
-        Format::Json => println!("{}", sim::summary_json(&report)),
+        Format::Human => out!("{}", sim::summary_text(&report)),
+        Format::Json => outln!("{}", sim::summary_json(&report)),
     }
     if let Some(path) = &a.trace {
         let trace = sim::trace_json(&report, &func, &sources, a.trace_links);
         if let Err(e) = std::fs::write(path, trace.to_string()) {
-            eprintln!("error: cannot write `{}`: {e}", path.display());
+            errln!("error: cannot write `{}`: {e}", path.display());
             return ExitCode::from(1);
         }
-        eprintln!(
+        errln!(
             "wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)",
             path.display()
         );
@@ -294,7 +294,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         .map(|t| (t.name.clone(), place::gather(&machine, t)))
         .collect();
     if let Err(e) = emit_tensors(a.out.as_deref(), &tensors) {
-        eprintln!("error: {e}");
+        errln!("error: {e}");
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
@@ -325,7 +325,7 @@ fn functional(
     let plan = plan(func, true);
     let t0 = Instant::now();
     if let Err(e) = dp.prepare(func, &plan) {
-        eprintln!("error: cannot compile `{}`: {e}", func.name);
+        errln!("error: cannot compile `{}`: {e}", func.name);
         return ExitCode::from(1);
     }
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -333,11 +333,11 @@ fn functional(
     let result = run_grid(func, &plan, dp, &mut mem, grid, &values);
     let run_ms = t1.elapsed().as_secs_f64() * 1e3;
     if let Err(e) = result {
-        eprint!("{}", render_run_error(func, sources, &e, color_mode(a.color)));
+        err!("{}", render_run_error(func, sources, &e, color_mode(a.color)));
         return ExitCode::from(1);
     }
     let programs = grid.iter().map(|&g| g as u64).product::<u64>();
-    eprintln!(
+    errln!(
         "ran `{}` on {programs} program{} ({}×{}×{}) with the {} backend: compile {compile_ms:.1} ms, run {run_ms:.1} ms",
         func.name,
         if programs == 1 { "" } else { "s" },
@@ -354,7 +354,7 @@ fn functional(
         })
         .collect();
     if let Err(e) = emit_tensors(a.out.as_deref(), &out) {
-        eprintln!("error: {e}");
+        errln!("error: {e}");
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
