@@ -90,7 +90,7 @@ fn one_dma_from_own_hbm_matches_the_closed_form() {
     // buffer is 4 KiB aligned, so each channel takes an equal share).
     let bytes = 4.0 * n as f64;
     let channel_bw = c.channel_bandwidth_bytes_per_ns.0 * c.efficiency.0;
-    let want = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0
+    let want = ps(s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0
         + c.latency_ns.0
         + bytes / c.pseudo_channels.0 as f64 / channel_bw);
     let load = slice_of(&run, &func, "load");
@@ -99,7 +99,7 @@ fn one_dma_from_own_hbm_matches_the_closed_form() {
     // The store into the PE's own TCM: setup + TCM latency + bytes at the
     // write port.
     let store = slice_of(&run, &func, "store");
-    let want = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0
+    let want = ps(s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0
         + s.pe.tcm.latency_ns.0
         + bytes / s.pe.tcm.write_bandwidth_bytes_per_ns.0);
     let got = (store.done_ps - store.start_ps) as f64;
@@ -152,7 +152,7 @@ def rows(src: ptr[i32], dst: ptr[i32], n: i32):
         )
         .expect("runs");
         let bytes = 4.0 * active as f64;
-        let want = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0
+        let want = ps(s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0
             + s.pe.tcm.latency_ns.0
             + bytes / s.pe.tcm.write_bandwidth_bytes_per_ns.0);
         let store = slice_of(&run, &func, "store");
@@ -208,7 +208,7 @@ def copy(src: ptr[f32], dst: ptr[f32], N: constexpr = 4096):
         .min(s.cube.router.link_bandwidth_bytes_per_ns.0)
         .min(topo.ucie_bandwidth_bytes_per_ns());
     let bytes = 4.0 * n as f64;
-    let closed = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0 + lat + bytes / min_bw);
+    let closed = ps(s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0 + lat + bytes / min_bw);
     let load = run
         .report
         .slices
@@ -455,7 +455,7 @@ def ops(x: ptr[f32], a: ptr[f16], b: ptr[f16], out: ptr[f32], N: constexpr = 100
     let dot = slice_of(&run, &func, "dot");
     let g = &s.pe.gemm;
     let tiles = 64u64.div_ceil(g.tile_m.0) * 64u64.div_ceil(g.tile_n.0) * 64u64.div_ceil(g.tile_k.0);
-    let want = (tiles * g.cycles_per_tile["f16"].0 + g.pipeline_latency_cycles) * topo.cycle_ps;
+    let want = (tiles * g.cycles_per_tile["f16"].0 + g.pipeline_latency_cycles.0) * topo.cycle_ps;
     assert_eq!(dot.done_ps - dot.start_ps, want, "dot 64x64x64 f16");
     assert_eq!(exp.engine, Engine::Math);
     assert_eq!(dot.engine, Engine::Gemm);
@@ -580,7 +580,7 @@ def pull(src: ptr[f32], dst: ptr[f32], N: constexpr = 16384):
     // Beyond the fixed latency (DMA setup and the controller's), N flows
     // stream N times the bytes through one controller.
     let s = &topo.spec;
-    let fixed = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0 + s.pe.hbm_controller.latency_ns.0);
+    let fixed = ps(s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0 + s.pe.hbm_controller.latency_ns.0);
     for (k, n) in [1.0, 2.0, 4.0, 8.0].iter().enumerate() {
         let ratio = (times[k] - fixed) / (times[0] - fixed);
         assert!(
@@ -967,9 +967,9 @@ def g(a: ptr[f16], b: ptr[f16], c: ptr[f32], M: i32, N: i32, K: i32, x: ptr[f32]
     let gemm = k_steps * g.cycles_per_tile["f16"].0 as f64 / s.clock_ghz.0;
     let math = (tm * tn / s.pe.math.lanes.0 as f64).ceil() * s.pe.math.op_cycles["default"].0 as f64 / s.clock_ghz.0;
     let wb = tm * tn * 4.0 / hbm_bw;
-    let latency = 2.0 * hc.latency_ns.0 + g.pipeline_latency_cycles as f64 / s.clock_ghz.0;
+    let latency = 2.0 * hc.latency_ns.0 + g.pipeline_latency_cycles.0 as f64 / s.clock_ghz.0;
     let slowest = dma_in.max(gemm).max(math).max(wb);
-    let want = ps(s.pe.dma.setup_cycles as f64 / s.clock_ghz.0
+    let want = ps(s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0
         + latency
         + dma_in
         + gemm
@@ -2008,7 +2008,7 @@ fn a_put_into_another_sip_ends_when_its_acknowledgement_is_back() {
         s.system.sip_link.latency_ns.0,
     );
     let (sram_bw, sram_lat) = (s.cube.sram.bandwidth_bytes_per_ns.0, s.cube.sram.latency_ns.0);
-    let setup = s.pe.dma.setup_cycles as f64 / s.clock_ghz.0;
+    let setup = s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0;
     let transfer =
         hop + sip_lat + sram_lat + head / router_bw + head / sip_bw + head / sram_bw + (bytes - head) / sip_bw;
     let back = sram_lat + sip_lat + hop;

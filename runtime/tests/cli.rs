@@ -280,7 +280,9 @@ fn topology_summarizes_presets_and_reports_bad_files() {
     let o = tlc(&["topology", &bad.to_string_lossy()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        stderr(&o).contains("topology.yaml:33: cube.pe_layout.pe_per_corner: expected a positive integer, got -1"),
+        stderr(&o).contains(
+            "topology.yaml:33: cube.pe_layout.pe_per_corner: expected a positive integer of at most 65536, got -1"
+        ),
         "{}",
         stderr(&o)
     );

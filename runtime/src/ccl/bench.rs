@@ -184,7 +184,7 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
     let hbm = topo.hbm_bandwidth_bytes_per_ns();
     bw = bw.min(hbm);
     let s = &topo.spec;
-    alpha += s.pe.dma.setup_cycles as f64 / s.clock_ghz.0;
+    alpha += s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0;
     (bw, alpha)
 }
 
@@ -263,7 +263,7 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
         .collect();
     let mut launch = Launch::new(func, &comm, args);
     launch.ipcq = Some(reg.ipcq(a, topo));
-    launch.packet_bytes = reg.defaults.packet_bytes;
+    launch.packet_bytes = reg.defaults.packet_bytes.map(|b| b.0);
     let t0 = std::time::Instant::now();
     let result = m.run(&launch, jit);
     let sim_wall = t0.elapsed();

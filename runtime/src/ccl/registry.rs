@@ -14,7 +14,7 @@
 //! error naming the file, line and key path (`algorithms.my_ring.kernel`).
 
 use super::{Collective, TopologyClass};
-use crate::topology::schema::{Ipcq, Positive, PositiveF};
+use crate::topology::schema::{Bytes, Count, IntervalNs, Ipcq};
 use crate::topology::{key_line, Backpressure, Space, Topology};
 use kernbench_compiler::sema::{self, DType, Elem, Konst};
 use serde::Deserialize;
@@ -33,10 +33,10 @@ struct DefaultsFile {
     broadcast: Option<String>,
     buffer_space: Option<Space>,
     backpressure: Option<Backpressure>,
-    n_slots: Option<Positive>,
-    slot_size_bytes: Option<Positive>,
-    packet_bytes: Option<Positive>,
-    poll_interval_ns: Option<PositiveF>,
+    n_slots: Option<Count>,
+    slot_size_bytes: Option<Bytes>,
+    packet_bytes: Option<Bytes>,
+    poll_interval_ns: Option<IntervalNs>,
     small: Option<SmallFile>,
 }
 
@@ -44,7 +44,7 @@ struct DefaultsFile {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SmallFile {
-    below_bytes: Positive,
+    below_bytes: Bytes,
     all_reduce: Option<String>,
     all_gather: Option<String>,
     reduce_scatter: Option<String>,
@@ -59,11 +59,11 @@ struct AlgorithmFile {
     kernel: String,
     topology: TopologyClass,
     buffer_space: Option<Space>,
-    n_slots: Option<Positive>,
-    slot_size_bytes: Option<Positive>,
+    n_slots: Option<Count>,
+    slot_size_bytes: Option<Bytes>,
     #[serde(default)]
     constexprs: BTreeMap<String, serde_yaml::Value>,
-    world_size: Option<Positive>,
+    world_size: Option<Count>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -85,8 +85,8 @@ pub struct Algorithm {
     pub kernel: String,
     pub topology: TopologyClass,
     pub buffer_space: Option<Space>,
-    pub n_slots: Option<u64>,
-    pub slot_size_bytes: Option<u64>,
+    pub n_slots: Option<Count>,
+    pub slot_size_bytes: Option<Bytes>,
     pub constexprs: BTreeMap<String, Konst>,
     /// Run on this many PEs (the first of the PE set) instead of all.
     pub world_size: Option<u32>,
@@ -105,10 +105,10 @@ pub struct Defaults {
     pub small_algorithm: BTreeMap<Collective, String>,
     pub buffer_space: Option<Space>,
     pub backpressure: Option<Backpressure>,
-    pub n_slots: Option<u64>,
-    pub slot_size_bytes: Option<u64>,
-    pub packet_bytes: Option<u64>,
-    pub poll_interval_ns: Option<f64>,
+    pub n_slots: Option<Count>,
+    pub slot_size_bytes: Option<Bytes>,
+    pub packet_bytes: Option<Bytes>,
+    pub poll_interval_ns: Option<IntervalNs>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -190,10 +190,10 @@ impl Registry {
         let f = &mut self.defaults;
         f.buffer_space = d.buffer_space.or(f.buffer_space);
         f.backpressure = d.backpressure.or(f.backpressure);
-        f.n_slots = d.n_slots.map(|x| x.0).or(f.n_slots);
-        f.slot_size_bytes = d.slot_size_bytes.map(|x| x.0).or(f.slot_size_bytes);
-        f.packet_bytes = d.packet_bytes.map(|x| x.0).or(f.packet_bytes);
-        f.poll_interval_ns = d.poll_interval_ns.map(|x| x.0).or(f.poll_interval_ns);
+        f.n_slots = d.n_slots.or(f.n_slots);
+        f.slot_size_bytes = d.slot_size_bytes.or(f.slot_size_bytes);
+        f.packet_bytes = d.packet_bytes.or(f.packet_bytes);
+        f.poll_interval_ns = d.poll_interval_ns.or(f.poll_interval_ns);
         for (name, a) in parsed.algorithms {
             let mut constexprs = BTreeMap::new();
             for (k, v) in &a.constexprs {
@@ -215,8 +215,8 @@ impl Registry {
                     kernel: a.kernel,
                     topology: a.topology,
                     buffer_space: a.buffer_space,
-                    n_slots: a.n_slots.map(|x| x.0),
-                    slot_size_bytes: a.slot_size_bytes.map(|x| x.0),
+                    n_slots: a.n_slots,
+                    slot_size_bytes: a.slot_size_bytes,
                     constexprs,
                     world_size: a.world_size.map(|x| x.0 as u32),
                     origin,
@@ -297,13 +297,13 @@ impl Registry {
             q.backpressure = b;
         }
         if let Some(n) = a.n_slots.or(d.n_slots) {
-            q.n_slots = Positive(n);
+            q.n_slots = n;
         }
         if let Some(s) = a.slot_size_bytes.or(d.slot_size_bytes) {
-            q.slot_size_bytes = Positive(s);
+            q.slot_size_bytes = s;
         }
         if let Some(p) = d.poll_interval_ns {
-            q.poll_interval_ns = PositiveF(p);
+            q.poll_interval_ns = p;
         }
         q
     }

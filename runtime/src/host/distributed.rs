@@ -183,7 +183,7 @@ impl Runtime {
             groups,
             args,
             ipcq: Some(reg.ipcq(&alg, &topo)),
-            packet_bytes: reg.defaults.packet_bytes,
+            packet_bytes: reg.defaults.packet_bytes.map(|b| b.0),
             touches,
         });
         Ok(())

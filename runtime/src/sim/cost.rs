@@ -70,7 +70,7 @@ pub fn cycles_per_tile(topo: &Topology, d: DType) -> u64 {
 pub fn dot_cycles(topo: &Topology, m: u64, n: u64, k: u64, d: DType) -> u64 {
     let g = &topo.spec.pe.gemm;
     let tiles = m.div_ceil(g.tile_m.0) * n.div_ceil(g.tile_n.0) * k.div_ceil(g.tile_k.0);
-    tiles * cycles_per_tile(topo, d) + g.pipeline_latency_cycles
+    tiles * cycles_per_tile(topo, d) + g.pipeline_latency_cycles.0
 }
 
 pub fn dot_cycles_of(topo: &Topology, func: &Function, i: Inst) -> u64 {
@@ -140,6 +140,6 @@ pub fn gemm_pipeline(
         gemm_ps: topo.cycles_to_ps(k_steps * cycles_per_tile(topo, s.in_dtype)),
         math_ps: topo.cycles_to_ps((tm * tn).div_ceil(lanes) * op_cycles(topo, "default")),
         dma_wb_ps: wb_stream_ps(tm * tn * osz),
-        latency_ps: latency_ps + topo.cycles_to_ps(g.pipeline_latency_cycles),
+        latency_ps: latency_ps + topo.cycles_to_ps(g.pipeline_latency_cycles.0),
     }
 }

@@ -243,7 +243,7 @@ impl<'a> Shared<'a> {
             window_ps,
             tcm_base_bytes,
             dispatch_ps: t.cycles_to_ps(t.spec.pe.dispatch_cycles.0),
-            dma_setup_ps: t.cycles_to_ps(t.spec.pe.dma.setup_cycles),
+            dma_setup_ps: t.cycles_to_ps(t.spec.pe.dma.setup_cycles.0),
             queue_depth: t.spec.pe.queue_depth.0 as usize,
             ipcq,
             start_ps,

@@ -155,7 +155,7 @@ pub fn cases(topo: &Topology) -> Vec<Case> {
 /// Runs one case with `bytes` per flow on an idle machine.
 pub fn run_case(topo: &Topology, case: &Case, bytes: u64) -> ProbeResult {
     let mut f = Fabric::new(topo);
-    let setup = topo.cycles_to_ps(topo.spec.pe.dma.setup_cycles);
+    let setup = topo.cycles_to_ps(topo.spec.pe.dma.setup_cycles.0);
     let channels = f.channels() as usize;
     // Every flow moves `bytes` contiguous bytes from an aligned address.
     let mut split = vec![0u64; channels];

@@ -24,6 +24,10 @@ pub const PRESETS: &[(&str, &str)] = &[("default", DEFAULT_YAML), ("tiny", TINY_
 /// A topology file that could not be used.
 pub type TopologyError = crate::yaml::YamlError;
 
+/// The most PEs a topology may have: the simulator keeps state for each,
+/// and PE counts are `u32` (with room for products of two of them).
+pub const MAX_PES: u64 = 1 << 20;
+
 /// A PE's structural coordinates (DESIGN §2): there is no flat global
 /// PE index; a flat rank exists only inside a communicator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -87,6 +91,27 @@ impl Topology {
     fn validate(&self, file: &str, text: &str) -> Result<(), TopologyError> {
         let s = &self.spec;
         let err = |path: &str, message: String| TopologyError::at(file, text, path, message);
+        // First, so that every count below fits its integer.
+        let [cw, ch] = s.sip.cube_grid;
+        let factors = [
+            ("system.sips", s.system.sips.0 as u128),
+            ("sip.cube_grid", cw.0 as u128 * ch.0 as u128),
+            (
+                "cube.pe_layout.pe_per_corner",
+                s.cube.pe_layout.corners.0 as u128 * s.cube.pe_layout.pe_per_corner.0 as u128,
+            ),
+        ];
+        let pes: u128 = factors.iter().map(|f| f.1).product();
+        if pes > MAX_PES as u128 {
+            // The largest factor is the one to shrink.
+            let path = factors.iter().max_by_key(|f| f.1).map_or("system.sips", |f| f.0);
+            return Err(err(
+                path,
+                format!(
+                    "the machine would have {pes} PEs (SIPs × cubes × PEs per cube); the simulator models at most {MAX_PES}"
+                ),
+            ));
+        }
         let [w, h] = s.system.sip_grid;
         if w.0 * h.0 != s.system.sips.0 {
             return Err(err(
@@ -150,10 +175,16 @@ impl Topology {
                 format!("`{k}` is not an operation class ({})", MATH_CLASSES.join(", ")),
             ));
         }
-        if s.pe.ipcq.slot_size_bytes.0 * s.pe.ipcq.n_slots.0 > s.pe.tcm.capacity_bytes.0
-            && s.pe.ipcq.buffer_space == Space::Tcm
-        {
-            return Err(err("pe.ipcq", "the IPCQ slots do not fit in the TCM".into()));
+        let q = &s.pe.ipcq;
+        let slots_bytes = q.slot_size_bytes.0 as u128 * q.n_slots.0 as u128;
+        if slots_bytes > s.pe.tcm.capacity_bytes.0 as u128 && q.buffer_space == Space::Tcm {
+            return Err(err(
+                "pe.ipcq",
+                format!(
+                    "the IPCQ slots ({} × {} bytes) do not fit in the TCM ({} bytes)",
+                    q.n_slots.0, q.slot_size_bytes.0, s.pe.tcm.capacity_bytes.0
+                ),
+            ));
         }
         if s.cube.hbm_capacity_bytes.0 < self.pes_per_cube() as u64 {
             return Err(err(
@@ -259,7 +290,11 @@ mod tests {
         let e = Topology::parse("topology.yaml", &bad).expect_err("negative count");
         assert_eq!(e.path, "cube.pe_layout.pe_per_corner");
         assert_eq!(e.line, key_line(&bad, "cube.pe_layout.pe_per_corner"));
-        assert!(e.message.contains("expected a positive integer, got -1"), "{e}");
+        assert!(
+            e.message
+                .contains("expected a positive integer of at most 65536, got -1"),
+            "{e}"
+        );
         assert!(e.to_string().starts_with("topology.yaml:"), "{e}");
 
         let missing = DEFAULT_YAML.replace(
@@ -287,5 +322,80 @@ mod tests {
         let unknown = DEFAULT_YAML.replace("  packet_bytes: 256", "  packet_bytes: 256\n  pakcet_bytes: 1");
         let e = Topology::parse("t.yaml", &unknown).expect_err("unknown key");
         assert!(e.message.contains("pakcet_bytes"), "{e}");
+    }
+
+    /// Numbers so large or small that a count, a product of counts or a
+    /// time would overflow or round to nothing are errors at their key
+    /// (they wrapped: 2³² PEs per cube became 0, a 10⁻¹⁷ GHz clock ran as
+    /// fast as a 1 THz one).
+    #[test]
+    fn out_of_range_numbers_are_errors_at_their_key() {
+        let cases = [
+            (
+                "pe_per_corner: 2",
+                "pe_per_corner: 1073741824",
+                "cube.pe_layout.pe_per_corner",
+                "at most 65536",
+            ),
+            (
+                "cube_grid: [4, 4]",
+                "cube_grid: [100000, 100000]",
+                "sip.cube_grid[0]",
+                "at most 65536",
+            ),
+            (
+                "cube_grid: [4, 4]",
+                "cube_grid: [4096, 4096]",
+                "sip.cube_grid",
+                "at most 1048576",
+            ),
+            ("sips: 2", "sips: 4294967297", "system.sips", "at most 65536"),
+            ("clock_ghz: 1.0", "clock_ghz: 1e-17", "clock_ghz", "from 0.001 to 1000"),
+            ("clock_ghz: 1.0", "clock_ghz: 5000", "clock_ghz", "from 0.001 to 1000"),
+            (
+                "hop_latency_ns: 2",
+                "hop_latency_ns: 1e18",
+                "cube.router.hop_latency_ns",
+                "from 0 to 1000000000",
+            ),
+            (
+                "dispatch_cycles: 1",
+                "dispatch_cycles: 18446744073709551615",
+                "pe.dispatch_cycles",
+                "at most 1000000000",
+            ),
+            (
+                "setup_cycles: 10",
+                "setup_cycles: 18446744073709551615",
+                "pe.dma.setup_cycles",
+                "from 0 to 1000000000",
+            ),
+            (
+                "channel_bandwidth_bytes_per_ns: 32",
+                "channel_bandwidth_bytes_per_ns: 1e-9",
+                "pe.hbm_controller.channel_bandwidth_bytes_per_ns",
+                "from 0.001",
+            ),
+            (
+                "slot_size_bytes: 4096",
+                "slot_size_bytes: 281474976710656",
+                "pe.ipcq",
+                "do not fit in the TCM",
+            ),
+        ];
+        for (from, to, path, says) in cases {
+            let text = DEFAULT_YAML.replacen(from, to, 1);
+            assert_ne!(text, DEFAULT_YAML, "`{from}` is in the default");
+            let e = Topology::parse("t.yaml", &text).expect_err(to);
+            assert_eq!(e.path, path, "{to}: {e}");
+            assert!(e.message.contains(says), "{to}: {e}");
+            let key = path.split('[').next().unwrap_or(path);
+            assert_eq!(e.line, key_line(&text, key), "{to}: {e}");
+        }
+        // At the bounds, the machine is valid and its times are exact.
+        let slow = DEFAULT_YAML.replacen("clock_ghz: 1.0", "clock_ghz: 0.001", 1);
+        assert_eq!(Topology::parse("t.yaml", &slow).expect("1 MHz").cycle_ps, 1_000_000);
+        let fast = DEFAULT_YAML.replacen("clock_ghz: 1.0", "clock_ghz: 1000", 1);
+        assert_eq!(Topology::parse("t.yaml", &fast).expect("1 THz").cycle_ps, 1);
     }
 }

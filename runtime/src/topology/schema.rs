@@ -6,49 +6,89 @@
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 
-/// A strictly positive integer (counts, sizes).
+/// A strictly positive integer no larger than `MAX`. The bound is part of
+/// the type so that every product the simulator forms from topology
+/// numbers (PEs × cubes × SIPs, slots × slot size, cycles × picoseconds per
+/// cycle) fits its integer: a value past it is an error at its key, never a
+/// wrapped count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Positive(pub u64);
+pub struct Positive<const MAX: u64>(pub u64);
 
-impl<'de> Deserialize<'de> for Positive {
+/// Counts of things (SIPs, cubes along an axis, PEs per corner, slots,
+/// lanes, tile sides).
+pub type Count = Positive<65_536>;
+/// Sizes in bytes: capacities, slot and packet sizes (at most 256 TiB).
+pub type Bytes = Positive<{ 1 << 48 }>;
+/// A cost in cycles (at most 10⁹, a second at 1 GHz).
+pub type Cycles = Positive<MAX_CYCLES>;
+/// A cost in cycles that may be 0.
+pub type CyclesOrZero = AtMost<MAX_CYCLES>;
+
+const MAX_CYCLES: u64 = 1_000_000_000;
+
+impl<const MAX: u64> Positive<MAX> {
+    /// `v` when it is in range.
+    pub fn new(v: u64) -> Option<Self> {
+        (v > 0 && v <= MAX).then_some(Positive(v))
+    }
+}
+
+impl<'de, const MAX: u64> Deserialize<'de> for Positive<MAX> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = i128::deserialize(d)?;
-        if v <= 0 || v > u64::MAX as i128 {
+        if v <= 0 || v > MAX as i128 {
             return Err(serde::de::Error::custom(format!(
-                "expected a positive integer, got {v}"
+                "expected a positive integer of at most {MAX}, got {v}"
             )));
         }
         Ok(Positive(v as u64))
     }
 }
 
-/// A non-negative number (latencies, which may be 0).
-#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
-pub struct NonNegative(pub f64);
+/// A non-negative integer no larger than `MAX`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AtMost<const MAX: u64>(pub u64);
 
-impl<'de> Deserialize<'de> for NonNegative {
+impl<'de, const MAX: u64> Deserialize<'de> for AtMost<MAX> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = f64::deserialize(d)?;
-        if !(v >= 0.0 && v.is_finite()) {
+        let v = i128::deserialize(d)?;
+        if v < 0 || v > MAX as i128 {
             return Err(serde::de::Error::custom(format!(
-                "expected a non-negative number, got {v}"
+                "expected an integer from 0 to {MAX}, got {v}"
             )));
         }
-        Ok(NonNegative(v))
+        Ok(AtMost(v as u64))
     }
 }
 
-/// A strictly positive number (bandwidths, clock).
+/// A finite number from `MIN_MILLI / 1000` to `MAX`. Time is integer
+/// picoseconds and bandwidth integer bytes per microsecond, so the bounds
+/// keep a conversion from rounding to 0 or overflowing: the smallest
+/// bandwidth is 1 byte/µs, the smallest interval 1 ps, and every latency
+/// and cost fits u64 picoseconds many times over.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
-pub struct PositiveF(pub f64);
+pub struct Ranged<const MIN_MILLI: u64, const MAX: u64>(pub f64);
 
-impl<'de> Deserialize<'de> for PositiveF {
+/// A latency (may be 0; at most a second).
+pub type LatencyNs = Ranged<0, 1_000_000_000>;
+/// A bandwidth, from 0.001 bytes/ns (1 MB/s; the simulator's resolution is
+/// 1 byte/µs, to which a value is rounded) to 10⁶ bytes/ns (1 PB/s).
+pub type BandwidthBytesPerNs = Ranged<1, 1_000_000>;
+/// An interval of time, from 1 ps to a second.
+pub type IntervalNs = Ranged<1, 1_000_000_000>;
+/// A clock, from 1 MHz to 1 THz (a cycle of 1 ps).
+pub type ClockGhz = Ranged<1, 1000>;
+
+impl<'de, const MIN_MILLI: u64, const MAX: u64> Deserialize<'de> for Ranged<MIN_MILLI, MAX> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = f64::deserialize(d)?;
-        if !(v > 0.0 && v.is_finite()) {
-            return Err(serde::de::Error::custom(format!("expected a positive number, got {v}")));
+        let min = MIN_MILLI as f64 / 1000.0;
+        if !(v >= min && v <= MAX as f64) {
+            return Err(serde::de::Error::custom(format!(
+                "expected a number from {min} to {MAX}, got {v}"
+            )));
         }
-        Ok(PositiveF(v))
+        Ok(Ranged(v))
     }
 }
 
@@ -97,15 +137,15 @@ pub enum Backpressure {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinkSpec {
-    pub bandwidth_bytes_per_ns: PositiveF,
-    pub latency_ns: NonNegative,
+    pub bandwidth_bytes_per_ns: BandwidthBytesPerNs,
+    pub latency_ns: LatencyNs,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct File {
     pub name: String,
-    pub clock_ghz: PositiveF,
+    pub clock_ghz: ClockGhz,
     pub system: System,
     pub host: Host,
     pub sip: Sip,
@@ -117,10 +157,10 @@ pub struct File {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct System {
-    pub sips: Positive,
+    pub sips: Count,
     pub sip_topology: SipTopology,
     /// Width × height of the SIP arrangement; `w * h` must equal `sips`.
-    pub sip_grid: [Positive; 2],
+    pub sip_grid: [Count; 2],
     pub sip_link: LinkSpec,
 }
 
@@ -128,15 +168,15 @@ pub struct System {
 #[serde(deny_unknown_fields)]
 pub struct Host {
     pub pcie: LinkSpec,
-    pub io_cpu_latency_ns: NonNegative,
-    pub launch_overhead_ns: NonNegative,
+    pub io_cpu_latency_ns: LatencyNs,
+    pub launch_overhead_ns: LatencyNs,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sip {
     /// Width × height of the cube mesh.
-    pub cube_grid: [Positive; 2],
+    pub cube_grid: [Count; 2],
     /// The cube the IO chiplet (host path) attaches to.
     pub io_chiplet_cube: u64,
     pub ucie: Ucie,
@@ -145,9 +185,9 @@ pub struct Sip {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ucie {
-    pub connections: Positive,
-    pub bandwidth_bytes_per_ns_per_connection: PositiveF,
-    pub latency_ns: NonNegative,
+    pub connections: Count,
+    pub bandwidth_bytes_per_ns_per_connection: BandwidthBytesPerNs,
+    pub latency_ns: LatencyNs,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -155,37 +195,37 @@ pub struct Ucie {
 pub struct Cube {
     pub pe_layout: PeLayout,
     pub router: Router,
-    pub hbm_capacity_bytes: Positive,
+    pub hbm_capacity_bytes: Bytes,
     pub sram: Memory,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeLayout {
-    pub corners: Positive,
-    pub pe_per_corner: Positive,
+    pub corners: Count,
+    pub pe_per_corner: Count,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Router {
-    pub hop_latency_ns: NonNegative,
-    pub link_bandwidth_bytes_per_ns: PositiveF,
+    pub hop_latency_ns: LatencyNs,
+    pub link_bandwidth_bytes_per_ns: BandwidthBytesPerNs,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Memory {
-    pub capacity_bytes: Positive,
-    pub bandwidth_bytes_per_ns: PositiveF,
-    pub latency_ns: NonNegative,
+    pub capacity_bytes: Bytes,
+    pub bandwidth_bytes_per_ns: BandwidthBytesPerNs,
+    pub latency_ns: LatencyNs,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pe {
-    pub dispatch_cycles: Positive,
-    pub queue_depth: Positive,
+    pub dispatch_cycles: Cycles,
+    pub queue_depth: Count,
     pub tcm: Tcm,
     pub hbm_controller: HbmController,
     pub dma: Dma,
@@ -197,61 +237,61 @@ pub struct Pe {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tcm {
-    pub capacity_bytes: Positive,
-    pub read_bandwidth_bytes_per_ns: PositiveF,
-    pub write_bandwidth_bytes_per_ns: PositiveF,
-    pub latency_ns: NonNegative,
+    pub capacity_bytes: Bytes,
+    pub read_bandwidth_bytes_per_ns: BandwidthBytesPerNs,
+    pub write_bandwidth_bytes_per_ns: BandwidthBytesPerNs,
+    pub latency_ns: LatencyNs,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HbmController {
-    pub pseudo_channels: Positive,
-    pub channel_bandwidth_bytes_per_ns: PositiveF,
+    pub pseudo_channels: Count,
+    pub channel_bandwidth_bytes_per_ns: BandwidthBytesPerNs,
     pub efficiency: Fraction,
-    pub latency_ns: NonNegative,
+    pub latency_ns: LatencyNs,
     /// Bytes per pseudo-channel before the address moves to the next.
-    pub interleave_bytes: Positive,
+    pub interleave_bytes: Bytes,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Dma {
-    pub setup_cycles: u64,
+    pub setup_cycles: CyclesOrZero,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Gemm {
-    pub tile_m: Positive,
-    pub tile_n: Positive,
-    pub tile_k: Positive,
+    pub tile_m: Count,
+    pub tile_n: Count,
+    pub tile_k: Count,
     /// Cycles per tile, by operand dtype (`f16`, `bf16`, `f32`, `i8`).
-    pub cycles_per_tile: BTreeMap<String, Positive>,
-    pub pipeline_latency_cycles: u64,
+    pub cycles_per_tile: BTreeMap<String, Cycles>,
+    pub pipeline_latency_cycles: CyclesOrZero,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Math {
-    pub lanes: Positive,
+    pub lanes: Count,
     /// Cycles per `lanes` elements, by operation class; `default` applies
     /// to every class not listed.
-    pub op_cycles: BTreeMap<String, Positive>,
+    pub op_cycles: BTreeMap<String, Cycles>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ipcq {
-    pub n_slots: Positive,
-    pub slot_size_bytes: Positive,
+    pub n_slots: Count,
+    pub slot_size_bytes: Bytes,
     pub buffer_space: Space,
     pub backpressure: Backpressure,
-    pub poll_interval_ns: PositiveF,
+    pub poll_interval_ns: IntervalNs,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fabric {
-    pub packet_bytes: Positive,
+    pub packet_bytes: Bytes,
 }

@@ -168,7 +168,7 @@ pub fn summary_text(t: &Topology) -> String {
     ));
     o.push_str(&format!(
         "  dma   {} setup cycles per transfer\n",
-        s.pe.dma.setup_cycles
+        s.pe.dma.setup_cycles.0
     ));
     o.push_str(&format!(
         "  issue {} dispatch cycle(s) per operation, engine queues {} deep\n",
