@@ -361,7 +361,7 @@ fn registry_errors_name_the_entry() {
     );
     let e = try_yaml("defaults:\n  small:\n    below_bytes: 64\n    all_gather: rd_allreduce\n");
     assert!(
-        e.contains("defaults.small.all_gather: `rd_allreduce` is a all_reduce algorithm"),
+        e.contains("defaults.small.all_gather: `rd_allreduce` is an algorithm for all_reduce, not for all_gather"),
         "{e}"
     );
     let e = try_yaml("defaults:\n  small:\n    all_reduce: rd_allreduce\n");

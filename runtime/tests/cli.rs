@@ -228,7 +228,30 @@ fn run_usage_errors_exit_two() {
         ]),
         Some(2)
     );
-    assert_eq!(with(&["--grid", "0", "--arg", "x=rand(4,f32)"]), Some(2));
+    let all_args = [
+        "--arg",
+        "x=rand(4,f32)",
+        "--arg",
+        "y=rand(4,f32)",
+        "--arg",
+        "out=zeros(4,f32)",
+        "--arg",
+        "n=4",
+    ];
+    for grid in ["0", "2147483648", "1,1,1,1", "x"] {
+        let mut a = base.to_vec();
+        a.extend(["--grid", grid]);
+        a.extend(all_args);
+        let o = tlc(&a);
+        assert_eq!(o.status.code(), Some(2), "--grid {grid}");
+        assert!(
+            stderr(&o).contains(&format!(
+                "invalid --grid `{grid}`: expected 1 to 3 integers from 1 to 2147483647"
+            )),
+            "{}",
+            stderr(&o)
+        );
+    }
     assert_eq!(with(&["--arg", "nope=1"]), Some(2));
     assert_eq!(
         with(&[

@@ -245,7 +245,11 @@ impl Registry {
                 Some(alg) if alg.collective != *c => {
                     return Err(err(
                         path,
-                        format!("`{a}` is a {} algorithm, not a {} one", alg.collective.key(), c.key()),
+                        format!(
+                            "`{a}` is an algorithm for {}, not for {}",
+                            alg.collective.key(),
+                            c.key()
+                        ),
                     ))
                 }
                 _ => {}

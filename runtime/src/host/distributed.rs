@@ -88,7 +88,7 @@ impl Runtime {
         };
         if alg.collective != c {
             return Err(HostError::new(format!(
-                "algorithm `{}` is a {} algorithm, not {c}",
+                "algorithm `{}` is for {}, not for {c}",
                 alg.name, alg.collective
             )));
         }

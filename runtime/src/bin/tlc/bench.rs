@@ -101,7 +101,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
         Ok(x) if x.collective == Collective::AllReduce => x.clone(),
         Ok(x) => {
             return usage_error(&format!(
-                "`{}` is a {} algorithm, not an all_reduce",
+                "`{}` is an algorithm for {}, not for all_reduce",
                 x.name, x.collective
             ))
         }
@@ -290,7 +290,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             Ok(x) if x.collective == op => vec![x.name.clone()],
             Ok(x) => {
                 return usage_error(&format!(
-                    "algorithm `{}` is a {} algorithm; pass --op {}",
+                    "algorithm `{}` is for {}; pass --op {}",
                     x.name, x.collective, x.collective
                 ))
             }

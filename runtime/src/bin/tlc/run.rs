@@ -39,16 +39,20 @@ pub struct RunArgs {
     pub format: Format,
 }
 
+/// Parses `--grid`: 1 to 3 axes, each from 1 to `i32::MAX` (a kernel sees
+/// `tl.program_id` and `tl.num_programs` as i32, so a larger axis would
+/// wrap).
 fn parse_grid(g: &str) -> Result<[u32; 3], String> {
     let dims: Result<Vec<u32>, _> = g.split(',').map(|d| d.trim().parse::<u32>()).collect();
     match dims {
-        Ok(d) if (1..=3).contains(&d.len()) && d.iter().all(|&x| x > 0) => {
+        Ok(d) if (1..=3).contains(&d.len()) && d.iter().all(|&x| x > 0 && x <= i32::MAX as u32) => {
             let mut out = [1; 3];
             out[..d.len()].copy_from_slice(&d);
             Ok(out)
         }
         _ => Err(format!(
-            "invalid --grid `{g}`: expected 1 to 3 positive integers, e.g. `64` or `8,8`"
+            "invalid --grid `{g}`: expected 1 to 3 integers from 1 to {}, e.g. `64` or `8,8`",
+            i32::MAX
         )),
     }
 }
