@@ -731,7 +731,7 @@ fn bench_ccl_prints_the_nccl_tests_table() {
     assert_eq!(o.status.code(), Some(1));
     let err = stderr(&o);
     assert!(
-        err.contains("error: algorithm `big_ring` failed on 2 PEs:")
+        err.contains("error: algorithm `big_ring` at 1048576 bytes: failed on 2 PEs:")
             && err.contains("bytes of TCM on (sip 0, cube 0, pe 0)")
             && !err.contains("TcmCapacity"),
         "{err}"
@@ -954,4 +954,51 @@ fn run_survives_a_reader_that_closed_its_streams() {
     assert_eq!(status.code(), Some(0));
     assert!(dir.join("out.npy").is_file(), "out.npy written");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sizes_past_a_pes_hbm_slice_are_errors_before_any_work() {
+    // The default's slice is 16 GiB / 8 PEs = 2 GiB. These once ran (the
+    // probe reported a 16 GiB read "from its own slice" at > 100 % of peak)
+    // or built 17 GB of host data before the simulator said no.
+    let o = tlc(&["probe", "--case", "same-pe", "--bytes", "16G"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("--bytes: 17179869184 bytes do not fit in a PE's HBM slice (2147483648 bytes on `default`)"),
+        "{}",
+        stderr(&o)
+    );
+    let o = tlc(&["probe", "--case", "same-pe", "--bytes", "2G"]);
+    assert_eq!(o.status.code(), Some(0), "the whole slice is fine: {}", stderr(&o));
+
+    let o = tlc(&["bench", "sim", "--pes", "2", "--bytes", "3G", "--runs", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(
+            "algorithm `ring_allreduce` at 3221225472 bytes: each rank needs 3221225472 bytes of HBM for its input buffer, and a PE's HBM slice on `default` holds 2147483648"
+        ),
+        "{}",
+        stderr(&o)
+    );
+    // An all-gather's output is the world's inputs: 2 × 1 GiB + 1 GiB.
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--op",
+        "all_gather",
+        "--pes",
+        "2",
+        "--sizes",
+        "2G",
+        "--dtype",
+        "i32",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o)
+            .contains("at 2147483648 bytes: each rank needs 3221225472 bytes of HBM for its input and output buffer"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -206,6 +206,11 @@ pub struct Case<'a> {
 
 /// Runs one collective of `size_bytes` on a fresh machine.
 pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) -> Result<Row, String> {
+    run_size(case, jit, cache, size_bytes)
+        .map_err(|e| format!("algorithm `{}` at {size_bytes} bytes: {e}", case.algorithm.name))
+}
+
+fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) -> Result<Row, String> {
     let Case {
         topo,
         reg,
@@ -226,6 +231,22 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
         Collective::AllGather | Collective::ReduceScatter => (count / n).max(1),
         _ => count,
     };
+    // Before the host builds the data (n ranks × the buffers): a size the
+    // machine cannot hold is an error, not gigabytes of host memory first.
+    let (input_elems, output_elems) = match a.collective {
+        Collective::AllGather => (per_rank, n.saturating_mul(per_rank)),
+        Collective::ReduceScatter => (n.saturating_mul(per_rank), per_rank),
+        _ => (per_rank, 0),
+    };
+    let need = input_elems.saturating_add(output_elems).saturating_mul(esz);
+    let slice = topo.hbm_slice_bytes();
+    if need > slice {
+        return Err(format!(
+            "each rank needs {need} bytes of HBM for its input{} buffer, and a PE's HBM slice on `{}` holds {slice}",
+            if output_elems > 0 { " and output" } else { "" },
+            topo.spec.name
+        ));
+    }
     let key = (a.collective, dtype, op, n, per_rank);
     if cache.0.as_ref().is_none_or(|d| d.key != key) {
         cache.0 = None; // free the previous size's buffers first
@@ -242,10 +263,10 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
             .collect()
     };
     let oom = |e: crate::sim::OutOfMemory| e.to_string();
-    let src = m.mem.alloc_symmetric("src", parts(data.src.clone())).map_err(oom)?;
+    let src = m.mem.alloc_symmetric("input", parts(data.src.clone())).map_err(oom)?;
     let dst = if data.dst_bytes > 0 {
         m.mem
-            .alloc_symmetric("dst", parts(vec![vec![0u8; data.dst_bytes]; n as usize]))
+            .alloc_symmetric("output", parts(vec![vec![0u8; data.dst_bytes]; n as usize]))
             .map_err(oom)?
     } else {
         Vec::new()
@@ -269,15 +290,10 @@ pub fn run_one(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u6
     let sim_wall = t0.elapsed();
     let report = result.map_err(|e| match e {
         crate::sim::SimError::Deadlock { blocked, .. } => {
-            format!(
-                "algorithm `{}` deadlocked on {n} PEs ({} ranks blocked)",
-                a.name,
-                blocked.len()
-            )
+            format!("deadlocked on {n} PEs ({} ranks blocked)", blocked.len())
         }
         other => format!(
-            "algorithm `{}` failed on {n} PEs:\n{}",
-            a.name,
+            "failed on {n} PEs:\n{}",
             crate::sim::render_sim_error(func, sources, &other, ColorMode::Never).trim_end()
         ),
     })?;

@@ -121,7 +121,7 @@ impl SimMemory {
             info: Vec::new(),
             used: HashMap::new(),
             groups: Vec::new(),
-            hbm_slice_bytes: s.cube.hbm_capacity_bytes.0 / topo.pes_per_cube() as u64,
+            hbm_slice_bytes: topo.hbm_slice_bytes(),
             sram_bytes: s.cube.sram.capacity_bytes.0,
             tcm_bytes: s.pe.tcm.capacity_bytes.0,
         }

@@ -230,6 +230,11 @@ impl Topology {
         v
     }
 
+    /// The HBM each PE owns: its cube's capacity over the cube's PEs.
+    pub fn hbm_slice_bytes(&self) -> u64 {
+        self.spec.cube.hbm_capacity_bytes.0 / self.pes_per_cube() as u64
+    }
+
     /// Converts nanoseconds to integer picoseconds.
     pub fn ns_to_ps(ns: f64) -> u64 {
         (ns * 1000.0).round() as u64

@@ -118,7 +118,7 @@ pub fn summary_text(t: &Topology) -> String {
     o.push_str(&format!(
         "  hbm   {} per cube ({} per PE slice), {:.1} GB/s per PE controller, {} ns\n",
         bytes(s.cube.hbm_capacity_bytes.0),
-        bytes(s.cube.hbm_capacity_bytes.0 / t.pes_per_cube() as u64),
+        bytes(t.hbm_slice_bytes()),
         t.hbm_bandwidth_bytes_per_ns(),
         s.pe.hbm_controller.latency_ns.0
     ));

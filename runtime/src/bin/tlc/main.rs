@@ -421,6 +421,14 @@ fn probe(case: Option<&str>, bytes: &str, topology: Option<&str>, format: Format
         Ok(t) => t,
         Err(code) => return code,
     };
+    // Every case reads or writes one PE's HBM slice.
+    if bytes > topo.hbm_slice_bytes() {
+        return usage_error(&format!(
+            "--bytes: {bytes} bytes do not fit in a PE's HBM slice ({} bytes on `{}`)",
+            topo.hbm_slice_bytes(),
+            topo.spec.name
+        ));
+    }
     let all = probe::cases(&topo);
     let chosen: Vec<&probe::Case> = match case {
         None => all.iter().collect(),
