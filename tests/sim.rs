@@ -886,6 +886,99 @@ fn a_full_queue_deadlocks_with_a_diagnostic() {
         .unwrap_or_else(|d| panic!("{d}"));
 }
 
+const SPIN: &str = "
+@kernel
+def spin_or_wait(buf: ptr[i32], N: constexpr = 8):
+    offs = tl.arange(0, N)
+    if tl.rank() % 2 == 0:
+        i = 0
+        while i >= 0:
+            i = i + 1 - 1
+        tl.send(tl.NEXT, tl.load(buf + offs))
+    else:
+        tl.store(buf + offs, tl.recv(tl.PREV, [N], i32))
+";
+
+/// A kernel that never ends stops at the launch's time limit with where
+/// each PE was: spinning, or waiting for a spinning rank. On two SIPs, so
+/// that the windowed run and its threads stop there too.
+#[test]
+fn a_kernel_that_never_ends_stops_at_the_time_limit() {
+    let topo = Topology::default_machine();
+    let (func, sources) = lower(SPIN, "spin_or_wait", &[]);
+    let pes = sim::select_pes(&topo, "0.0.0,0.0.1,1.0.0,1.0.1").unwrap();
+    let limit_ps = 20_000_000;
+    let mut rendered = Vec::new();
+    for threads in [1, 2] {
+        let mut launch = TestLaunch::new(
+            &topo,
+            pes.clone(),
+            &func,
+            vec![tensor("buf", i32s(&[4, 8], |k| k as i32), &["shard"])],
+        );
+        launch.threads = threads;
+        launch.time_limit_ps = Some(limit_ps);
+        let e = launch.run().err().expect("the time limit");
+        let SimError::TimeLimit {
+            limit_ps: l,
+            ref running,
+        } = e
+        else {
+            panic!("expected the time limit, got {e:?}")
+        };
+        assert_eq!(l, limit_ps);
+        let reasons: Vec<(u32, sim::WaitReason)> = running.iter().map(|b| (b.rank, b.reason.clone())).collect();
+        assert_eq!(
+            reasons,
+            vec![
+                (0, sim::WaitReason::Other),
+                (1, sim::WaitReason::NoData { from_rank: 0 }),
+                (2, sim::WaitReason::Other),
+                (3, sim::WaitReason::NoData { from_rank: 2 }),
+            ],
+            "{threads} threads"
+        );
+        rendered.push(sim::render_sim_error(&func, &sources, &e, ColorMode::Never));
+    }
+    assert_eq!(rendered[0], rendered[1], "threads change nothing");
+    compare_or_bless(&repo_root().join("tests/sim/time-limit-spin.stderr"), &rendered[0])
+        .unwrap_or_else(|d| panic!("{d}"));
+}
+
+/// A limit the launch stays under changes nothing; one it passes stops it.
+#[test]
+fn a_time_limit_changes_nothing_until_it_is_reached() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(DEADLOCK_FREE_RING, "ring", &[]);
+    let pes = sim::select_pes(&topo, "8").unwrap();
+    let run = |limit: Option<u64>| {
+        let mut launch = TestLaunch::new(
+            &topo,
+            pes.clone(),
+            &func,
+            vec![tensor("buf", i32s(&[8, 64], |k| k as i32), &["shard"])],
+        );
+        launch.time_limit_ps = limit;
+        launch.run()
+    };
+    let free = run(None).expect("no limit");
+    let elapsed = free.report.elapsed_ps();
+    let under = run(Some(elapsed + 1)).expect("just under the limit");
+    assert_eq!(under.report.elapsed_ps(), elapsed);
+    assert_eq!(under.report.events, free.report.events);
+    assert_eq!(under.tensors[0].bytes(), free.tensors[0].bytes());
+    let e = run(Some(elapsed / 2)).err().expect("past the limit");
+    assert!(matches!(e, SimError::TimeLimit { .. }), "{e:?}");
+}
+
+const DEADLOCK_FREE_RING: &str = "
+@kernel
+def ring(buf: ptr[i32], N: constexpr = 64):
+    offs = tl.arange(0, N)
+    tl.send(tl.NEXT, tl.load(buf + offs))
+    tl.store(buf + offs, tl.recv(tl.PREV, [N], i32))
+";
+
 #[test]
 fn same_inputs_give_same_bits_and_times() {
     let topo = Topology::default_machine();

@@ -1002,3 +1002,55 @@ fn sizes_past_a_pes_hbm_slice_are_errors_before_any_work() {
         stderr(&o)
     );
 }
+
+#[test]
+fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
+    let dir = temp_dir("time-limit");
+    let kernel = dir.join("spin.tl");
+    std::fs::write(
+        &kernel,
+        "@kernel\ndef spin(x: ptr[i32]):\n    i = 0\n    while i >= 0:\n        i = i + 1 - 1\n    tl.store(x + tl.arange(0, 8), tl.zeros([8], i32), mask=tl.arange(0, 8) < 8)\n",
+    )
+    .expect("kernel written");
+    let kernel = kernel.to_string_lossy().into_owned();
+    let run = |extra: &[&str]| {
+        let mut a = vec![
+            "run",
+            kernel.as_str(),
+            "--kernel",
+            "spin",
+            "--pes",
+            "2",
+            "--arg",
+            "x=zeros(8,i32)",
+        ];
+        a.extend_from_slice(extra);
+        tlc(&a)
+    };
+    let o = run(&["--time-limit", "10us"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("error: `spin` did not finish within its time limit of 10.000 us: 2 ranks still running"),
+        "{}",
+        stderr(&o)
+    );
+    for bad in ["5", "0us", "-1ms", "1 week", "2e7s"] {
+        let o = run(&[&format!("--time-limit={bad}")]);
+        assert_eq!(o.status.code(), Some(2), "--time-limit {bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--time-limit"), "{}", stderr(&o));
+    }
+    // A trace that cannot be written stops the run before it starts.
+    let o = run(&["--time-limit", "10us", "--trace", "/nonexistent-dir/t.json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("error: cannot write `/nonexistent-dir/t.json`") && !stderr(&o).contains("time limit"),
+        "{}",
+        stderr(&o)
+    );
+    // A failed run leaves no trace file behind.
+    let trace = dir.join("t.json");
+    let o = run(&["--time-limit", "10us", "--trace", &trace.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(!trace.exists(), "no trace of a failed run");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -347,6 +347,8 @@ pub mod sim {
         /// `Machine::threads`.
         pub threads: usize,
         pub data_path: Box<dyn DataPath>,
+        /// `Launch::time_limit_ps`.
+        pub time_limit_ps: Option<u64>,
     }
 
     impl<'a> TestLaunch<'a> {
@@ -360,6 +362,7 @@ pub mod sim {
                 trace: false,
                 threads: 1,
                 data_path: Box::new(Jit::verifying()),
+                time_limit_ps: None,
             }
         }
 
@@ -372,6 +375,7 @@ pub mod sim {
             let mut launch = Launch::new(self.func, &comm, rank_args);
             launch.grid = self.grid.unwrap_or(launch.grid);
             launch.trace = self.trace;
+            launch.time_limit_ps = self.time_limit_ps;
             let report = machine.run(&launch, &mut *self.data_path)?;
             let tensors = placed.iter().map(|t| place::gather(&machine, t)).collect();
             Ok(SimRun {

@@ -441,6 +441,8 @@ pub(super) struct Sim<'a> {
     pub events_run: u64,
     pub slices: Vec<Slice>,
     pub start_ps: u64,
+    /// No event at or after this time runs (the launch's time limit).
+    pub stop_ps: u64,
 }
 
 pub(super) fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, address: &HashSet<Value>) -> GroupInfo {
@@ -540,6 +542,7 @@ impl<'a> Sim<'a> {
             events_run: 0,
             slices: Vec::new(),
             start_ps: sh.start_ps,
+            stop_ps: sh.stop_ps,
         }
     }
 }
@@ -701,8 +704,8 @@ impl Sim<'_> {
                 self.deliver(dst, what);
             }
             match self.next_event_ps() {
-                Some(t) => from = t.max(until),
-                None => return Ok(()),
+                Some(t) if t < self.stop_ps => from = t.max(until),
+                _ => return Ok(()),
             }
         }
     }
@@ -740,6 +743,7 @@ impl Sim<'_> {
         owns: impl Fn(super::LinkId) -> bool,
     ) -> super::launch::ShardOut {
         let error = result.err();
+        let timed_out = error.is_none() && self.next_event_ps().is_some();
         let blocked = if error.is_none() { self.blocked() } else { Vec::new() };
         let blocked = blocked.into_iter().map(|(p, b)| (self.launch_order[p], b)).collect();
         // Stuck since the last PE reached the operation it waits in and
@@ -781,6 +785,7 @@ impl Sim<'_> {
             events: self.events_run,
             intervals,
             blocked,
+            timed_out,
             stuck_ps,
             links: links.iter().filter(|l| owns(l.id)).cloned().collect(),
         }
@@ -816,7 +821,7 @@ impl Sim<'_> {
     /// Runs logical process `lp`'s events before `until`.
     fn run_lp(&mut self, lp: usize, until: u64) -> Result<(), SimError> {
         self.cur_lp = lp;
-        while let Some((t, ev)) = self.lps[lp].events.pop_before(until) {
+        while let Some((t, ev)) = self.lps[lp].events.pop_before(until.min(self.stop_ps)) {
             self.now = t;
             self.events_run += 1;
             self.prefetch_next();

@@ -84,6 +84,8 @@ pub(super) struct Shared<'a> {
     pub dma_setup_ps: u64,
     pub queue_depth: usize,
     pub start_ps: u64,
+    /// No event at or after this time runs (the launch's time limit).
+    pub stop_ps: u64,
 }
 
 impl<'a> Shared<'a> {
@@ -247,6 +249,7 @@ impl<'a> Shared<'a> {
             queue_depth: t.spec.pe.queue_depth.0 as usize,
             ipcq,
             start_ps,
+            stop_ps: l.time_limit_ps.map_or(u64::MAX, |l| start_ps.saturating_add(l)),
         })
     }
 
@@ -349,6 +352,8 @@ pub(super) struct ShardOut {
     /// Its PEs that never finished (with their positions in the launch),
     /// and since when they are stuck.
     pub blocked: Vec<(usize, Blocked)>,
+    /// Whether events were left at the time limit.
+    pub timed_out: bool,
     pub stuck_ps: u64,
     /// With several shards: the state of the links it owns.
     pub links: Vec<Link>,
@@ -661,7 +666,8 @@ fn run_shard(mut sim: Sim, meeting: &Meeting, k: usize, setup: Option<String>) -
         for Mail(_, dst, what) in mail {
             sim.deliver(dst, what);
         }
-        meeting.next[k].store(sim.next_event_ps().unwrap_or(u64::MAX), Ordering::SeqCst);
+        let next = sim.next_event_ps().filter(|&t| t < sim.stop_ps);
+        meeting.next[k].store(next.unwrap_or(u64::MAX), Ordering::SeqCst);
         if meeting.gate.wait().is_err() {
             return ShardOut::failed(SimError::Setup("another simulator thread panicked".into()));
         }
@@ -697,6 +703,7 @@ impl ShardOut {
             events: 0,
             intervals: Vec::new(),
             blocked: Vec::new(),
+            timed_out: false,
             stuck_ps: 0,
             links: Vec::new(),
         }
@@ -721,6 +728,12 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
     let mut blocked: Vec<(usize, Blocked)> = outs.iter().flat_map(|o| o.blocked.iter().cloned()).collect();
     blocked.sort_by_key(|(at, _)| *at);
     let blocked: Vec<Blocked> = blocked.into_iter().map(|(_, b)| b).collect();
+    if outs.iter().any(|o| o.timed_out) {
+        return Err(SimError::TimeLimit {
+            limit_ps: sh.stop_ps - sh.start_ps,
+            running: blocked,
+        });
+    }
     if !blocked.is_empty() {
         return Err(SimError::Deadlock {
             time_ps: outs.iter().map(|o| o.stuck_ps).max().unwrap_or(sh.start_ps),

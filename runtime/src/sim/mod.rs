@@ -159,6 +159,10 @@ pub struct Launch<'a> {
     pub packet_bytes: Option<u64>,
     /// Record every operation and link reservation for a trace.
     pub trace: bool,
+    /// Simulated time the launch may take; a launch still running then
+    /// stops with [`SimError::TimeLimit`] (a kernel that never ends, say).
+    /// `None`: no limit.
+    pub time_limit_ps: Option<u64>,
 }
 
 impl<'a> Launch<'a> {
@@ -174,6 +178,7 @@ impl<'a> Launch<'a> {
             ipcq: None,
             packet_bytes: None,
             trace: false,
+            time_limit_ps: None,
         }
     }
 }
@@ -207,6 +212,9 @@ pub enum SimError {
         /// live blocks and one queue's slots) failed before any ran.
         opened_by: Option<(PeCoord, u32, kernbench_compiler::ir::Inst)>,
     },
+    /// The launch ran past its time limit: every PE not finished then,
+    /// and where it was.
+    TimeLimit { limit_ps: u64, running: Vec<Blocked> },
     /// The launch itself is malformed (arguments, compilation).
     Setup(String),
 }

@@ -289,54 +289,7 @@ pub fn render_deadlock(
     blocked: &[Blocked],
     color: ColorMode,
 ) -> String {
-    let mut labels: Vec<cs::Label<kernbench_compiler::span::FileId>> = Vec::new();
-    let mut notes = Vec::new();
-    for b in blocked {
-        let why = match &b.reason {
-            WaitReason::QueueFull { to_rank, used, slots } => {
-                format!(
-                    "rank {} {} is blocked in a send: the queue to rank {to_rank} is full ({used}/{slots} slots)",
-                    b.rank, b.pe
-                )
-            }
-            WaitReason::NoData { from_rank } => {
-                format!(
-                    "rank {} {} is blocked in a receive: waiting for data from rank {from_rank}",
-                    b.rank, b.pe
-                )
-            }
-            WaitReason::Barrier {
-                from_rank,
-                round,
-                rounds,
-            } => {
-                format!(
-                    "rank {} {} waits at the barrier for the token of rank {from_rank} (round {round} of {rounds})",
-                    b.rank, b.pe
-                )
-            }
-            WaitReason::Signal => format!("rank {} {} waits for a signal word that nobody sets", b.rank, b.pe),
-            WaitReason::Other => format!("rank {} {} waits for its own operations", b.rank, b.pe),
-        };
-        notes.push(why);
-        let loc = func.inst(b.inst).loc;
-        if !labels
-            .iter()
-            .any(|l| l.file_id == loc.file && l.range == loc.span.range())
-        {
-            let count = blocked.iter().filter(|o| o.inst == b.inst).count();
-            labels.push(cs::Label::primary(loc.file, loc.span.range()).with_message(format!(
-                "{count} rank{} blocked here",
-                if count == 1 { "" } else { "s" }
-            )));
-        }
-    }
-    let shown = 16;
-    if notes.len() > shown {
-        let more = notes.len() - shown;
-        notes.truncate(shown);
-        notes.push(format!("… and {more} more"));
-    }
+    let notes = blocked.iter().map(wait_note).collect();
     let d = cs::Diagnostic::error()
         .with_message(format!(
             "deadlock in `{}` at {:.3} us: {} rank{} blocked and nothing left to happen",
@@ -345,9 +298,99 @@ pub fn render_deadlock(
             blocked.len(),
             if blocked.len() == 1 { "" } else { "s" }
         ))
-        .with_labels(labels)
-        .with_notes(notes);
+        .with_labels(labels_at(func, blocked, "blocked here"))
+        .with_notes(capped(notes));
     emit(sources, &d, color)
+}
+
+/// A launch that ran past its time limit: where each unfinished PE was.
+pub fn render_time_limit(
+    func: &Function,
+    sources: &SourceMap,
+    limit_ps: u64,
+    running: &[Blocked],
+    color: ColorMode,
+) -> String {
+    // A PE in a loop that never ends is "waiting for its own operations"
+    // only in passing; a PE waiting on another rank says so.
+    let notes = running
+        .iter()
+        .map(|b| match b.reason {
+            WaitReason::Other => format!("rank {} {} was running", b.rank, b.pe),
+            _ => wait_note(b),
+        })
+        .collect();
+    let d = cs::Diagnostic::error()
+        .with_message(format!(
+            "`{}` did not finish within its time limit of {:.3} us: {} rank{} still running",
+            func.name,
+            us(limit_ps),
+            running.len(),
+            if running.len() == 1 { "" } else { "s" }
+        ))
+        .with_labels(labels_at(func, running, "here at the limit"))
+        .with_notes(capped(notes));
+    emit(sources, &d, color)
+}
+
+/// At most 16 notes, then how many more.
+fn capped(mut notes: Vec<String>) -> Vec<String> {
+    let shown = 16;
+    if notes.len() > shown {
+        let more = notes.len() - shown;
+        notes.truncate(shown);
+        notes.push(format!("… and {more} more"));
+    }
+    notes
+}
+
+/// One label per distinct instruction the PEs are at: "N ranks {what}".
+fn labels_at(func: &Function, at: &[Blocked], what: &str) -> Vec<cs::Label<kernbench_compiler::span::FileId>> {
+    let mut labels: Vec<cs::Label<kernbench_compiler::span::FileId>> = Vec::new();
+    for b in at {
+        let loc = func.inst(b.inst).loc;
+        if !labels
+            .iter()
+            .any(|l| l.file_id == loc.file && l.range == loc.span.range())
+        {
+            let count = at.iter().filter(|o| o.inst == b.inst).count();
+            labels.push(
+                cs::Label::primary(loc.file, loc.span.range())
+                    .with_message(format!("{count} rank{} {what}", if count == 1 { "" } else { "s" })),
+            );
+        }
+    }
+    labels
+}
+
+/// What a blocked PE waits for, in words.
+fn wait_note(b: &Blocked) -> String {
+    match &b.reason {
+        WaitReason::QueueFull { to_rank, used, slots } => {
+            format!(
+                "rank {} {} is blocked in a send: the queue to rank {to_rank} is full ({used}/{slots} slots)",
+                b.rank, b.pe
+            )
+        }
+        WaitReason::NoData { from_rank } => {
+            format!(
+                "rank {} {} is blocked in a receive: waiting for data from rank {from_rank}",
+                b.rank, b.pe
+            )
+        }
+        WaitReason::Barrier {
+            from_rank,
+            round,
+            rounds,
+        } => {
+            format!(
+                "rank {} {} waits at the barrier for the token of rank {from_rank} (round {round} of {rounds})",
+                b.rank, b.pe
+            )
+        }
+        WaitReason::Signal => format!("rank {} {} waits for a signal word that nobody sets", b.rank, b.pe),
+        WaitReason::Other => format!("rank {} {} waits for its own operations", b.rank, b.pe),
+    }
 }
 
 /// Any simulation error, rendered for a terminal.
@@ -369,6 +412,7 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
             emit(sources, &d, color)
         }
         SimError::Deadlock { time_ps, blocked } => render_deadlock(func, sources, *time_ps, blocked, color),
+        SimError::TimeLimit { limit_ps, running } => render_time_limit(func, sources, *limit_ps, running, color),
         SimError::TcmCapacity {
             kernel,
             pe,

@@ -143,6 +143,10 @@ enum Command {
         /// The timing summary as human text or JSON (on stdout).
         #[arg(long, value_enum, default_value = "human")]
         format: Format,
+        /// Simulated time the run may take (ps, ns, us, ms, s: `500us`), or
+        /// `none`; a run still going then stops with where each PE is.
+        #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = time_limit)]
+        time_limit: TimeLimit,
         /// Run every program in turn on the untimed executor (no machine,
         /// no communication): the fastest way to check numbers.
         #[arg(long)]
@@ -256,6 +260,7 @@ fn main() -> ExitCode {
             trace,
             trace_links,
             format,
+            time_limit,
             functional,
             define,
             out,
@@ -279,7 +284,37 @@ fn main() -> ExitCode {
             trace,
             trace_links,
             format,
+            time_limit_ps: time_limit.0,
         }),
+    }
+}
+
+/// `--time-limit` in picoseconds (`None`: no limit).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TimeLimit(pub Option<u64>);
+
+/// Parses `--time-limit`: a simulated time with its unit (`500us`,
+/// `1.5ms`), or `none`.
+pub(crate) fn time_limit(arg: &str) -> Result<TimeLimit, String> {
+    if arg == "none" {
+        return Ok(TimeLimit(None));
+    }
+    let split = arg.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(arg.len());
+    let (number, unit) = arg.split_at(split);
+    let ps_per_unit: f64 = match unit {
+        "ps" => 1.0,
+        "ns" => 1e3,
+        "us" => 1e6,
+        "ms" => 1e9,
+        "s" => 1e12,
+        _ => return Err("expected a time with its unit (ps, ns, us, ms, s), e.g. `500us`, or `none`".into()),
+    };
+    match number.parse::<f64>() {
+        // Up to about 200 days of simulated time: u64 picoseconds.
+        Ok(v) if v > 0.0 && v * ps_per_unit <= 1.8e19 => Ok(TimeLimit(Some((v * ps_per_unit).round().max(1.0) as u64))),
+        _ => Err(format!(
+            "expected a positive time of at most 1.8e7 s, e.g. `500us`, got `{arg}`"
+        )),
     }
 }
 

@@ -16,6 +16,7 @@ use kernbench_runtime::args::{self, HostArg};
 use kernbench_runtime::exec::{render_run_error, run_grid, FlatMemory};
 use kernbench_runtime::sim::place::{self, LaunchArg, Layout};
 use kernbench_runtime::sim::{self, Communicator, Launch, Machine};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
@@ -37,6 +38,7 @@ pub struct RunArgs {
     pub trace: Option<PathBuf>,
     pub trace_links: Option<usize>,
     pub format: Format,
+    pub time_limit_ps: Option<u64>,
 }
 
 /// Parses `--grid`: 1 to 3 axes, each from 1 to `i32::MAX` (a kernel sees
@@ -253,6 +255,29 @@ pub fn run(a: RunArgs) -> ExitCode {
     let mut launch = Launch::new(&func, &comm, rank_args);
     launch.grid = grid;
     launch.trace = a.trace.is_some();
+    launch.time_limit_ps = a.time_limit_ps;
+    // The trace's file is opened before the run, so that a path that
+    // cannot be written is known before minutes of simulation, not after;
+    // it is not truncated (nor left behind, if new) unless the run
+    // succeeds.
+    let trace_file = match &a.trace {
+        Some(path) => match std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+        {
+            Ok(f) => {
+                let new = f.metadata().map_or(0, |m| m.len()) == 0;
+                Some((path, f, new))
+            }
+            Err(e) => {
+                errln!("error: cannot write `{}`: {e}", path.display());
+                return ExitCode::from(1);
+            }
+        },
+        None => None,
+    };
     let t0 = Instant::now();
     let result = machine.run(&launch, dp.as_mut());
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -260,6 +285,9 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             err!("{}", sim::render_sim_error(&func, &sources, &e, color_mode(a.color)));
+            if let Some((path, _, true)) = trace_file {
+                let _ = std::fs::remove_file(path);
+            }
             return ExitCode::from(1);
         }
     };
@@ -282,9 +310,12 @@ pub fn run(a: RunArgs) -> ExitCode {
         Format::Human => out!("{}", sim::summary_text(&report)),
         Format::Json => outln!("{}", sim::summary_json(&report)),
     }
-    if let Some(path) = &a.trace {
+    if let Some((path, mut file, _)) = trace_file {
         let trace = sim::trace_json(&report, &func, &sources, a.trace_links);
-        if let Err(e) = std::fs::write(path, trace.to_string()) {
+        if let Err(e) = file
+            .set_len(0)
+            .and_then(|()| file.write_all(trace.to_string().as_bytes()))
+        {
             errln!("error: cannot write `{}`: {e}", path.display());
             return ExitCode::from(1);
         }
