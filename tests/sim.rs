@@ -979,6 +979,52 @@ def ring(buf: ptr[i32], N: constexpr = 64):
     tl.store(buf + offs, tl.recv(tl.PREV, [N], i32))
 ";
 
+const RETYPE: &str = "
+@kernel
+def retype(buf: ptr[i32], out: ptr[i32], AS_FLOAT: constexpr = 0):
+    offs = tl.arange(0, 64)
+    v = tl.reshape(tl.load(buf + offs), [8, 8])
+    if AS_FLOAT == 1:
+        tl.send(tl.NEXT, v.to(f32))
+    else:
+        tl.send(tl.NEXT, v)
+    tl.store(out + offs, tl.recv(tl.PREV, [64], i32))
+";
+
+/// A message may arrive in another shape but not as another element type:
+/// f32 bits received as i32 were silently reinterpreted.
+#[test]
+fn a_receive_of_another_element_type_is_an_error() {
+    let topo = Topology::default_machine();
+    let pes = sim::select_pes(&topo, "2").unwrap();
+    let args = || {
+        vec![
+            tensor("buf", i32s(&[2, 64], |k| k as i32), &["shard"]),
+            tensor("out", i32s(&[2, 64], |_| 0), &["shard"]),
+        ]
+    };
+    let (func, _) = lower(RETYPE, "retype", &[]);
+    let run = TestLaunch::new(&topo, pes.clone(), &func, args())
+        .run()
+        .expect("a reshape is fine");
+    let want = i32s(&[2, 64], |k| ((k + 64) % 128) as i32);
+    assert_eq!(run.tensors[1].bytes(), want.bytes());
+
+    let (func, sources) = lower(RETYPE, "retype", &[("AS_FLOAT", Konst::Int(1))]);
+    let e = TestLaunch::new(&topo, pes, &func, args())
+        .run()
+        .err()
+        .expect("f32 received as i32");
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    assert!(
+        text.contains(
+            "this receive expects i32 elements (block[i32, 64]) but rank 0 sent f32 elements (block[f32, 8, 8])"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("case.tl:10:"), "{text}");
+}
+
 #[test]
 fn same_inputs_give_same_bits_and_times() {
     let topo = Topology::default_machine();

@@ -545,6 +545,30 @@ fn run_reports_deadlocks_and_bad_machine_arguments() {
         e.contains("deadlock in `wrong`") && e.contains("waiting for data from rank 2") && e.contains("wrong.tl:3:11"),
         "{e}"
     );
+    // A grid smaller than the PE set leaves ranks without a program: said
+    // before the run, since a deadlock follows when they are talked to.
+    for (grid, says) in [("2", "ranks 2 to 3 run no program"), ("3", "rank 3 runs no program")] {
+        let o = tlc(&[
+            "run",
+            &f,
+            "--kernel",
+            "wrong",
+            "--pes",
+            "4",
+            "--grid",
+            grid,
+            "--arg",
+            "buf=zeros(4,i32)",
+        ]);
+        assert_eq!(o.status.code(), Some(1));
+        assert!(
+            stderr(&o).contains(&format!(
+                "warning: --grid {grid} gives {grid} programs to 4 PEs: {says}"
+            )),
+            "{}",
+            stderr(&o)
+        );
+    }
     let base = [
         "run",
         "stdlib/kernels/add.tl",

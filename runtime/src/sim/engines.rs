@@ -736,6 +736,7 @@ impl Sim<'_> {
                             data,
                             bytes,
                             slots,
+                            sent_by: inst,
                             arrived_ps: end,
                         });
                         self.occupy(p, e, (now, tr.injected_ps, end), op.inst);
@@ -768,6 +769,23 @@ impl Sim<'_> {
                 let Some(m) = q.msg(msg) else { return Ok(()) };
                 let (bytes, data) = (m.bytes, m.data.clone());
                 let want = value_bytes(&ty);
+                // A message keeps its element type: the same bytes as
+                // another type are a bug, not a conversion (`.to(...,
+                // bitcast=True)` says so on purpose). Its shape may change.
+                let sent = func.inst(m.sent_by).args.last().map(|&v| func.ty(v));
+                if let Some(sent) = sent.filter(|s| s.elem() != ty.elem()) {
+                    return Err(self.exec_error(
+                        p,
+                        op.inst,
+                        ExecErrorKind::Unsupported(format!(
+                            "this receive expects {} elements ({ty}) but rank {} sent {} elements ({sent}); \
+                             convert on either side with `.to(...)`",
+                            ty.elem(),
+                            self.pes[src as usize].ctx.rank,
+                            sent.elem()
+                        )),
+                    ));
+                }
                 if want != bytes {
                     return Err(self.exec_error(
                         p,
@@ -1563,6 +1581,7 @@ impl Sim<'_> {
             data,
             bytes,
             slots,
+            sent_by: inst,
             arrived_ps: end_ps,
         });
         let l = &mut self.lps[self.cur_lp];

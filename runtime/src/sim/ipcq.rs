@@ -31,6 +31,8 @@ pub struct Msg {
     pub data: RtValue,
     pub bytes: u64,
     pub slots: u32,
+    /// The `tl.send` that sent it (its value's type is the message's).
+    pub sent_by: kernbench_compiler::ir::Inst,
     /// When its last packet arrives in the receiver's slots (known when
     /// its send starts, which is when the message enters the queue).
     pub arrived_ps: u64,

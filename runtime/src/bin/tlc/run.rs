@@ -252,6 +252,24 @@ pub fn run(a: RunArgs) -> ExitCode {
         }
     };
     let grid = grid.unwrap_or([comm.world(), 1, 1]);
+    // Rank r runs programs r, r + world, …: with fewer programs than
+    // ranks, the last ranks run none, and a message to one of them is
+    // never received. Worth saying before a deadlock does.
+    let programs = grid.iter().map(|&g| u64::from(g)).product::<u64>();
+    if programs < u64::from(comm.world()) {
+        let last = comm.world() - 1;
+        let idle = if programs == u64::from(last) {
+            format!("rank {last} runs")
+        } else {
+            format!("ranks {programs} to {last} run")
+        };
+        errln!(
+            "warning: --grid {} gives {programs} program{} to {} PEs: {idle} no program",
+            a.grid.as_deref().unwrap_or_default(),
+            if programs == 1 { "" } else { "s" },
+            comm.world(),
+        );
+    }
     let mut launch = Launch::new(&func, &comm, rank_args);
     launch.grid = grid;
     launch.trace = a.trace.is_some();
