@@ -266,6 +266,35 @@ fn run_usage_errors_exit_two() {
         ]),
         Some(2)
     );
+    for (layout, says) in [
+        (":shard:shard", "`:shard` is given twice"),
+        (":shard:replicate", "`:shard` and `:replicate` are both a distribution"),
+        (":shard:tcm:sram", "`:tcm` and `:sram` are both a memory"),
+        (
+            ":shard:dram",
+            "`:dram` is not a layout (shard, replicate, hbm, sram, tcm)",
+        ),
+    ] {
+        let x = format!("x=rand(4,f32){layout}");
+        let o = tlc(&[
+            "run",
+            "stdlib/kernels/add.tl",
+            "--kernel",
+            "add",
+            "--pes",
+            "2",
+            "--arg",
+            &x,
+            "--arg",
+            "y=rand(4,f32)",
+            "--arg",
+            "out=zeros(4,f32)",
+            "--arg",
+            "n=4",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{layout}: {}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("`--arg {x}`: {says}")), "{}", stderr(&o));
+    }
     let o = tlc(&["run", "stdlib/kernels/add.tl", "--kernel", "nope", "--arg", "n=1"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no kernel named `nope`"), "{}", stderr(&o));

@@ -40,14 +40,26 @@ impl Layout {
     /// after the argument's value).
     pub fn parse(words: &[&str]) -> Result<Layout, String> {
         let mut l = Layout::default();
+        // At most one word of each kind: `:shard:replicate` or
+        // `:tcm:sram` would silently keep the last.
+        let (mut dist, mut space): (Option<&str>, Option<&str>) = (None, None);
         for w in words {
+            let (kind, seen, what) = match *w {
+                "shard" | "replicate" => ("distribution", &mut dist, "a tensor is sharded or replicated"),
+                "hbm" | "sram" | "tcm" => ("memory", &mut space, "a tensor lives in one memory"),
+                other => return Err(format!("`:{other}` is not a layout (shard, replicate, hbm, sram, tcm)")),
+            };
+            match seen.replace(w) {
+                Some(first) if first == *w => return Err(format!("`:{w}` is given twice")),
+                Some(first) => return Err(format!("`:{first}` and `:{w}` are both a {kind}: {what}")),
+                None => {}
+            }
             match *w {
                 "shard" => l.dist = Dist::Shard,
                 "replicate" => l.dist = Dist::Replicate,
                 "hbm" => l.space = Space::Hbm,
                 "sram" => l.space = Space::Sram,
-                "tcm" => l.space = Space::Tcm,
-                other => return Err(format!("`:{other}` is not a layout (shard, replicate, hbm, sram, tcm)")),
+                _ => l.space = Space::Tcm,
             }
         }
         Ok(l)

@@ -64,8 +64,11 @@ fn parse_grid(g: &str) -> Result<[u32; 3], String> {
 fn split_layout(text: &str) -> Result<(String, Layout), String> {
     let mut words = Vec::new();
     let mut rest = text;
+    // Every trailing `:word` is a layout word (a misspelt one is an error
+    // that says so, not part of a file name: no `.npy` path ends in one).
     while let Some((head, last)) = rest.rsplit_once(':') {
-        if ["shard", "replicate", "hbm", "sram", "tcm"].contains(&last.trim()) {
+        let word = last.trim();
+        if !word.is_empty() && word.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
             words.push(last.trim());
             rest = head;
         } else {
