@@ -328,6 +328,13 @@ fn registry_errors_name_the_entry() {
         e.contains("algorithm `mine`") && e.contains("cannot read its module"),
         "{e}"
     );
+    let e = try_yaml(
+        "algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n    constexprs:\n      T: 5\n",
+    );
+    assert!(
+        e.contains("my_ccl.yaml:8: algorithms.mine.constexprs.T: `T` is bound by the runtime for each run"),
+        "{e}"
+    );
     let e = try_yaml("algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: other\n    topology: ring\n");
     assert!(
         e.contains("has no kernel `other`") && e.contains("kernels: mine"),

@@ -149,16 +149,21 @@ pub fn order_pes(topo: &Topology, class: TopologyClass, pes: &[PeCoord]) -> Vec<
     }
 }
 
+/// The constexprs the runtime binds for every run of an algorithm that
+/// declares them: the element type, the reduction, and the layout
+/// ([`layout_constexprs`]). A registry entry cannot set them.
+pub const RUNTIME_CONSTEXPRS: [&str; 6] = ["T", "OP", "CUBE_PES", "SIP_CUBES", "CUBE_W", "CUBE_H"];
+
 /// The layout constexprs the runtime binds for algorithms that declare
 /// them.
 pub fn layout_constexprs(topo: &Topology) -> Vec<(&'static str, i64)> {
     let (w, h) = topo.cube_grid();
-    vec![
-        ("CUBE_PES", topo.pes_per_cube() as i64),
-        ("SIP_CUBES", (w * h) as i64),
-        ("CUBE_W", w as i64),
-        ("CUBE_H", h as i64),
-    ]
+    let values = [topo.pes_per_cube(), w * h, w, h];
+    RUNTIME_CONSTEXPRS[2..]
+        .iter()
+        .zip(values)
+        .map(|(&n, v)| (n, i64::from(v)))
+        .collect()
 }
 
 /// A communicator for an algorithm on a PE set: the algorithm's rank

@@ -197,6 +197,17 @@ impl Registry {
         for (name, a) in parsed.algorithms {
             let mut constexprs = BTreeMap::new();
             for (k, v) in &a.constexprs {
+                // These the runtime binds for every run; a value here
+                // would be silently replaced.
+                if super::RUNTIME_CONSTEXPRS.contains(&k.as_str()) {
+                    return Err(err(
+                        format!("algorithms.{name}.constexprs.{k}"),
+                        format!(
+                            "`{k}` is bound by the runtime for each run (T: the element type, OP: the reduction, \
+                             CUBE_PES, SIP_CUBES, CUBE_W, CUBE_H: the machine's layout); remove it"
+                        ),
+                    ));
+                }
                 let Some(c) = konst_of(v) else {
                     return Err(err(
                         format!("algorithms.{name}.constexprs.{k}"),
