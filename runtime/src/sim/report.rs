@@ -71,11 +71,15 @@ impl Report {
         let total = self.elapsed_ps().max(1) as f64;
         (0..=Engine::COUNT)
             .map(|e| {
-                let v: Vec<f64> = self.pes.iter().map(|p| 100.0 * p.busy_ps[e] as f64 / total).collect();
-                let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
-                let max = v.iter().cloned().fold(0.0, f64::max);
-                let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
-                (Engine::NAMES[e], if min.is_finite() { min } else { 0.0 }, mean, max)
+                // In integer picoseconds, then one rounding each: the mean
+                // of rounded shares could fall an ulp outside [min, max].
+                let busy = self.pes.iter().map(|p| p.busy_ps[e]);
+                let pct = |ps: f64| 100.0 * ps / total;
+                let min = pct(busy.clone().min().unwrap_or(0) as f64);
+                let max = pct(busy.clone().max().unwrap_or(0) as f64);
+                let sum: u128 = busy.map(u128::from).sum();
+                let mean = pct(sum as f64 / self.pes.len().max(1) as f64).clamp(min, max);
+                (Engine::NAMES[e], min, mean, max)
             })
             .collect()
     }
@@ -437,5 +441,55 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
             emit(sources, &d, color)
         }
         SimError::Setup(m) => format!("error: {m}\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The mean busy share lies in [min, max], bit for bit when every PE
+    /// is as busy (the mean of seven rounded shares of 1/7 was an ulp
+    /// above them).
+    #[test]
+    fn mean_busy_share_lies_between_min_and_max() {
+        let pe = |busy: u64| PeStat {
+            pe: PeCoord { sip: 0, cube: 0, pe: 0 },
+            rank: 0,
+            end_ps: 3,
+            busy_ps: [busy; Engine::COUNT + 1],
+        };
+        for busy in [vec![1, 1, 1], vec![1, 2, 2], vec![0, 3, 1]] {
+            let r = Report {
+                kernel: "k".into(),
+                start_ps: 0,
+                end_ps: 3,
+                pes: busy.iter().map(|&b| pe(b)).collect(),
+                links: Vec::new(),
+                events: 0,
+                slices: Vec::new(),
+                link_intervals: Vec::new(),
+                threads: 1,
+            };
+            for (name, min, mean, max) in r.engine_busy() {
+                assert!(min <= mean && mean <= max, "{name} {busy:?}: {min} {mean} {max}");
+                let exact = 100.0 * busy.iter().sum::<u64>() as f64 / 9.0;
+                assert!((mean - exact).abs() < 1e-12, "{name} {busy:?}: {mean} vs {exact}");
+            }
+        }
+        let same = Report {
+            kernel: "k".into(),
+            start_ps: 0,
+            end_ps: 7,
+            pes: vec![pe(1); 7],
+            links: Vec::new(),
+            events: 0,
+            slices: Vec::new(),
+            link_intervals: Vec::new(),
+            threads: 1,
+        };
+        for (_, min, mean, max) in same.engine_busy() {
+            assert_eq!((min.to_bits(), max.to_bits()), (mean.to_bits(), mean.to_bits()));
+        }
     }
 }
