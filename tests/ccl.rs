@@ -34,7 +34,7 @@ fn run(
     op: ReduceOp,
 ) -> bench::Row {
     let a = reg.get(algo).expect("registered").clone();
-    let (func, sources) = bench::compile(topo, reg, &a, dtype, op).unwrap_or_else(|e| panic!("{e}"));
+    let (func, sources) = reg.compile_for(&a, topo, dtype, op).unwrap_or_else(|e| panic!("{e}"));
     let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
     let case = Case {
         topo,

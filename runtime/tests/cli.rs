@@ -793,6 +793,36 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         String::from_utf8_lossy(&o.stdout).contains("ring_allreduce_hbm"),
         "the others still run"
     );
+    // Slots that cannot fit are an error naming the keys that set them,
+    // before anything runs.
+    std::fs::write(
+        &cfg,
+        format!(
+            "defaults:\n  n_slots: 8\nalgorithms:\n  big_slots:\n    collective: all_reduce\n    module: {}\n    \
+             kernel: ring_allreduce\n    topology: ring\n    slot_size_bytes: 262144\n",
+            ring.display()
+        ),
+    )
+    .expect("write");
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--config",
+        &cfg.to_string_lossy(),
+        "--algo",
+        "big_slots",
+        "--sizes",
+        "1K",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains(
+            "ccl.yaml:4: algorithm `big_slots`: its IPCQ slots (8 × 262144 bytes: defaults.n_slots, \
+             algorithms.big_slots.slot_size_bytes) do not fit in a PE's TCM (1048576 bytes on `default`)"
+        ),
+        "{}",
+        stderr(&o)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

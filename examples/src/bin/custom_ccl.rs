@@ -58,7 +58,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut cases = Vec::new();
     for name in ["direct_allreduce", "ring_allreduce"] {
         let a = reg.get(name)?.clone();
-        let (func, sources) = bench::compile(&topo, &reg, &a, DType::F32, ReduceOp::Sum)?;
+        let (func, sources) = reg.compile_for(&a, &topo, DType::F32, ReduceOp::Sum)?;
         cases.push((a, func, sources));
     }
     let mut cache = bench::DataCache::default();

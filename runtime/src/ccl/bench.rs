@@ -11,7 +11,7 @@
 //! every sum is exact whatever the order of additions and `#wrong` counts
 //! real mistakes only.
 
-use super::{communicator, layout_constexprs, Algorithm, Collective, ReduceOp, Registry};
+use super::{communicator, Algorithm, Collective, ReduceOp, Registry};
 use crate::sim::fabric::Endpoint;
 use crate::sim::{Launch, Machine, Placement};
 use crate::topology::{PeCoord, Space, Topology};
@@ -328,18 +328,6 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
         events: report.events,
         sim_wall,
     })
-}
-
-/// Compiles an algorithm for a bench run (layout constexprs bound): the
-/// kernel and the sources its spans point into.
-pub fn compile(
-    topo: &Topology,
-    reg: &Registry,
-    a: &Algorithm,
-    dtype: DType,
-    op: ReduceOp,
-) -> Result<(kernbench_compiler::ir::Function, SourceMap), String> {
-    reg.compile(a, dtype, op, &layout_constexprs(topo))
 }
 
 /// A byte count with an optional K, M or G suffix (powers of 1024).

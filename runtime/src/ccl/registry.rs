@@ -94,6 +94,18 @@ pub struct Algorithm {
     pub origin: (String, Option<usize>),
 }
 
+impl Algorithm {
+    /// `file:line: algorithm `name``, the start of an error about it.
+    fn entry(&self) -> String {
+        format!(
+            "{}{}: algorithm `{}`",
+            self.origin.0,
+            self.origin.1.map(|l| format!(":{l}")).unwrap_or_default(),
+            self.name
+        )
+    }
+}
+
 /// The IPCQ defaults collectives run with.
 #[derive(Clone, Debug, Default)]
 pub struct Defaults {
@@ -323,6 +335,42 @@ impl Registry {
         q
     }
 
+    /// Lowers an algorithm for a run on `topo`: [`Registry::compile`] with
+    /// the machine's layout constexprs, after checking that the IPCQ it
+    /// runs with fits the machine (an error names the keys that set it).
+    pub fn compile_for(
+        &self,
+        a: &Algorithm,
+        topo: &Topology,
+        dtype: DType,
+        op: super::ReduceOp,
+    ) -> Result<(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap), String> {
+        let q = self.ipcq(a, topo);
+        let slots_bytes = q.n_slots.0 as u128 * q.slot_size_bytes.0 as u128;
+        let tcm = topo.spec.pe.tcm.capacity_bytes.0;
+        if q.buffer_space == Space::Tcm && slots_bytes > u128::from(tcm) {
+            let from = |own: bool, default: bool, key: &str| match (own, default) {
+                (true, _) => format!("algorithms.{}.{key}", a.name),
+                (false, true) => format!("defaults.{key}"),
+                (false, false) => format!("the topology's pe.ipcq.{key}"),
+            };
+            return Err(format!(
+                "{}: its IPCQ slots ({} × {} bytes: {}, {}) do not fit in a PE's TCM ({tcm} bytes on `{}`)",
+                a.entry(),
+                q.n_slots.0,
+                q.slot_size_bytes.0,
+                from(a.n_slots.is_some(), self.defaults.n_slots.is_some(), "n_slots"),
+                from(
+                    a.slot_size_bytes.is_some(),
+                    self.defaults.slot_size_bytes.is_some(),
+                    "slot_size_bytes"
+                ),
+                topo.spec.name
+            ));
+        }
+        self.compile(a, dtype, op, &super::layout_constexprs(topo))
+    }
+
     /// Lowers an algorithm for element type `dtype` and reduction `op`
     /// (plus the layout constexprs the runtime provides); an error names
     /// the entry and what is wrong with it.
@@ -333,14 +381,7 @@ impl Registry {
         op: super::ReduceOp,
         layout: &[(&str, i64)],
     ) -> Result<(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap), String> {
-        let entry = || {
-            format!(
-                "{}{}: algorithm `{}`",
-                a.origin.0,
-                a.origin.1.map(|l| format!(":{l}")).unwrap_or_default(),
-                a.name
-            )
-        };
+        let entry = || a.entry();
         let source = std::fs::read_to_string(&a.module)
             .map_err(|e| format!("{}: cannot read its module `{}`: {e}", entry(), a.module.display()))?;
         // What the kernel declares, to bind only what it has.

@@ -16,7 +16,7 @@
 //! on one PE or replicated.
 
 use super::{HostError, Pending, Result, Runtime, Tensor};
-use crate::ccl::{layout_constexprs, Collective, ReduceOp};
+use crate::ccl::{Collective, ReduceOp};
 use crate::sim::Communicator;
 use kernbench_compiler::datapath::{elem, RtValue};
 use kernbench_compiler::sema::{DType, Konst};
@@ -138,9 +138,7 @@ impl Runtime {
         let kernel = match self.collective_kernels.get(&key) {
             Some(k) => k.clone(),
             None => {
-                let (func, sources) = reg
-                    .compile(&alg, dtype, op, &layout_constexprs(&topo))
-                    .map_err(HostError::new)?;
+                let (func, sources) = reg.compile_for(&alg, &topo, dtype, op).map_err(HostError::new)?;
                 let k = super::Kernel {
                     func: Arc::new(func),
                     sources: Arc::new(sources),

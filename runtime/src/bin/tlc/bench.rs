@@ -108,7 +108,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     let (dtype, redop) = (DType::I32, ReduceOp::Sum);
-    let (func, sources) = match bench::compile(&topo, &reg, &alg, dtype, redop) {
+    let (func, sources) = match reg.compile_for(&alg, &topo, dtype, redop) {
         Ok(x) => x,
         Err(e) => {
             errln!("error: {e}");
@@ -318,7 +318,8 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     let mut prepared = Vec::new();
     for name in &algos {
         let Ok(alg) = reg.get(name).cloned() else { continue };
-        let compiled = bench::compile(&topo, &reg, &alg, dtype, redop)
+        let compiled = reg
+            .compile_for(&alg, &topo, dtype, redop)
             .and_then(|func| communicator(&topo, &alg, &pes).map(|c| (func, c)));
         match compiled {
             Ok(((func, sources), comm)) => {
