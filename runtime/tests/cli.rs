@@ -113,32 +113,33 @@ fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// `add.tl` on 13 random floats in two programs of 8.
+const ADD_13: [&str; 16] = [
+    "run",
+    "stdlib/kernels/add.tl",
+    "--kernel",
+    "add",
+    "--grid",
+    "2",
+    "-D",
+    "BLOCK=8",
+    "--arg",
+    "x=rand(13,f32,1)",
+    "--arg",
+    "y=rand(13,f32,2)",
+    "--arg",
+    "out=zeros(13,f32)",
+    "--arg",
+    "n=13",
+];
+
 #[test]
 fn run_writes_outputs_and_reads_them_back() {
     let dir = temp_dir("run");
     let out = dir.to_string_lossy().into_owned();
-    let args = [
-        "run",
-        "stdlib/kernels/add.tl",
-        "--kernel",
-        "add",
-        "--grid",
-        "2",
-        "-D",
-        "BLOCK=8",
-        "--arg",
-        "x=rand(13,f32,1)",
-        "--arg",
-        "y=rand(13,f32,2)",
-        "--arg",
-        "out=zeros(13,f32)",
-        "--arg",
-        "n=13",
-        "--out",
-        &out,
-    ];
     for backend in ["jit", "interp"] {
-        let mut a = args.to_vec();
+        let mut a = ADD_13.to_vec();
+        a.extend(["--out", &out]);
         a.extend(["--backend", backend]);
         let o = tlc(&a);
         assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
@@ -1006,26 +1007,7 @@ fn run_survives_a_reader_that_closed_its_streams() {
     let dir = temp_dir("closed-streams");
     let out = dir.to_string_lossy().into_owned();
     let mut child = Command::new(env!("CARGO_BIN_EXE_tlc"))
-        .args([
-            "run",
-            "stdlib/kernels/add.tl",
-            "--kernel",
-            "add",
-            "--grid",
-            "2",
-            "-D",
-            "BLOCK=8",
-            "--arg",
-            "x=rand(13,f32,1)",
-            "--arg",
-            "y=rand(13,f32,2)",
-            "--arg",
-            "out=zeros(13,f32)",
-            "--arg",
-            "n=13",
-            "--out",
-            &out,
-        ])
+        .args(ADD_13.iter().copied().chain(["--out", out.as_str()]))
         .current_dir(repo())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
