@@ -375,3 +375,32 @@ fn registry_errors_name_the_entry() {
     assert!(e.contains("defaults.small") && e.contains("below_bytes"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Queues do not outlive a launch: a kernel that leaves a message nobody
+/// received fails, at its send, instead of losing the data silently.
+#[test]
+fn a_launch_that_leaves_messages_unreceived_fails() {
+    let dir = std::env::temp_dir().join(format!("kb-host-leak-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("leak.tl");
+    std::fs::write(
+        &file,
+        "@kernel\ndef leak(x: ptr[f32]):\n    offs = tl.arange(0, 4)\n    if tl.rank() == 0:\n        \
+         tl.send(1, tl.load(x + offs))\n",
+    )
+    .unwrap();
+    let mut rt = Runtime::new(&Topology::default_machine());
+    let leak = rt.compile(&file, "leak", &[]).expect("compiles");
+    let x = rt
+        .from_ndarray(&arr(&[8], |i| i as f32), DpPolicy::row_wise(1, 2))
+        .unwrap();
+    rt.launch(&leak, None, &[Arg::Tensor(&x)]).unwrap();
+    let e = rt.synchronize().expect_err("a message was left behind").to_string();
+    assert!(
+        e.contains("error: `leak` ended with 1 message sent and never received")
+            && e.contains("leak.tl:5:9")
+            && e.contains("rank 0 (sip 0, cube 0, pe 0) sent rank 1 (sip 0, cube 0, pe 1) 1 message (16 bytes)"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

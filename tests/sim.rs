@@ -945,6 +945,80 @@ fn a_kernel_that_never_ends_stops_at_the_time_limit() {
         .unwrap_or_else(|d| panic!("{d}"));
 }
 
+const LEFT_BEHIND: &str = "
+@kernel
+def left_behind(x: ptr[i32], N: constexpr = 16):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        for k in range(3):
+            tl.send(1, tl.load(x + offs) + k)
+    elif tl.rank() == 1:
+        tl.store(x + offs, tl.recv(0, [N], i32))
+        tl.send(2, tl.load(x + offs))
+";
+
+/// Messages a rank sent that its receiver never took are reported with
+/// their count, bytes and first send, in the same PE as the receiver or
+/// on another SIP (where the receiver's half of the queue holds them),
+/// on one thread or two; a run that takes every message reports none.
+#[test]
+fn messages_never_received_are_reported_at_their_send() {
+    let topo = Topology::default_machine();
+    let (func, sources) = lower(LEFT_BEHIND, "left_behind", &[]);
+    let mut rendered = Vec::new();
+    for (pes, threads) in [
+        ("0.0.0,0.0.1,0.0.2", 1),
+        ("0.0.0,1.0.0,0.0.2", 1),
+        ("0.0.0,1.0.0,0.0.2", 2),
+    ] {
+        let mut launch = TestLaunch::new(
+            &topo,
+            sim::select_pes(&topo, pes).unwrap(),
+            &func,
+            vec![tensor("x", i32s(&[3, 16], |k| k as i32), &["shard"])],
+        );
+        launch.threads = threads;
+        let run = launch.run().unwrap_or_else(|e| panic!("{e:?}"));
+        let got: Vec<(u32, u32, u64, u64)> = run
+            .report
+            .unreceived
+            .iter()
+            .map(|u| (u.from_rank, u.to_rank, u.messages, u.bytes))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(0, 1, 2, 2 * 64), (1, 2, 1, 64)],
+            "{pes} on {threads} threads"
+        );
+        // Rank 1 received the first message: rank 0's row, plus 0.
+        assert_eq!(elem::to_i64(DType::I32, run.tensors[0].get_bits(16 + 5)), 5);
+        rendered.push(sim::render_unreceived(
+            &func,
+            &sources,
+            &run.report.unreceived,
+            false,
+            ColorMode::Never,
+        ));
+        assert_eq!(
+            sim::summary_json(&run.report)["unreceived"][0]["messages"].as_u64(),
+            Some(2)
+        );
+    }
+    assert_eq!(rendered[1], rendered[2], "threads change nothing");
+    compare_or_bless(&repo_root().join("tests/sim/unreceived.stderr"), &rendered[0]).unwrap_or_else(|d| panic!("{d}"));
+    // The ring takes everything it is sent.
+    let (ring, _) = lower(DEADLOCK_FREE_RING, "ring", &[]);
+    let run = TestLaunch::new(
+        &topo,
+        sim::select_pes(&topo, "8").unwrap(),
+        &ring,
+        vec![tensor("buf", i32s(&[8, 64], |k| k as i32), &["shard"])],
+    )
+    .run()
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    assert!(run.report.unreceived.is_empty(), "{:?}", run.report.unreceived);
+}
+
 /// A limit the launch stays under changes nothing; one it passes stops it.
 #[test]
 fn a_time_limit_changes_nothing_until_it_is_reached() {
@@ -1524,7 +1598,7 @@ def big(x: ptr[f32], N: constexpr = 524288):
     v = tl.load(x + tl.arange(0, N))
     tl.store(x + tl.arange(0, N), v * 2.0)
 ";
-    let (func, _) = lower(src, "big", &[]);
+    let (func, sources) = lower(src, "big", &[]);
     let e = simulate(
         &topo,
         vec![pe(0, 0, 0)],
@@ -1535,7 +1609,7 @@ def big(x: ptr[f32], N: constexpr = 524288):
     )
     .err()
     .expect("too big for the TCM");
-    match e {
+    match &e {
         SimError::TcmCapacity {
             kernel,
             need_bytes,
@@ -1543,10 +1617,16 @@ def big(x: ptr[f32], N: constexpr = 524288):
             ..
         } => {
             assert_eq!(kernel, "big");
-            assert!(need_bytes > have_bytes && have_bytes == topo.spec.pe.tcm.capacity_bytes.0);
+            assert!(need_bytes > have_bytes && *have_bytes == topo.spec.pe.tcm.capacity_bytes.0);
         }
         other => panic!("expected a TCM error, got {other:?}"),
     }
+    // It points at where the blocks peak.
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    assert!(
+        text.contains("┌─ case.tl:5:14\n") && text.contains("12582912 bytes of blocks are live in this `ptr_add`"),
+        "{text}"
+    );
 }
 
 /// With the IPCQ in TCM every queue into a PE keeps its slots there: a PE

@@ -176,6 +176,57 @@ fn run_writes_outputs_and_reads_them_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What a run leaves that its user may not expect is a warning: copies of
+/// a replicated tensor that the ranks wrote differently (the output is
+/// rank 0's), and messages no rank received (at their send). Copies every
+/// rank wrote alike are not.
+#[test]
+fn run_warns_of_diverging_copies_and_unreceived_messages() {
+    let dir = temp_dir("warn");
+    let file = dir.join("mark.tl");
+    std::fs::write(
+        &file,
+        "@kernel\ndef mark(same: ptr[i32], tag: ptr[i32]):\n    offs = tl.arange(0, 4)\n    \
+         tl.store(same + offs, tl.load(same + offs) + 1)\n    tl.store(tag + offs, offs * tl.rank())\n    \
+         if tl.rank() == 0:\n        tl.send(1, offs)\n",
+    )
+    .expect("write");
+    let path = file.to_string_lossy().into_owned();
+    let out = dir.to_string_lossy().into_owned();
+    let o = tlc(&[
+        "run",
+        &path,
+        "--kernel",
+        "mark",
+        "--pes",
+        "3",
+        "--color",
+        "never",
+        "--arg",
+        "same=zeros(4,i32):replicate",
+        "--arg",
+        "tag=zeros(4,i32):replicate",
+        "--out",
+        &out,
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{e}");
+    assert!(
+        e.contains(
+            "warning: the ranks' copies of replicated `tag` differ after the run (rank 1's element 1 is not \
+             rank 0's); the output is rank 0's copy"
+        ) && !e.contains("`same` differ"),
+        "{e}"
+    );
+    assert!(
+        e.contains("warning: `mark` ended with 1 message sent and never received")
+            && e.contains("mark.tl:7:9")
+            && e.contains("rank 0 (sip 0, cube 0, pe 0) sent rank 1 (sip 0, cube 0, pe 1) 1 message (16 bytes)"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn run_errors_point_at_the_source() {
     let o = tlc(&[

@@ -297,6 +297,16 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
             crate::sim::render_sim_error(func, sources, &other, ColorMode::Never).trim_end()
         ),
     })?;
+    // A collective that leaves messages behind is wrong even when its
+    // data is right (a later collective would receive them).
+    if !report.unreceived.is_empty() {
+        let total: u64 = report.unreceived.iter().map(|u| u.messages).sum();
+        return Err(format!(
+            "left {total} message{} unreceived on {n} PEs:\n{}",
+            if total == 1 { "" } else { "s" },
+            crate::sim::render_unreceived(func, sources, &report.unreceived, true, ColorMode::Never).trim_end()
+        ));
+    }
     // Count the wrong elements against the exact expected results.
     let out = if dst.is_empty() { &src } else { &dst };
     let mut wrong = 0u64;

@@ -565,6 +565,17 @@ impl Runtime {
                 ColorMode::Never,
             ))
         })?;
+        // Queues do not outlive a launch: what no receive took is lost,
+        // which no caller of a kernel expects.
+        if !report.unreceived.is_empty() {
+            return Err(HostError::new(sim::render_unreceived(
+                &p.kernel.func,
+                &p.kernel.sources,
+                &report.unreceived,
+                true,
+                ColorMode::Never,
+            )));
+        }
         self.history.push(LaunchRecord {
             kernel: p.kernel.name().to_string(),
             pes: report.pes.len(),

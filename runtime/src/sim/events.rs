@@ -777,8 +777,10 @@ impl Sim<'_> {
             Some(r) if error.is_none() => r.iter().map(|&(i, s, e)| (links[i as usize].id, s, e)).collect(),
             _ => Vec::new(),
         };
+        let unreceived = if error.is_none() { self.unreceived() } else { Vec::new() };
         super::launch::ShardOut {
             error,
+            unreceived,
             pes,
             end_ps,
             slices: std::mem::take(&mut self.slices),
@@ -879,6 +881,30 @@ impl Sim<'_> {
                 pe.prefetch_targets(kind);
             }
         }
+    }
+
+    /// The data messages left in their receivers' slots, per queue (the
+    /// receiver's side of one between two processes: the sender's does
+    /// not keep them).
+    fn unreceived(&self) -> Vec<super::report::Unreceived> {
+        self.queues
+            .queues
+            .iter()
+            .filter(|q| !q.control && q.half != super::ipcq::Half::Send)
+            .filter_map(|q| {
+                let first = q.msgs.front()?;
+                let (src, dst) = (q.src as usize, q.dst as usize);
+                Some(super::report::Unreceived {
+                    from: self.coords[src],
+                    from_rank: self.ranks[src],
+                    to: self.coords[dst],
+                    to_rank: self.ranks[dst],
+                    messages: q.msgs.len() as u64,
+                    bytes: q.msgs.iter().map(|m| m.bytes).sum(),
+                    sent_by: first.sent_by,
+                })
+            })
+            .collect()
     }
 
     /// What every unfinished PE waits for (the facts of a deadlock).

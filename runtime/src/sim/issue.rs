@@ -591,7 +591,11 @@ impl Sim<'_> {
             need_bytes,
             have_bytes,
             queues,
-            opened_by: Some((self.coords[p], self.ranks[p], i)),
+            cause: super::TcmCause::Queue {
+                by: self.coords[p],
+                rank: self.ranks[p],
+                inst: i,
+            },
         })
     }
 

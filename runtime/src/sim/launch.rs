@@ -23,7 +23,7 @@ use super::fabric::{Fabric, Link, LinkId};
 use super::pe::{PeSlab, PeState, Programs};
 use super::report::{Blocked, LinkStat, PeStat, Report, Slice};
 use super::slots::EnvSlots;
-use super::{ipcq_tcm_bytes, peak_live_bytes, Communicator, Launch, Machine, MemView, Placement, SimError};
+use super::{ipcq_tcm_bytes, peak_live, Communicator, Launch, Machine, MemView, Placement, SimError};
 use crate::topology::schema::Ipcq;
 use crate::topology::{PeCoord, Topology};
 use kernbench_compiler::datapath::{plan_with, DataPath, Fusion, Plan, RtValue};
@@ -112,7 +112,7 @@ impl<'a> Shared<'a> {
         // Live blocks, the PE's TCM allocations and one queue's IPCQ slots
         // must fit; each further queue into a PE is checked when it is
         // first used.
-        let live = peak_live_bytes(func);
+        let (live, peak_at) = peak_live(func);
         let slot_bytes = ipcq_tcm_bytes(&ipcq);
         let mut tcm_base_bytes = Vec::with_capacity(coords.len());
         for &pe in &coords {
@@ -126,7 +126,10 @@ impl<'a> Shared<'a> {
                     need_bytes: need,
                     have_bytes: cap,
                     queues: u32::from(slot_bytes > 0),
-                    opened_by: None,
+                    cause: super::TcmCause::LiveBlocks {
+                        live_bytes: live,
+                        peak_at,
+                    },
                 });
             }
             tcm_base_bytes.push(live + used);
@@ -357,6 +360,8 @@ pub(super) struct ShardOut {
     pub stuck_ps: u64,
     /// With several shards: the state of the links it owns.
     pub links: Vec<Link>,
+    /// Messages its receivers never received.
+    pub unreceived: Vec<super::report::Unreceived>,
 }
 
 pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<Report, SimError> {
@@ -706,6 +711,7 @@ impl ShardOut {
             timed_out: false,
             stuck_ps: 0,
             links: Vec::new(),
+            unreceived: Vec::new(),
         }
     }
 }
@@ -744,13 +750,17 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
     let mut slices: Vec<Slice> = Vec::new();
     let mut link_intervals = Vec::new();
     let (mut pes, mut events, mut end) = (Vec::new(), 0, sh.start_ps);
+    let mut unreceived = Vec::new();
     for o in outs {
+        unreceived.extend(o.unreceived);
         slices.extend(o.slices);
         link_intervals.extend(o.intervals);
         pes.extend(o.pes);
         events += o.events;
         end = end.max(o.end_ps);
     }
+    // One order whatever the shards.
+    unreceived.sort_by_key(|u| (u.from_rank, u.to_rank, u.from, u.to));
     // PEs and trace processes by their positions in the launch.
     if sh.order.iter().enumerate().any(|(p, &i)| p != i) {
         let mut by_position: Vec<Option<PeStat>> = vec![None; pes.len()];
@@ -790,5 +800,6 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
         slices,
         link_intervals,
         threads,
+        unreceived,
     })
 }

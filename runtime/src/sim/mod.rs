@@ -45,8 +45,8 @@ pub use comm::{mesh_dims, ring_order, select_pes, Communicator};
 pub use fabric::{Endpoint, Fabric, LinkId, PathCost, Transfer, LINK_CLASSES};
 pub use memory::{MemView, OutOfMemory, Placement, SimMemory};
 pub use report::{
-    render_deadlock, render_sim_error, summary_json, summary_text, trace_json, Blocked, LinkStat, PeStat, Report,
-    Slice, WaitReason,
+    render_deadlock, render_sim_error, render_unreceived, summary_json, summary_text, trace_json, Blocked, LinkStat,
+    PeStat, Report, Slice, Unreceived, WaitReason,
 };
 
 use crate::topology::schema::Ipcq;
@@ -207,10 +207,8 @@ pub enum SimError {
         have_bytes: u64,
         /// IPCQ queues into the PE whose slots are counted (in TCM).
         queues: u32,
-        /// The PE, rank and `send`/`recv` that opened the last of those
-        /// queues during the run; `None` when the launch's own check (the
-        /// live blocks and one queue's slots) failed before any ran.
-        opened_by: Option<(PeCoord, u32, kernbench_compiler::ir::Inst)>,
+        /// What did not fit.
+        cause: TcmCause,
     },
     /// The launch ran past its time limit: every PE not finished then,
     /// and where it was.
@@ -219,13 +217,38 @@ pub enum SimError {
     Setup(String),
 }
 
-/// The kernel's peak bytes of live blocks, a static estimate: a block is
+/// Why a kernel's TCM overflowed.
+#[derive(Clone, Debug)]
+pub enum TcmCause {
+    /// The launch's own check, before any PE ran: the kernel's live blocks
+    /// (`live_bytes` at their peak, first reached at `peak_at`) with the
+    /// PE's TCM allocations and one queue's IPCQ slots.
+    LiveBlocks {
+        live_bytes: u64,
+        peak_at: Option<kernbench_compiler::ir::Inst>,
+    },
+    /// A further queue into the PE, opened during the run by rank `rank`
+    /// on PE `by` in its `send`/`recv` `inst`.
+    Queue {
+        by: PeCoord,
+        rank: u32,
+        inst: kernbench_compiler::ir::Inst,
+    },
+}
+
+/// The kernel's peak bytes of live blocks (see [`peak_live`]).
+pub fn peak_live_bytes(func: &Function) -> u64 {
+    peak_live(func).0
+}
+
+/// The kernel's peak bytes of live blocks, and the first instruction at
+/// which they are live (`None` for a kernel with no blocks): a static estimate: a block is
 /// live from its definition to its last use in program order, and a value
 /// used inside a loop that does not define it lives until that loop ends
 /// (every iteration needs it). A value defined in a loop's body and used
 /// later in the same body lives from one to the other; one carried to the
 /// next iteration is an operand of the body's yield, its last use.
-pub fn peak_live_bytes(func: &Function) -> u64 {
+pub fn peak_live(func: &Function) -> (u64, Option<kernbench_compiler::ir::Inst>) {
     /// Instructions in program order (each followed by its regions'),
     /// and where each instruction's regions end in that order.
     fn walk(f: &Function, r: Region, order: &mut Vec<kernbench_compiler::ir::Inst>, ends: &mut Vec<usize>) {
@@ -295,12 +318,14 @@ pub fn peak_live_bytes(func: &Function) -> u64 {
             }
         }
     }
-    let (mut cur, mut peak) = (0i64, 0i64);
-    for d in delta {
+    let (mut cur, mut peak, mut peak_at) = (0i64, 0i64, None);
+    for (k, d) in delta.into_iter().enumerate() {
         cur += d;
-        peak = peak.max(cur);
+        if cur > peak {
+            (peak, peak_at) = (cur, order.get(k).copied());
+        }
     }
-    peak.max(0) as u64
+    (peak.max(0) as u64, peak_at)
 }
 
 /// Bytes one IPCQ queue's slots take in its receiver's TCM (0 when they

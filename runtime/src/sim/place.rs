@@ -176,6 +176,25 @@ pub fn gather(m: &Machine, t: &PlacedTensor) -> Tensor {
     out
 }
 
+/// Where the ranks' copies of a replicated tensor first disagree after a
+/// run: the first rank whose copy differs from rank 0's and the index of
+/// its first element that does. `None` when they all agree, or when the
+/// tensor is not replicated. ([`gather`] returns rank 0's copy: a kernel
+/// that wrote its copies differently should hear that the others were
+/// dropped.)
+pub fn replica_divergence(m: &Machine, t: &PlacedTensor) -> Option<(usize, usize)> {
+    if t.layout.dist != Dist::Replicate {
+        return None;
+    }
+    let esz = kernbench_compiler::datapath::elem_size(t.elem).max(1);
+    let first = m.mem.bytes_at(*t.bases.first()?).unwrap_or(&[]);
+    t.bases.iter().enumerate().skip(1).find_map(|(r, &b)| {
+        let copy = m.mem.bytes_at(b).unwrap_or(&[]);
+        let at = first.iter().zip(copy).position(|(x, y)| x != y)?;
+        Some((r, at / esz))
+    })
+}
+
 /// Every rank's copy of a replicated tensor (or each shard), in rank order.
 pub fn parts(m: &Machine, t: &PlacedTensor) -> Vec<Vec<u8>> {
     t.bases

@@ -4,7 +4,7 @@
 //! occupancy as counter tracks); and the run's errors rendered like
 //! compiler diagnostics (a failing operation, a deadlock).
 
-use super::{Engine, LinkId, SimError, LINK_CLASSES};
+use super::{Engine, LinkId, SimError, TcmCause, LINK_CLASSES};
 use crate::topology::PeCoord;
 use codespan_reporting::diagnostic as cs;
 use codespan_reporting::term;
@@ -58,6 +58,24 @@ pub struct Report {
     pub link_intervals: Vec<(LinkId, u64, u64)>,
     /// The threads the launch ran on (its shards; no result depends on it).
     pub threads: usize,
+    /// Messages left in their receivers' slots when the run ended, by
+    /// sender and receiver rank.
+    pub unreceived: Vec<Unreceived>,
+}
+
+/// Messages one rank sent another that the receiver never received: the
+/// run ended with them in its slots. Legal, but in a kernel almost always
+/// a receive too few (or a send too many).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unreceived {
+    pub from: PeCoord,
+    pub from_rank: u32,
+    pub to: PeCoord,
+    pub to_rank: u32,
+    pub messages: u64,
+    pub bytes: u64,
+    /// The `tl.send` of the first of them.
+    pub sent_by: Inst,
 }
 
 impl Report {
@@ -187,6 +205,9 @@ pub fn summary_json(r: &Report) -> serde_json::Value {
         "engines": engines,
         "link_classes": classes,
         "top_links": top,
+        "unreceived": r.unreceived.iter().map(|u| json!({
+            "from_rank": u.from_rank, "to_rank": u.to_rank, "messages": u.messages, "bytes": u.bytes,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -337,6 +358,65 @@ pub fn render_time_limit(
     emit(sources, &d, color)
 }
 
+/// A warning (or with `as_error` an error) for the messages a run left
+/// unreceived; empty when none.
+pub fn render_unreceived(
+    func: &Function,
+    sources: &SourceMap,
+    unreceived: &[Unreceived],
+    as_error: bool,
+    color: ColorMode,
+) -> String {
+    if unreceived.is_empty() {
+        return String::new();
+    }
+    let total: u64 = unreceived.iter().map(|u| u.messages).sum();
+    let mut labels: Vec<cs::Label<kernbench_compiler::span::FileId>> = Vec::new();
+    for u in unreceived {
+        let loc = func.inst(u.sent_by).loc;
+        if !labels
+            .iter()
+            .any(|l| l.file_id == loc.file && l.range == loc.span.range())
+        {
+            let pairs: Vec<&Unreceived> = unreceived.iter().filter(|o| o.sent_by == u.sent_by).collect();
+            let what = match (pairs.len(), u.messages) {
+                (1, 1) => "this message was never received".to_string(),
+                (1, m) => format!("the first of {m} messages never received was sent here"),
+                (k, _) => format!("the first message {k} ranks never received was sent here"),
+            };
+            labels.push(cs::Label::primary(loc.file, loc.span.range()).with_message(what));
+        }
+    }
+    let notes = unreceived
+        .iter()
+        .map(|u| {
+            format!(
+                "rank {} {} sent rank {} {} {} message{} ({} bytes) it never received",
+                u.from_rank,
+                u.from,
+                u.to_rank,
+                u.to,
+                u.messages,
+                if u.messages == 1 { "" } else { "s" },
+                u.bytes
+            )
+        })
+        .collect();
+    let d = match as_error {
+        true => cs::Diagnostic::error(),
+        false => cs::Diagnostic::warning(),
+    };
+    let d = d
+        .with_message(format!(
+            "`{}` ended with {total} message{} sent and never received",
+            func.name,
+            if total == 1 { "" } else { "s" }
+        ))
+        .with_labels(labels)
+        .with_notes(capped(notes));
+    emit(sources, &d, color)
+}
+
 /// At most 16 notes, then how many more.
 fn capped(mut notes: Vec<String>) -> Vec<String> {
     let shown = 16;
@@ -423,21 +503,28 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
             need_bytes,
             have_bytes,
             queues,
-            opened_by,
+            cause,
         } => {
             let message = format!(
                 "kernel `{kernel}` needs {need_bytes} bytes of TCM on {pe} (its live blocks, the PE's TCM \
                  allocations and the IPCQ slots of {queues} queue{} into it) but the TCM holds {have_bytes} bytes",
                 if *queues == 1 { "" } else { "s" }
             );
-            let Some((by_pe, rank, inst)) = opened_by else {
-                return format!("error: {message}\n");
+            let (inst, what) = match *cause {
+                // Where the blocks peak: what to shrink or split.
+                TcmCause::LiveBlocks {
+                    live_bytes,
+                    peak_at: Some(inst),
+                } => (inst, format!("{live_bytes} bytes of blocks are live ")),
+                TcmCause::LiveBlocks { peak_at: None, .. } => return format!("error: {message}\n"),
+                // The send or receive that opened the queue that did not fit.
+                TcmCause::Queue { by, rank, inst } => {
+                    (inst, format!("rank {rank} {by} opens queue {queues} into {pe} "))
+                }
             };
-            // The send or receive that opened the queue that did not fit.
-            let who = format!("rank {rank} {by_pe} opens queue {queues} into {pe} ");
             let d = cs::Diagnostic::error()
                 .with_message(message)
-                .with_labels(vec![label_at(func, *inst, &who)]);
+                .with_labels(vec![label_at(func, inst, &what)]);
             emit(sources, &d, color)
         }
         SimError::Setup(m) => format!("error: {m}\n"),
@@ -470,6 +557,7 @@ mod tests {
                 slices: Vec::new(),
                 link_intervals: Vec::new(),
                 threads: 1,
+                unreceived: Vec::new(),
             };
             for (name, min, mean, max) in r.engine_busy() {
                 assert!(min <= mean && mean <= max, "{name} {busy:?}: {min} {mean} {max}");
@@ -487,6 +575,7 @@ mod tests {
             slices: Vec::new(),
             link_intervals: Vec::new(),
             threads: 1,
+            unreceived: Vec::new(),
         };
         for (_, min, mean, max) in same.engine_busy() {
             assert_eq!((min.to_bits(), max.to_bits()), (mean.to_bits(), mean.to_bits()));

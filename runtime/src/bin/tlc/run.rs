@@ -327,6 +327,10 @@ pub fn run(a: RunArgs) -> ExitCode {
         },
         report.events as f64 / (wall_ms * 1e3).max(1e-9)
     );
+    err!(
+        "{}",
+        sim::render_unreceived(&func, &sources, &report.unreceived, false, color_mode(a.color))
+    );
     match a.format {
         Format::Human => out!("{}", sim::summary_text(&report)),
         Format::Json => outln!("{}", sim::summary_json(&report)),
@@ -344,6 +348,15 @@ pub fn run(a: RunArgs) -> ExitCode {
             "wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)",
             path.display()
         );
+    }
+    for t in &placed {
+        if let Some((rank, elem)) = place::replica_divergence(&machine, t) {
+            errln!(
+                "warning: the ranks' copies of replicated `{}` differ after the run (rank {rank}'s element {elem} \
+                 is not rank 0's); the output is rank 0's copy",
+                t.name
+            );
+        }
     }
     let tensors: Vec<(String, Tensor)> = placed
         .iter()
