@@ -57,8 +57,64 @@ impl fmt::Display for YamlError {
 
 impl std::error::Error for YamlError {}
 
+/// The deepest nesting of flow collections (`[`, `{`) a file may have:
+/// serde_yaml refuses to deserialize deeper than 128 levels, but its
+/// parser takes time quadratic in the depth first (100,000 `[` took 20 s).
+const MAX_FLOW_DEPTH: usize = 128;
+
+/// The line where `text` opens its `MAX_FLOW_DEPTH + 1`-th nested flow
+/// collection, if it does. A linear scan that skips quoted scalars and
+/// comments; brackets inside plain scalars (`a[1]`) count too, which only
+/// matters to a file with more than a hundred of them unclosed.
+fn too_deep(text: &str) -> Option<usize> {
+    let (mut depth, mut line) = (0usize, 1);
+    let mut quote: Option<char> = None;
+    let mut prev = '\n';
+    let (mut comment, mut escaped) = (false, false);
+    for c in text.chars() {
+        if c == '\n' {
+            line += 1;
+            comment = false;
+        }
+        match quote {
+            _ if comment => {}
+            // `\"` inside double quotes; `''` inside single quotes closes
+            // and reopens, which comes to the same.
+            Some(q) => {
+                if c == q && !escaped {
+                    quote = None;
+                }
+                escaped = q == '"' && c == '\\' && !escaped;
+            }
+            None => match c {
+                '#' if prev.is_whitespace() => comment = true,
+                '\'' | '"' if matches!(prev, ' ' | '\t' | '\n' | '[' | '{' | ',' | ':') => quote = Some(c),
+                '[' | '{' => {
+                    depth += 1;
+                    if depth > MAX_FLOW_DEPTH {
+                        return Some(line);
+                    }
+                }
+                ']' | '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    None
+}
+
 /// Deserializes `text` (named `file` in errors).
 pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError> {
+    if let Some(line) = too_deep(text) {
+        return Err(YamlError {
+            file: file.to_string(),
+            line: Some(line),
+            path: String::new(),
+            message: format!("collections nested more than {MAX_FLOW_DEPTH} deep"),
+            unreadable: false,
+        });
+    }
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -166,6 +222,21 @@ pub fn key_line(text: &str, path: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Deep flow nesting is refused before the parser's quadratic time,
+    /// at its line; brackets in quotes and comments do not count, and the
+    /// deepest nesting allowed still parses.
+    #[test]
+    fn deep_nesting_is_an_error_at_its_line() {
+        let deep = format!("a: 1\nb: {}", "[".repeat(100_000));
+        let e = parse::<serde_yaml::Value>("t.yaml", &deep).expect_err("too deep");
+        assert_eq!(e.to_string(), "t.yaml:2: collections nested more than 128 deep");
+        let ok = format!("b: {}{}", "[".repeat(128), "]".repeat(128));
+        assert!(too_deep(&ok).is_none());
+        let quoted = format!("a: \"\\\"{0}\"\nb: '{0}' # {0}\n", "[".repeat(200));
+        assert!(too_deep(&quoted).is_none());
+        assert!(parse::<serde_yaml::Value>("t.yaml", &quoted).is_ok());
+    }
 
     #[test]
     fn long_quoted_values_are_cut_short_ones_kept() {

@@ -176,6 +176,26 @@ fn run_writes_outputs_and_reads_them_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--kernel` may be left out when the file has one `@kernel` (the run
+/// below); with none or several it is a usage error that lists them.
+#[test]
+fn run_needs_kernel_only_when_the_file_has_several() {
+    for (file, want) in [
+        (
+            "stdlib/ccl/p2p.tl",
+            "error: `stdlib/ccl/p2p.tl` defines 2 kernels (p2p, barrier): name one with --kernel",
+        ),
+        (
+            "stdlib/ccl/reduce_ops.tl",
+            "error: `stdlib/ccl/reduce_ops.tl` defines no `@kernel`",
+        ),
+    ] {
+        let o = tlc(&["run", file]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{}", stderr(&o));
+    }
+}
+
 /// What a run leaves that its user may not expect is a warning: copies of
 /// a replicated tensor that the ranks wrote differently (the output is
 /// rank 0's), and messages no rank received (at their send). Copies every
@@ -196,8 +216,6 @@ fn run_warns_of_diverging_copies_and_unreceived_messages() {
     let o = tlc(&[
         "run",
         &path,
-        "--kernel",
-        "mark",
         "--pes",
         "3",
         "--color",

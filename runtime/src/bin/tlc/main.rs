@@ -109,9 +109,9 @@ enum Command {
     /// Run a kernel on the simulated machine: real data and simulated time.
     Run {
         file: PathBuf,
-        /// The kernel to run.
+        /// The kernel to run (default: the file's only `@kernel`).
         #[arg(long, short = 'k')]
-        kernel: String,
+        kernel: Option<String>,
         /// Programs per grid axis: G or G0,G1[,G2] (default: one per PE;
         /// rank r runs programs r, r + PEs, …).
         #[arg(long)]
@@ -410,6 +410,20 @@ pub(crate) fn read_source(file: &Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| format!("`{}` is not UTF-8 text", file.display()))
 }
 
+/// The names of the `@kernel`s `file` defines, in order, and whether the
+/// file has errors.
+pub(crate) fn kernels_of(file: &Path, source: &str, options: &sema::Options) -> (Vec<String>, bool) {
+    let mut s = sema::Session::new(options.clone());
+    s.add_file(
+        &file.display().to_string(),
+        Some(file.to_path_buf()),
+        source.to_string(),
+    );
+    let out = s.finish();
+    let errors = out.has_errors();
+    (out.kernels.into_iter().map(|k| k.name).collect(), errors)
+}
+
 /// Checks `file` and lowers kernel `name`: the IR, or the exit code after
 /// printing why not.
 pub(crate) fn lower_kernel(
@@ -510,11 +524,7 @@ fn emit_ir(file: &Path, kernel: Option<&str>, define: &[String], color: Color, s
     };
     let names: Vec<String> = match kernel {
         Some(k) => vec![k.to_string()],
-        None => {
-            let mut s = sema::Session::new(options.clone());
-            s.add_file(&file.display().to_string(), Some(file.to_path_buf()), source.clone());
-            s.finish().kernels.into_iter().map(|k| k.name).collect()
-        }
+        None => kernels_of(file, &source, &options).0,
     };
     let mut text = String::new();
     for name in &names {

@@ -5,7 +5,8 @@
 //! back.
 
 use super::{
-    color_mode, default_stdlib, lower_kernel, parse_defines, read_source, usage_error, Backend, Color, Format,
+    color_mode, default_stdlib, kernels_of, lower_kernel, parse_defines, read_source, usage_error, Backend, Color,
+    Format,
 };
 use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
 use kernbench_compiler::sema::{
@@ -23,7 +24,8 @@ use std::time::Instant;
 
 pub struct RunArgs {
     pub file: PathBuf,
-    pub kernel: String,
+    /// `None`: the file's only kernel.
+    pub kernel: Option<String>,
     pub grid: Option<String>,
     pub args: Vec<String>,
     pub define: Vec<String>,
@@ -195,7 +197,26 @@ pub fn run(a: RunArgs) -> ExitCode {
         defines,
         stdlib_root: a.stdlib.clone().or_else(default_stdlib),
     };
-    let (func, sources) = match lower_kernel(&a.file, &source, &a.kernel, &options, a.color) {
+    let kernel = match &a.kernel {
+        Some(k) => k.clone(),
+        None => match kernels_of(&a.file, &source, &options) {
+            (names, _) if names.len() == 1 => names[0].clone(),
+            // Lowering reports the file's errors.
+            (_, true) => String::new(),
+            (names, false) if names.is_empty() => {
+                return usage_error(&format!("`{}` defines no `@kernel`", a.file.display()))
+            }
+            (many, false) => {
+                return usage_error(&format!(
+                    "`{}` defines {} kernels ({}): name one with --kernel",
+                    a.file.display(),
+                    many.len(),
+                    many.join(", ")
+                ))
+            }
+        },
+    };
+    let (func, sources) = match lower_kernel(&a.file, &source, &kernel, &options, a.color) {
         Ok(x) => x,
         Err((code, msg)) => {
             if !msg.is_empty() {
