@@ -176,6 +176,29 @@ fn run_writes_outputs_and_reads_them_back() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The printed summary of an output counts its NaN; min and max are the
+/// other values'.
+#[test]
+fn run_summaries_count_nan() {
+    let dir = temp_dir("nan");
+    let file = dir.join("nan.tl");
+    std::fs::write(
+        &file,
+        "@kernel\ndef nan(x: ptr[f32]):\n    offs = tl.arange(0, 4)\n    v = tl.load(x + offs)\n    \
+         tl.store(x + offs, tl.where(offs < 2, v * 0.0 / 0.0, v + offs))\n",
+    )
+    .expect("write");
+    let path = file.to_string_lossy().into_owned();
+    let o = tlc(&["run", &path, "--functional", "--arg", "x=zeros(4,f32)"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("  x: f32[4]  sum NaN  min 2.000000  max 3.000000  NaN 2"),
+        "{}",
+        stderr(&o)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `--kernel` may be left out when the file has one `@kernel` (the run
 /// below); with none or several it is a usage error that lists them.
 #[test]

@@ -95,8 +95,14 @@ fn summary_line(name: &str, t: &Tensor) -> String {
     let d = t.dtype();
     let size = d.size_bytes() as usize;
     let (mut sum, mut lo, mut hi) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY);
+    // `f64::min` passes over NaN: they are counted, and min and max are
+    // those of the other values (the sum is NaN, as it should be).
+    let mut nans = 0usize;
     let mut add = |v: f64| {
         sum += v;
+        if v.is_nan() {
+            nans += 1;
+        }
         lo = lo.min(v);
         hi = hi.max(v);
     };
@@ -124,7 +130,18 @@ fn summary_line(name: &str, t: &Tensor) -> String {
             }
         }
     }
-    format!("  {name}: {d}{:?}  sum {sum:.6}  min {lo:.6}  max {hi:.6}", t.shape)
+    let values = t.bytes().len() / size.max(1);
+    let range = if nans == values {
+        String::new() // no values, or only NaN
+    } else {
+        format!("  min {lo:.6}  max {hi:.6}")
+    };
+    let nans = if nans > 0 {
+        format!("  NaN {nans}")
+    } else {
+        String::new()
+    };
+    format!("  {name}: {d}{:?}  sum {sum:.6}{range}{nans}", t.shape)
 }
 
 /// Writes every tensor to `DIR/NAME.npy`, or prints its summary.
