@@ -1,7 +1,7 @@
 //! YAML configuration files (`topology.yaml`, `ccl.yaml`): deserialization
 //! into typed structs with errors that name the file, the line and the key
 //! path (`topology.yaml:12: cube.pe_layout.pe_per_corner: expected a
-//! positive integer, got -1`).
+//! positive integer of at most 65536, got -1`).
 
 use serde::de::DeserializeOwned;
 use std::fmt;

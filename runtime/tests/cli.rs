@@ -1158,6 +1158,18 @@ fn sizes_past_a_pes_hbm_slice_are_errors_before_any_work() {
         "{}",
         stderr(&o)
     );
+    // 1 GiB fits each slice of `large`, but 4,096 ranks of it (8 TiB with
+    // the host's copies) fit no host: an error, not the out-of-memory
+    // killer minutes later. (Where the host's free memory is known.)
+    if std::path::Path::new("/proc/meminfo").exists() {
+        let o = tlc(&["bench", "sim", "--topology", "large", "--bytes", "1G", "--runs", "1"]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("4096 ranks need about 8192.0 GiB of host memory for their data, and this machine has"),
+            "{}",
+            stderr(&o)
+        );
+    }
 }
 
 #[test]

@@ -247,6 +247,21 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
             topo.spec.name
         ));
     }
+    // The data lives on the host too (the simulator carries real bytes):
+    // each rank's input twice (the host's copy and the machine's), its
+    // output, and the expected result. Past the host's memory the run
+    // would end in the kernel's out-of-memory kill, after minutes and
+    // without a word.
+    let host_need = n.saturating_mul(need.saturating_add(input_elems.saturating_mul(esz)));
+    if let Some(avail) = host_memory_available_bytes() {
+        if host_need > avail {
+            return Err(format!(
+                "{n} ranks need about {:.1} GiB of host memory for their data, and this machine has {:.1} GiB available",
+                host_need as f64 / (1u64 << 30) as f64,
+                avail as f64 / (1u64 << 30) as f64
+            ));
+        }
+    }
     let key = (a.collective, dtype, op, n, per_rank);
     if cache.0.as_ref().is_none_or(|d| d.key != key) {
         cache.0 = None; // free the previous size's buffers first
@@ -338,6 +353,15 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
         events: report.events,
         sim_wall,
     })
+}
+
+/// The host memory available to a new allocation (`MemAvailable` of
+/// `/proc/meminfo`); `None` where that is not known.
+fn host_memory_available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
 }
 
 /// A byte count with an optional K, M or G suffix (powers of 1024).

@@ -21,7 +21,7 @@
 //! packet): the head packet of `h = min(bytes, packet_bytes)` enters link
 //! `i` at `e_i = max(arrival_i, free_at_i)` and reaches the next link at
 //! `e_i + ser_i(h) + latency_i`; the tail leaves link `i` at
-//! `max(e_i + ser_i(bytes), tail_{i-1} + ser_i(h))`. The link itself is
+//! `max(e_i + ser_i(bytes), tail_{i-1} + latency_{i-1} + ser_i(h))`. The link itself is
 //! busy for `ser_i(bytes)` from `e_i` (packets of other transfers fill the
 //! gaps when an upstream link is slower). On an idle path this is exactly
 //! `Σ latency_i + Σ ser_i(h) + ser_bottleneck(bytes − h)`: the DESIGN's

@@ -1,7 +1,7 @@
 //! The machine description: `topology.yaml` parsed (serde_yaml) into typed
 //! structs, validated with errors that name the file, line and key path
 //! (`topology.yaml:12: cube.pe_layout.pe_per_corner: expected a positive
-//! integer, got -1`), the embedded default and the presets, and the
+//! integer of at most 65536, got -1`), the embedded default and the presets, and the
 //! human summary `tlc topology` prints.
 
 pub mod schema;
