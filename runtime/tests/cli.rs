@@ -113,6 +113,19 @@ fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// Asserts that `o` exited with `code` and said `want` on stderr.
+fn assert_exit(o: &Output, code: i32, want: &str) {
+    assert_eq!(o.status.code(), Some(code), "{}", stderr(o));
+    assert!(stderr(o).contains(want), "{}", stderr(o));
+}
+
+/// Writes kernel source `src` to `dir/name` and returns the file's path.
+fn write_kernel(dir: &Path, name: &str, src: &str) -> String {
+    let file = dir.join(name);
+    std::fs::write(&file, src).expect("kernel written");
+    file.to_string_lossy().into_owned()
+}
+
 /// `add.tl` on 13 random floats in two programs of 8.
 const ADD_13: [&str; 16] = [
     "run",
@@ -181,21 +194,14 @@ fn run_writes_outputs_and_reads_them_back() {
 #[test]
 fn run_summaries_count_nan() {
     let dir = temp_dir("nan");
-    let file = dir.join("nan.tl");
-    std::fs::write(
-        &file,
+    let path = write_kernel(
+        &dir,
+        "nan.tl",
         "@kernel\ndef nan(x: ptr[f32]):\n    offs = tl.arange(0, 4)\n    v = tl.load(x + offs)\n    \
          tl.store(x + offs, tl.where(offs < 2, v * 0.0 / 0.0, v + offs))\n",
-    )
-    .expect("write");
-    let path = file.to_string_lossy().into_owned();
-    let o = tlc(&["run", &path, "--functional", "--arg", "x=zeros(4,f32)"]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("  x: f32[4]  sum NaN  min 2.000000  max 3.000000  NaN 2"),
-        "{}",
-        stderr(&o)
     );
+    let o = tlc(&["run", &path, "--functional", "--arg", "x=zeros(4,f32)"]);
+    assert_exit(&o, 0, "  x: f32[4]  sum NaN  min 2.000000  max 3.000000  NaN 2");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -213,9 +219,7 @@ fn run_needs_kernel_only_when_the_file_has_several() {
             "error: `stdlib/ccl/reduce_ops.tl` defines no `@kernel`",
         ),
     ] {
-        let o = tlc(&["run", file]);
-        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
-        assert!(stderr(&o).contains(want), "{}", stderr(&o));
+        assert_exit(&tlc(&["run", file]), 2, want);
     }
 }
 
@@ -226,15 +230,13 @@ fn run_needs_kernel_only_when_the_file_has_several() {
 #[test]
 fn run_warns_of_diverging_copies_and_unreceived_messages() {
     let dir = temp_dir("warn");
-    let file = dir.join("mark.tl");
-    std::fs::write(
-        &file,
+    let path = write_kernel(
+        &dir,
+        "mark.tl",
         "@kernel\ndef mark(same: ptr[i32], tag: ptr[i32]):\n    offs = tl.arange(0, 4)\n    \
          tl.store(same + offs, tl.load(same + offs) + 1)\n    tl.store(tag + offs, offs * tl.rank())\n    \
          if tl.rank() == 0:\n        tl.send(1, offs)\n",
-    )
-    .expect("write");
-    let path = file.to_string_lossy().into_owned();
+    );
     let out = dir.to_string_lossy().into_owned();
     let o = tlc(&[
         "run",
@@ -642,13 +644,11 @@ fn run_shards_an_npy_argument_over_an_explicit_pe_list() {
 #[test]
 fn run_reports_deadlocks_and_bad_machine_arguments() {
     let dir = temp_dir("deadlock");
-    let file = dir.join("wrong.tl");
-    std::fs::write(
-        &file,
+    let f = write_kernel(
+        &dir,
+        "wrong.tl",
         "@kernel\ndef wrong(buf: ptr[i32]):\n    got = tl.recv(tl.PREV, [64], i32)\n    tl.send(tl.NEXT, got)\n",
-    )
-    .expect("write");
-    let f = file.to_string_lossy().into_owned();
+    );
     let o = tlc(&[
         "run",
         &f,
@@ -1162,12 +1162,10 @@ fn sizes_past_a_pes_hbm_slice_are_errors_before_any_work() {
     // the host's copies) fit no host: an error, not the out-of-memory
     // killer minutes later. (Where the host's free memory is known.)
     if std::path::Path::new("/proc/meminfo").exists() {
-        let o = tlc(&["bench", "sim", "--topology", "large", "--bytes", "1G", "--runs", "1"]);
-        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
-        assert!(
-            stderr(&o).contains("4096 ranks need about 8192.0 GiB of host memory for their data, and this machine has"),
-            "{}",
-            stderr(&o)
+        assert_exit(
+            &tlc(&["bench", "sim", "--topology", "large", "--bytes", "1G", "--runs", "1"]),
+            1,
+            "4096 ranks need about 8192.0 GiB of host memory for their data, and this machine has",
         );
     }
 }
@@ -1175,13 +1173,11 @@ fn sizes_past_a_pes_hbm_slice_are_errors_before_any_work() {
 #[test]
 fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
     let dir = temp_dir("time-limit");
-    let kernel = dir.join("spin.tl");
-    std::fs::write(
-        &kernel,
+    let kernel = write_kernel(
+        &dir,
+        "spin.tl",
         "@kernel\ndef spin(x: ptr[i32]):\n    i = 0\n    while i >= 0:\n        i = i + 1 - 1\n    tl.store(x + tl.arange(0, 8), tl.zeros([8], i32), mask=tl.arange(0, 8) < 8)\n",
-    )
-    .expect("kernel written");
-    let kernel = kernel.to_string_lossy().into_owned();
+    );
     let run = |extra: &[&str]| {
         let mut a = vec![
             "run",

@@ -371,22 +371,14 @@ pub fn render_unreceived(
         return String::new();
     }
     let total: u64 = unreceived.iter().map(|u| u.messages).sum();
-    let mut labels: Vec<cs::Label<kernbench_compiler::span::FileId>> = Vec::new();
-    for u in unreceived {
-        let loc = func.inst(u.sent_by).loc;
-        if !labels
-            .iter()
-            .any(|l| l.file_id == loc.file && l.range == loc.span.range())
-        {
-            let pairs: Vec<&Unreceived> = unreceived.iter().filter(|o| o.sent_by == u.sent_by).collect();
-            let what = match (pairs.len(), u.messages) {
-                (1, 1) => "this message was never received".to_string(),
-                (1, m) => format!("the first of {m} messages never received was sent here"),
-                (k, _) => format!("the first message {k} ranks never received was sent here"),
-            };
-            labels.push(cs::Label::primary(loc.file, loc.span.range()).with_message(what));
+    let labels = label_each(func, unreceived.iter().map(|u| u.sent_by), |send| {
+        let pairs: Vec<&Unreceived> = unreceived.iter().filter(|o| o.sent_by == send).collect();
+        match pairs[..] {
+            [one] if one.messages == 1 => "this message was never received".to_string(),
+            [one] => format!("the first of {} messages never received was sent here", one.messages),
+            _ => format!("the first message {} ranks never received was sent here", pairs.len()),
         }
-    }
+    });
     let notes = unreceived
         .iter()
         .map(|u| {
@@ -430,18 +422,27 @@ fn capped(mut notes: Vec<String>) -> Vec<String> {
 
 /// One label per distinct instruction the PEs are at: "N ranks {what}".
 fn labels_at(func: &Function, at: &[Blocked], what: &str) -> Vec<cs::Label<kernbench_compiler::span::FileId>> {
+    label_each(func, at.iter().map(|b| b.inst), |inst| {
+        let count = at.iter().filter(|o| o.inst == inst).count();
+        format!("{count} rank{} {what}", if count == 1 { "" } else { "s" })
+    })
+}
+
+/// One primary label per distinct source span of `insts` (in the order
+/// first seen), saying `message(inst)` of the first instruction there.
+fn label_each(
+    func: &Function,
+    insts: impl IntoIterator<Item = Inst>,
+    message: impl Fn(Inst) -> String,
+) -> Vec<cs::Label<kernbench_compiler::span::FileId>> {
     let mut labels: Vec<cs::Label<kernbench_compiler::span::FileId>> = Vec::new();
-    for b in at {
-        let loc = func.inst(b.inst).loc;
+    for inst in insts {
+        let loc = func.inst(inst).loc;
         if !labels
             .iter()
             .any(|l| l.file_id == loc.file && l.range == loc.span.range())
         {
-            let count = at.iter().filter(|o| o.inst == b.inst).count();
-            labels.push(
-                cs::Label::primary(loc.file, loc.span.range())
-                    .with_message(format!("{count} rank{} {what}", if count == 1 { "" } else { "s" })),
-            );
+            labels.push(cs::Label::primary(loc.file, loc.span.range()).with_message(message(inst)));
         }
     }
     labels
