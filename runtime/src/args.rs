@@ -122,9 +122,42 @@ fn parse_shape(s: &str) -> Result<Vec<usize>, String> {
         .map(|d| d.trim().parse::<usize>())
         .collect();
     match dims {
-        Ok(d) if !d.is_empty() && d.iter().all(|&x| x > 0) => Ok(d),
+        Ok(d) if !d.is_empty() && d.iter().all(|&x| x > 0) => {
+            // Counted in u64 with room for 8-byte elements: a product that
+            // wraps would be a small tensor claiming a huge shape.
+            match d.iter().try_fold(8u64, |n, &x| n.checked_mul(x as u64)) {
+                Some(_) => Ok(d),
+                None => Err(format!("`{s}` has more elements than any memory holds")),
+            }
+        }
         _ => Err(format!("`{s}` is not a shape (positive integers, e.g. `(64, 64)`)")),
     }
+}
+
+/// The host memory available to a new allocation (`MemAvailable` of
+/// `/proc/meminfo`); `None` where that is not known.
+pub fn host_memory_available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}
+
+/// An error when argument `name`'s `bytes` would not fit in the host's
+/// available memory (the allocation would abort the process instead).
+fn fits_host(name: &str, bytes: u64) -> Result<(), String> {
+    match host_memory_available_bytes() {
+        Some(avail) if bytes > avail => Err(format!(
+            "argument `{name}` needs {bytes} bytes, and the host has {avail} bytes of memory available"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Bytes of a tensor of `shape` and `d` (shapes are checked by
+/// [`parse_shape`] not to overflow).
+fn tensor_bytes(shape: &[usize], d: DType) -> u64 {
+    shape.iter().fold(d.size_bytes(), |n, &x| n.saturating_mul(x as u64))
 }
 
 /// SplitMix64: a tiny, well-known generator with a fixed output sequence.
@@ -187,10 +220,12 @@ pub fn resolve(name: &str, spec: &ArgSpec, ty: &Type) -> Result<HostArg, String>
         (ArgSpec::Npy(path), Some(d)) => read_npy(path, d).map(HostArg::Tensor),
         (ArgSpec::Rand { shape, dtype, seed }, Some(d)) => {
             check_dtype(*dtype, d)?;
+            fits_host(name, tensor_bytes(shape, d))?;
             Ok(HostArg::Tensor(random_tensor(d, shape, seed.unwrap_or_else(|| name_seed(name)))))
         }
         (ArgSpec::Zeros { shape, dtype }, Some(d)) => {
             check_dtype(*dtype, d)?;
+            fits_host(name, tensor_bytes(shape, d))?;
             Ok(HostArg::Tensor(Tensor::zeros(Elem::Num(d), shape)))
         }
     }
@@ -286,8 +321,66 @@ fn read_as<T: ReadableElement + Copy>(
     Ok(t)
 }
 
+/// The bytes of data an `.npy` file's header declares (its shape times
+/// its item size, saturating) and the bytes it holds after the header;
+/// `None` when the header cannot be read this simply (the reader then
+/// says what is wrong).
+fn npy_declared(path: &Path) -> Option<(u64, u64)> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let file_bytes = f.metadata().ok()?.len();
+    let mut magic = [0u8; 8];
+    f.read_exact(&mut magic).ok()?;
+    if &magic[..6] != b"\x93NUMPY" {
+        return None;
+    }
+    // Version 1 has a 2-byte header length, versions 2 and 3 a 4-byte one.
+    let (len_bytes, header_len) = if magic[6] == 1 {
+        let mut b = [0u8; 2];
+        f.read_exact(&mut b).ok()?;
+        (2, u64::from(u16::from_le_bytes(b)))
+    } else {
+        let mut b = [0u8; 4];
+        f.read_exact(&mut b).ok()?;
+        (4, u64::from(u32::from_le_bytes(b)))
+    };
+    if header_len > 1 << 20 {
+        return None;
+    }
+    let mut header = vec![0u8; header_len as usize];
+    f.read_exact(&mut header).ok()?;
+    let header = String::from_utf8_lossy(&header);
+    // 'descr': '<f4' (the item size is its trailing digits).
+    let descr = header.split("'descr':").nth(1)?.trim_start().strip_prefix('\'')?;
+    let descr = descr.split('\'').next()?;
+    let digits = descr.trim_start_matches(|c: char| !c.is_ascii_digit());
+    let item: u64 = digits.parse().ok()?;
+    // 'shape': (2, 3)
+    let shape = header.split("'shape':").nth(1)?.trim_start().strip_prefix('(')?;
+    let mut bytes = item;
+    for d in shape
+        .split(')')
+        .next()?
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+    {
+        bytes = bytes.saturating_mul(d.parse().ok()?);
+    }
+    Some((bytes, file_bytes.saturating_sub(8 + len_bytes + header_len)))
+}
+
 /// Reads an `.npy` file whose elements must be of dtype `d`.
 pub fn read_npy(path: &Path, d: DType) -> Result<Tensor, String> {
+    // The reader allocates what the header declares before it reads: a
+    // small file claiming a huge shape would abort the process.
+    if let Some((declared, held)) = npy_declared(path) {
+        if declared > held {
+            return Err(format!(
+                "`{}` declares {declared} bytes of data in its header but holds {held}",
+                path.display()
+            ));
+        }
+    }
     let r = match d {
         DType::Bool => read_as::<bool>(path, d, |x| x as u64),
         DType::I8 => read_as::<i8>(path, d, |x| x as u8 as u64),
@@ -392,6 +485,56 @@ mod tests {
         }
         let wrong = read_npy(&dir.join("f32.npy"), DType::I32).expect_err("dtype mismatch");
         assert!(wrong.contains("float32") || wrong.contains("<f4"), "{wrong}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Sizes no host holds are errors before anything is allocated (the
+    /// allocation aborted the process): a shape whose element count wraps,
+    /// `zeros` past the host's memory, and a small `.npy` whose header
+    /// claims a huge shape (or more data than it has).
+    #[test]
+    fn huge_sizes_are_errors_before_allocation() {
+        let e = parse_arg("x=zeros((4294967296,4294967296),f32)").expect_err("wraps");
+        assert!(e.contains("has more elements than any memory holds"), "{e}");
+        if host_memory_available_bytes().is_some() {
+            let (name, spec) = parse_arg("x=zeros(100000000000000,f32)").expect("a shape");
+            let ty = Type::Scalar(Elem::Ptr(DType::F32));
+            let e = resolve(&name, &spec, &ty)
+                .map(|_| ())
+                .expect_err("past the host's memory");
+            assert!(
+                e.contains("argument `x` needs 400000000000000 bytes, and the host has"),
+                "{e}"
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("kb-npy-huge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let npy = |shape: &str, data: &[u8]| {
+            let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+            while (10 + header.len() + 1) % 64 != 0 {
+                header.push(' ');
+            }
+            header.push('\n');
+            let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+            bytes.extend((header.len() as u16).to_le_bytes());
+            bytes.extend(header.as_bytes());
+            bytes.extend(data);
+            let p = dir.join(format!("{}.npy", data.len()));
+            std::fs::write(&p, bytes).expect("write");
+            p
+        };
+        let e = read_npy(&npy("(100000000000000,)", &[]), DType::F32).expect_err("huge");
+        assert!(
+            e.contains("declares 400000000000000 bytes of data in its header but holds 0"),
+            "{e}"
+        );
+        let e = read_npy(&npy("(2, 3)", &[0; 20]), DType::F32).expect_err("short");
+        assert!(
+            e.contains("declares 24 bytes of data in its header but holds 20"),
+            "{e}"
+        );
+        let ok = read_npy(&npy("(2, 3)", &[0; 24]), DType::F32).expect("whole");
+        assert_eq!(ok.shape.to_vec(), vec![2, 3]);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

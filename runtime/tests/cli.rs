@@ -886,6 +886,16 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         String::from_utf8_lossy(&o.stdout).contains("ring_allreduce_hbm"),
         "the others still run"
     );
+    // The failed algorithm's table says so (it said `0 OK`).
+    let out = String::from_utf8_lossy(&o.stdout);
+    let table = out
+        .split("# all_reduce with `big_ring`")
+        .nth(1)
+        .expect("big_ring's table");
+    assert!(
+        table.contains("# Failed sizes         : 1048576 (bytes; errors above)\n# Out of bounds values : 0 FAILED"),
+        "{table}"
+    );
     // Slots that cannot fit are an error naming the keys that set them,
     // before anything runs.
     std::fs::write(

@@ -152,22 +152,64 @@ fn make_data(c: Collective, d: DType, op: ReduceOp, n: u64, per_rank: u64) -> Da
     }
 }
 
-/// Reference figures of a ring-shaped collective on these PEs: the
-/// per-step bottleneck bandwidth (GB/s) of the data path of a ring edge —
-/// the slowest of the link route into the receiver's slots and the
-/// memory port each rank streams its buffer through — and α, one step's
-/// hardware latency: the DMA setup of the block it sends, the route's
-/// latency into the receiver's slots and the copy out of them (the memory
-/// latency of the buffers is left out: a pipelined algorithm prefetches).
-pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeCoord]) -> (f64, f64) {
+/// Reference figures of a ring over a communicator's PEs (in rank order),
+/// for `tlc bench ccl`'s header.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RingReference {
+    /// The per-step bottleneck bandwidth (GB/s) of the data path of a ring
+    /// edge: the slowest of the link routes into the receivers' slots and
+    /// the memory port each rank streams its buffer through.
+    pub bottleneck_gbps: f64,
+    /// Each edge's step latency α (ns), edge k from rank k to rank k + 1:
+    /// the DMA setup of the block it sends, the route's latency into the
+    /// receiver's slots and the copy out of them (the memory latency of
+    /// the buffers is left out: a pipelined algorithm prefetches).
+    pub hop_ns: Vec<f64>,
+}
+
+impl RingReference {
+    pub fn mean_hop_ns(&self) -> f64 {
+        self.hop_ns.iter().sum::<f64>() / self.hop_ns.len().max(1) as f64
+    }
+
+    /// The latency of the slowest `hops` consecutive ring edges (ns): in
+    /// a ring collective each rank's last block has crossed the `hops`
+    /// edges before it in turn (2(p - 1) for an all-reduce, p - 1 for an
+    /// all-gather or reduce-scatter), so the ring finishes no sooner than
+    /// its slowest such chain. Edges differ (a SIP link among cube hops):
+    /// the slowest edge times the hops, as this was once computed,
+    /// overstated it 20× on the 256-PE ring.
+    pub fn latency_ns(&self, hops: usize) -> f64 {
+        let n = self.hop_ns.len();
+        if n == 0 || hops == 0 {
+            return 0.0;
+        }
+        let edge = |k: usize| self.hop_ns[k % n];
+        let mut window: f64 = (0..hops).map(edge).sum();
+        let mut worst = window;
+        for start in 1..n {
+            window += edge(start + hops - 1) - edge(start - 1);
+            worst = worst.max(window);
+        }
+        worst
+    }
+}
+
+/// The [`RingReference`] of algorithm `a`'s IPCQ over `pes` (rank order).
+pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeCoord]) -> RingReference {
     let ipcq = reg.ipcq(a, topo);
     let mut m = Machine::new(topo);
     let n = pes.len();
     if n < 2 {
-        return (0.0, 0.0);
+        return RingReference {
+            bottleneck_gbps: 0.0,
+            hop_ns: Vec::new(),
+        };
     }
     let mut bw = f64::INFINITY;
-    let mut alpha: f64 = 0.0;
+    let mut hop_ns = Vec::with_capacity(n);
+    let s = &topo.spec;
+    let setup_ns = s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0;
     let bytes = ipcq.slot_size_bytes.0;
     for k in 0..n {
         let (a_pe, b_pe) = (pes[k], pes[(k + 1) % n]);
@@ -177,15 +219,15 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
         bw = bw.min(c.bottleneck_bytes_per_us as f64 / 1000.0);
         let copy = m.fabric.route(slots, Endpoint::Core(b_pe));
         let cc = m.fabric.idle_cost(&copy, bytes, &[]);
-        alpha = alpha.max((c.latency_ps + cc.latency_ps) as f64 / 1000.0);
+        hop_ns.push((c.latency_ps + cc.latency_ps) as f64 / 1000.0 + setup_ns);
     }
     // The buffers: each rank reads (or writes) its HBM slice once per
     // byte it sends (or receives).
     let hbm = topo.hbm_bandwidth_bytes_per_ns();
-    bw = bw.min(hbm);
-    let s = &topo.spec;
-    alpha += s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0;
-    (bw, alpha)
+    RingReference {
+        bottleneck_gbps: bw.min(hbm),
+        hop_ns,
+    }
 }
 
 /// What a table measures: one algorithm, compiled, on a PE set.
@@ -253,7 +295,7 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
     // would end in the kernel's out-of-memory kill, after minutes and
     // without a word.
     let host_need = n.saturating_mul(need.saturating_add(input_elems.saturating_mul(esz)));
-    if let Some(avail) = host_memory_available_bytes() {
+    if let Some(avail) = crate::args::host_memory_available_bytes() {
         if host_need > avail {
             return Err(format!(
                 "{n} ranks need about {:.1} GiB of host memory for their data, and this machine has {:.1} GiB available",
@@ -355,15 +397,6 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
     })
 }
 
-/// The host memory available to a new allocation (`MemAvailable` of
-/// `/proc/meminfo`); `None` where that is not known.
-fn host_memory_available_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib.saturating_mul(1024))
-}
-
 /// A byte count with an optional K, M or G suffix (powers of 1024).
 pub fn parse_size(t: &str) -> Result<u64, String> {
     let t = t.trim();
@@ -397,4 +430,29 @@ pub fn parse_sizes(s: &str) -> Result<Vec<u64>, String> {
         return Ok(v);
     }
     s.split(',').map(parse_size).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring's latency is its slowest chain of consecutive edges, wrapping
+    /// round the ring when the hops outnumber the edges.
+    #[test]
+    fn ring_latency_is_the_slowest_chain_of_hops() {
+        let r = RingReference {
+            bottleneck_gbps: 1.0,
+            hop_ns: vec![1.0, 1.0, 10.0, 1.0],
+        };
+        assert_eq!(r.latency_ns(1), 10.0);
+        assert_eq!(r.latency_ns(2), 11.0);
+        assert_eq!(r.latency_ns(6), 24.0); // 1 + 10 + 1 + 1 + 1 + 10
+        assert_eq!(r.latency_ns(0), 0.0);
+        assert_eq!(r.mean_hop_ns(), 3.25);
+        let empty = RingReference {
+            bottleneck_gbps: 0.0,
+            hop_ns: Vec::new(),
+        };
+        assert_eq!(empty.latency_ns(4), 0.0);
+    }
 }
