@@ -247,7 +247,13 @@ fn parse_scalar(name: &str, v: &str, ty: &Type) -> Result<elem::Bits, String> {
     }
     if d.is_float() {
         let x: f64 = t.parse().map_err(|_| bad())?;
-        return Ok(elem::from_f32(d, x as f32));
+        // A finite value the dtype cannot hold is an error, not `inf`
+        // (integers do not wrap either); `inf` and `nan` are taken as such.
+        let bits = elem::from_f32(d, x as f32);
+        if x.is_finite() && !elem::to_f32(d, bits).is_finite() {
+            return Err(format!("argument `{name}`: {t} does not fit in {d}"));
+        }
+        return Ok(bits);
     }
     let x: i64 = if let Some(h) = t.strip_prefix("0x") {
         i64::from_str_radix(h, 16).map_err(|_| bad())?
@@ -486,6 +492,22 @@ mod tests {
         let wrong = read_npy(&dir.join("f32.npy"), DType::I32).expect_err("dtype mismatch");
         assert!(wrong.contains("float32") || wrong.contains("<f4"), "{wrong}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A finite float the dtype cannot hold is an error (it became `inf`);
+    /// `inf` itself, and values in range, are taken.
+    #[test]
+    fn float_scalars_out_of_range_are_errors() {
+        let scalar = |v: &str, d: DType| parse_scalar("a", v, &Type::Scalar(Elem::Num(d)));
+        let e = scalar("1e39", DType::F32).expect_err("past f32");
+        assert_eq!(e, "argument `a`: 1e39 does not fit in f32");
+        assert!(scalar("70000", DType::F16).is_err(), "past f16's 65504");
+        assert_eq!(scalar("65504", DType::F16), Ok(elem::from_f32(DType::F16, 65504.0)));
+        assert_eq!(scalar("inf", DType::F32), Ok(f32::INFINITY.to_bits() as u64));
+        assert_eq!(
+            scalar("1e38", DType::BF16).map(|b| elem::to_f32(DType::BF16, b).is_finite()),
+            Ok(true)
+        );
     }
 
     /// Sizes no host holds are errors before anything is allocated (the

@@ -348,6 +348,31 @@ fn run_usage_errors_exit_two() {
         );
     }
     assert_eq!(with(&["--arg", "nope=1"]), Some(2));
+    // Options that would be ignored, a repeated -D, and an --out that is
+    // a file are errors before anything runs (they were after the run, or
+    // never).
+    let usage = |extra: &[&str], says: &str| {
+        let mut a = base.to_vec();
+        a.extend(all_args);
+        a.extend_from_slice(extra);
+        assert_exit(&tlc(&a), 2, says);
+    };
+    usage(
+        &["--functional", "--pes", "cube"],
+        "the argument '--functional' cannot be used with '--pes <PES>'",
+    );
+    usage(
+        &["--functional", "--trace", "t.json"],
+        "the argument '--functional' cannot be used with '--trace <FILE.json>'",
+    );
+    usage(&["-D", "BLOCK=8", "-D", "BLOCK=4"], "-D BLOCK=… is given twice");
+    let file = std::env::temp_dir().join(format!("tlc-cli-out-file-{}", std::process::id()));
+    std::fs::write(&file, "").expect("a file");
+    usage(
+        &["--out", &file.to_string_lossy()],
+        &format!("--out `{}` is not a directory", file.display()),
+    );
+    let _ = std::fs::remove_file(&file);
     assert_eq!(
         with(&[
             "--arg",

@@ -148,8 +148,9 @@ enum Command {
         #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = time_limit)]
         time_limit: TimeLimit,
         /// Run every program in turn on the untimed executor (no machine,
-        /// no communication): the fastest way to check numbers.
-        #[arg(long)]
+        /// no communication): the fastest way to check numbers. The
+        /// machine's options are errors with it (they were ignored).
+        #[arg(long, conflicts_with_all = ["pes", "threads", "topology", "trace", "format", "time_limit"])]
         functional: bool,
         /// Bind a constexpr: -D BLOCK=128.
         #[arg(short = 'D', value_name = "NAME=VALUE")]
@@ -356,7 +357,10 @@ pub(crate) fn parse_defines(defines: &[String]) -> Result<std::collections::BTre
         {
             return Err(format!("invalid -D `{d}`: `{name}` is not a parameter name"));
         }
-        out.insert(name.to_string(), Konst::parse_define(value));
+        // Like a repeated `--arg`: the first value was silently dropped.
+        if out.insert(name.to_string(), Konst::parse_define(value)).is_some() {
+            return Err(format!("-D {name}=… is given twice"));
+        }
     }
     Ok(out)
 }

@@ -153,7 +153,7 @@ fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)]) -> Result<(), 
             }
         }
         Some(dir) => {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+            out_dir_ready(dir)?;
             for (name, t) in tensors {
                 let path = dir.join(format!("{name}.npy"));
                 args::write_npy(&path, t)?;
@@ -171,11 +171,23 @@ fn new_data_path(backend: Backend) -> Box<dyn DataPath> {
     }
 }
 
+/// Makes `--out DIR` exist as a directory (checked before the run, so
+/// that a file in its place is known before minutes of simulation).
+fn out_dir_ready(dir: &Path) -> Result<(), String> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!("--out `{}` is not a directory", dir.display()));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))
+}
+
 pub fn run(a: RunArgs) -> ExitCode {
     let defines = match parse_defines(&a.define) {
         Ok(d) => d,
         Err(e) => return usage_error(&e),
     };
+    if let Some(Err(e)) = a.out.as_deref().map(out_dir_ready) {
+        return usage_error(&e);
+    }
     let grid = match a.grid.as_deref().map(parse_grid).transpose() {
         Ok(g) => g,
         Err(e) => return usage_error(&e),
