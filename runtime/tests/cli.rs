@@ -862,6 +862,16 @@ fn bench_ccl_prints_the_nccl_tests_table() {
     // Bad usage and a bad registry.
     assert_eq!(tlc(&["bench", "ccl", "--op", "all_to_all"]).status.code(), Some(2));
     assert_eq!(tlc(&["bench", "ccl", "--algo", "nope"]).status.code(), Some(2));
+    assert_exit(
+        &tlc(&["bench", "ccl", "--config", "no/such/ccl.yaml"]),
+        2,
+        "error: no/such/ccl.yaml: cannot read:",
+    );
+    assert_exit(
+        &tlc(&["bench", "ccl", "--pes", "0"]),
+        2,
+        "--pes 0: a launch takes 1 to 256 PEs on this machine",
+    );
     assert_eq!(tlc(&["bench", "ccl", "--sizes", "64K:1K"]).status.code(), Some(2));
     let dir = temp_dir("badccl");
     let cfg = dir.join("ccl.yaml");

@@ -175,7 +175,10 @@ pub fn select_pes(topo: &Topology, spec: &str) -> Result<Vec<PeCoord>, String> {
     }
     if let Ok(n) = spec.parse::<u64>() {
         if n == 0 || n > all.len() as u64 {
-            return Err(format!("--pes {n}: the machine has {} PEs", all.len()));
+            return Err(format!(
+                "--pes {n}: a launch takes 1 to {} PEs on this machine",
+                all.len()
+            ));
         }
         return Ok(all[..n as usize].to_vec());
     }

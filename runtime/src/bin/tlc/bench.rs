@@ -276,7 +276,8 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     if let Some(cfg) = &a.config {
         if let Err(e) = reg.merge_file(cfg) {
             errln!("error: {e}");
-            return ExitCode::from(1);
+            // A file that cannot be read is bad usage, as for --topology.
+            return ExitCode::from(if e.unreadable { 2 } else { 1 });
         }
     }
     let algos: Vec<String> = if a.algo == "all" {
