@@ -241,9 +241,9 @@ pub fn peak_live_bytes(func: &Function) -> u64 {
     peak_live(func).0
 }
 
-/// The kernel's peak bytes of live blocks, and the first instruction at
-/// which they are live (`None` for a kernel with no blocks): a static estimate: a block is
-/// live from its definition to its last use in program order, and a value
+/// The kernel's peak bytes of live blocks and the first instruction where
+/// they reach it (`None` for a kernel without blocks). A static estimate:
+/// a block is live from its definition to its last use in program order, and a value
 /// used inside a loop that does not define it lives until that loop ends
 /// (every iteration needs it). A value defined in a loop's body and used
 /// later in the same body lives from one to the other; one carried to the
