@@ -759,7 +759,7 @@ fn run_reports_deadlocks_and_bad_machine_arguments() {
         "--arg",
         "n=4",
     ]);
-    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("do not split into 3 equal shards"),
         "{}",

@@ -127,6 +127,16 @@ fn us(ps: u64) -> f64 {
     ps as f64 / 1e6
 }
 
+/// A duration in µs to the ns, or below 1 µs exactly in ns or ps (a
+/// `--time-limit 1ps` was "0.000 us").
+fn duration(ps: u64) -> String {
+    match ps {
+        1_000_000.. => format!("{:.3} us", us(ps)),
+        _ if ps % 1000 == 0 => format!("{} ns", ps / 1000),
+        _ => format!("{ps} ps"),
+    }
+}
+
 /// Bytes per picosecond × 1000 = GB/s.
 fn gbps(bytes: u64, ps: u64) -> f64 {
     if ps == 0 {
@@ -347,9 +357,9 @@ pub fn render_time_limit(
         .collect();
     let d = cs::Diagnostic::error()
         .with_message(format!(
-            "`{}` did not finish within its time limit of {:.3} us: {} rank{} still running",
+            "`{}` did not finish within its time limit of {}: {} rank{} still running",
             func.name,
-            us(limit_ps),
+            duration(limit_ps),
             running.len(),
             if running.len() == 1 { "" } else { "s" }
         ))
@@ -535,6 +545,16 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Durations keep their precision below a microsecond.
+    #[test]
+    fn durations_keep_their_precision() {
+        assert_eq!(duration(20_000_000), "20.000 us");
+        assert_eq!(duration(1_000_000), "1.000 us");
+        assert_eq!(duration(999_000), "999 ns");
+        assert_eq!(duration(1), "1 ps");
+        assert_eq!(duration(0), "0 ns");
+    }
 
     /// The mean busy share lies in [min, max], bit for bit when every PE
     /// is as busy (the mean of seven rounded shares of 1/7 was an ulp

@@ -297,12 +297,12 @@ pub fn run(a: RunArgs) -> ExitCode {
             },
         })
         .collect();
+    // An argument that cannot be placed (its rows do not split over the
+    // ranks, it does not fit its memory) is a bad --arg: exit 2 like the
+    // others.
     let (rank_args, placed) = match place::place_args(&mut machine, &comm, launch_args) {
         Ok(x) => x,
-        Err(e) => {
-            errln!("error: {e}");
-            return ExitCode::from(1);
-        }
+        Err(e) => return usage_error(&e),
     };
     let grid = grid.unwrap_or([comm.world(), 1, 1]);
     // Rank r runs programs r, r + world, …: with fewer programs than
