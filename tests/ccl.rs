@@ -72,7 +72,8 @@ fn recursive_doubling_wins_small_and_loses_large() {
     // prints it).
     let ring_algo = reg.get("ring_allreduce").expect("registered");
     let pes = sim::select_pes(&topo, "8").expect("8 PEs");
-    let floor_ps = bench::ring_reference(&topo, &reg, ring_algo, &pes).latency_ns(2 * 7) * 1000.0;
+    let floor_ps =
+        bench::ring_reference(&topo, &reg, ring_algo, &pes).latency_ns(Collective::AllReduce.ring_hops(8)) * 1000.0;
     let rd = time("rd_allreduce", 8192) as f64;
     assert!(rd < 2.0 * floor_ps, "8 KiB: {rd} ps against a floor of {floor_ps} ps");
 }

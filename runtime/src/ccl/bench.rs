@@ -178,7 +178,7 @@ impl RingReference {
     /// all-gather or reduce-scatter), so the ring finishes no sooner than
     /// its slowest such chain. Edges differ (a SIP link among cube hops):
     /// the slowest edge times the hops, as this was once computed,
-    /// overstated it 20× on the 256-PE ring.
+    /// overstated it 22× on the 256-PE ring (270 µs against 12.3 µs).
     pub fn latency_ns(&self, hops: usize) -> f64 {
         let n = self.hop_ns.len();
         if n == 0 || hops == 0 {

@@ -67,6 +67,17 @@ impl Collective {
         }
     }
 
+    /// The ring edges each block of a ring implementation crosses in turn
+    /// (reduce-scatter then all-gather for an all-reduce; one pass for the
+    /// others), which sets a ring's latency ([`bench::RingReference`]).
+    pub fn ring_hops(self, ranks: u32) -> usize {
+        let steps = ranks.max(1) as usize - 1;
+        match self {
+            Collective::AllReduce => 2 * steps,
+            _ => steps,
+        }
+    }
+
     pub fn reduces(self) -> bool {
         matches!(self, Collective::AllReduce | Collective::ReduceScatter)
     }

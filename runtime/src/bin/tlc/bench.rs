@@ -373,11 +373,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     for p in &prepared {
         let (alg, rows, ranks) = (&p.alg, &p.rows, p.ranks);
         let bw = p.reference.bottleneck_gbps;
-        // The hops each block of a ring crosses.
-        let hops = match alg.collective {
-            kernbench_runtime::ccl::Collective::AllReduce => 2 * (ranks.max(1) - 1),
-            _ => ranks.max(1) - 1,
-        } as usize;
+        let hops = alg.collective.ring_hops(ranks);
         let ring_us = p.reference.latency_ns(hops) / 1000.0;
         let alpha = p.reference.mean_hop_ns();
         let name = &alg.name;
