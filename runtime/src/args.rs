@@ -398,7 +398,7 @@ pub fn read_npy(path: &Path, d: DType) -> Result<Tensor, String> {
         DType::F16 => read_as::<F16Bits>(path, d, |x| x.0 as u64),
         DType::BF16 => read_as::<u16>(path, d, |x| x as u64),
     };
-    r.map_err(|e| match e {
+    let t = r.map_err(|e| match e {
         ReadNpyError::WrongDescriptor(desc) => {
             format!(
                 "`{}` holds elements of NumPy type {desc}, but the parameter needs {d} ({})",
@@ -407,7 +407,16 @@ pub fn read_npy(path: &Path, d: DType) -> Result<Tensor, String> {
             )
         }
         other => format!("cannot read `{}`: {other}", path.display()),
-    })
+    })?;
+    // As `zeros`/`rand` shapes: a tensor argument has elements to place.
+    if t.numel() == 0 {
+        return Err(format!(
+            "`{}` holds no elements (shape {:?}); a tensor argument needs at least one",
+            path.display(),
+            t.shape
+        ));
+    }
+    Ok(t)
 }
 
 fn npy_name(d: DType) -> &'static str {

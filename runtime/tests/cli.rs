@@ -208,7 +208,7 @@ fn run_summaries_count_nan() {
 /// `--kernel` may be left out when the file has one `@kernel` (the run
 /// below); with none or several it is a usage error that lists them.
 #[test]
-fn run_needs_kernel_only_when_the_file_has_several() {
+fn run_needs_kernel_only_when_the_file_has_several_and_it_must_exist() {
     for (file, want) in [
         (
             "stdlib/ccl/p2p.tl",
@@ -221,6 +221,10 @@ fn run_needs_kernel_only_when_the_file_has_several() {
     ] {
         assert_exit(&tlc(&["run", file]), 2, want);
     }
+    // A kernel the file does not define is a bad argument too.
+    let want = "error: `stdlib/ccl/p2p.tl` defines no kernel `nope` (its kernels: p2p, barrier)";
+    assert_exit(&tlc(&["run", "stdlib/ccl/p2p.tl", "--kernel", "nope"]), 2, want);
+    assert_exit(&tlc(&["emit-ir", "stdlib/ccl/p2p.tl", "--kernel", "nope"]), 2, want);
 }
 
 /// What a run leaves that its user may not expect is a warning: copies of
@@ -266,6 +270,29 @@ fn run_warns_of_diverging_copies_and_unreceived_messages() {
             && e.contains("mark.tl:7:9")
             && e.contains("rank 0 (sip 0, cube 0, pe 0) sent rank 1 (sip 0, cube 0, pe 1) 1 message (16 bytes)"),
         "{e}"
+    );
+    // The JSON summary says both as well.
+    let o = tlc(&[
+        "run",
+        &path,
+        "--pes",
+        "3",
+        "--format",
+        "json",
+        "--arg",
+        "same=zeros(4,i32):replicate",
+        "--arg",
+        "tag=zeros(4,i32):replicate",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON summary");
+    assert_eq!(
+        j["diverging_replicas"],
+        serde_json::json!([{"tensor": "tag", "rank": 1, "element": 1}])
+    );
+    assert_eq!(
+        j["unreceived"],
+        serde_json::json!([{"from_rank": 0, "to_rank": 1, "messages": 1, "bytes": 16}])
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -372,7 +399,33 @@ fn run_usage_errors_exit_two() {
         &["--out", &file.to_string_lossy()],
         &format!("--out `{}` is not a directory", file.display()),
     );
+    let under = file.join("out");
+    usage(
+        &["--out", &under.to_string_lossy()],
+        &format!(
+            "cannot create --out `{}`: `{}` is not a directory",
+            under.display(),
+            file.display()
+        ),
+    );
     let _ = std::fs::remove_file(&file);
+    // A run that fails creates no --out directory.
+    let dir = std::env::temp_dir().join(format!("tlc-cli-out-failed-{}", std::process::id()));
+    let dir_arg = dir.to_string_lossy().into_owned();
+    let mut failing = base.to_vec();
+    // n = 14 reads past 13-element tensors.
+    failing.extend([
+        "--arg",
+        "x=rand(13,f32)",
+        "--arg",
+        "y=rand(13,f32)",
+        "--arg",
+        "out=zeros(13,f32)",
+    ]);
+    failing.extend(["--arg", "n=14", "--out", &dir_arg]);
+    let o = tlc(&failing);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(!dir.exists(), "{} was created", dir.display());
     assert_eq!(
         with(&[
             "--arg",
@@ -416,8 +469,11 @@ fn run_usage_errors_exit_two() {
         assert!(stderr(&o).contains(&format!("`--arg {x}`: {says}")), "{}", stderr(&o));
     }
     let o = tlc(&["run", "stdlib/kernels/add.tl", "--kernel", "nope", "--arg", "n=1"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("no kernel named `nope`"), "{}", stderr(&o));
+    assert_exit(
+        &o,
+        2,
+        "`stdlib/kernels/add.tl` defines no kernel `nope` (its kernels: add)",
+    );
 }
 
 #[test]
@@ -765,6 +821,47 @@ fn run_reports_deadlocks_and_bad_machine_arguments() {
         "{}",
         stderr(&o)
     );
+    // A 0-d array has no axis 0 to shard; an empty one has nothing to place.
+    for (shape, data, says) in [
+        (
+            "()",
+            &[0u8; 4][..],
+            "`x` is 0-d (one element): it has no axis 0 to split into 3 shards",
+        ),
+        (
+            "(0,)",
+            &[][..],
+            "holds no elements (shape [0]); a tensor argument needs at least one",
+        ),
+    ] {
+        let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+        while (10 + header.len() + 1) % 64 != 0 {
+            header.push(' ');
+        }
+        header.push('\n');
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend((header.len() as u16).to_le_bytes());
+        bytes.extend(header.as_bytes());
+        bytes.extend(data);
+        let npy = dir.join("x.npy");
+        std::fs::write(&npy, bytes).expect("npy written");
+        let x = format!("x=@{}:shard", npy.display());
+        let o = tlc(&[
+            "run",
+            "stdlib/kernels/add.tl",
+            "--pes",
+            "3",
+            "--arg",
+            &x,
+            "--arg",
+            "y=rand(4,f32)",
+            "--arg",
+            "out=zeros(4,f32)",
+            "--arg",
+            "n=4",
+        ]);
+        assert_exit(&o, 2, says);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -267,6 +267,10 @@ pub struct PathCost {
     pub head_ps: u64,
     /// The rest of the bytes at the bottleneck.
     pub stream_ps: u64,
+    /// The slowest stage's bandwidth for these bytes (an HBM stage's is
+    /// its busiest pseudo-channel's share): exact, not the bytes over the
+    /// integer serialization time, which rounds up (1 byte at 25.6 GB/s
+    /// takes 40 ps, not 39.06).
     pub bottleneck_bytes_per_us: u64,
     /// Latency per link class (indexed like [`LINK_CLASSES`]).
     pub latency_by_class_ps: [u64; 9],
@@ -795,14 +799,32 @@ impl Fabric {
             if ser >= bottleneck_ser {
                 bottleneck_ser = ser;
                 c.stream_ps = ser.saturating_sub(head_ser);
-                c.bottleneck_bytes_per_us = if ser == 0 {
-                    u64::MAX
-                } else {
-                    (bytes as u128 * 1_000_000 / ser as u128) as u64
-                };
+            }
+            if bytes > 0 {
+                c.bottleneck_bytes_per_us = c.bottleneck_bytes_per_us.min(self.stage_bw(st, bytes, hbm));
             }
         }
         c
+    }
+
+    /// A stage's bandwidth for `bytes` (bytes/µs): a link's own; an HBM
+    /// stage's is `bytes` over the time of its busiest pseudo-channel
+    /// (`hbm`: bytes per channel), so an even split over n channels is
+    /// n channels' bandwidth.
+    fn stage_bw(&self, st: Stage, bytes: u64, hbm: &[u64]) -> u64 {
+        match st {
+            Stage::Link(i) => self.links[i as usize].bw_bytes_per_us,
+            Stage::Hbm { first, .. } => hbm
+                .iter()
+                .enumerate()
+                .filter(|&(_, &b)| b > 0)
+                .map(|(ch, &b)| {
+                    let bw = self.links[first as usize + ch].bw_bytes_per_us;
+                    (bw as u128 * bytes as u128 / b as u128).min(u64::MAX as u128) as u64
+                })
+                .min()
+                .unwrap_or(u64::MAX),
+        }
     }
 
     /// Reserves `route` for `bytes` from `t0`. `hbm`: bytes per

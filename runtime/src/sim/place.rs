@@ -115,10 +115,20 @@ pub fn place_args(
                         m.mem.alloc_symmetric(&name, parts).map_err(|e| e.to_string())?
                     }
                     Dist::Shard => {
-                        let rows = tensor.shape.first().copied().unwrap_or(1);
+                        // A 0-d tensor is one element: whole on one rank.
+                        let rows = match tensor.shape.first() {
+                            Some(&rows) => rows,
+                            None if world == 1 => 1,
+                            None => {
+                                return Err(format!(
+                                    "`{name}` is 0-d (one element): it has no axis 0 to split into {world} shards (replicate it)"
+                                ))
+                            }
+                        };
                         if rows % world != 0 {
                             return Err(format!(
-                                "`{name}` has {rows} elements along axis 0, which do not split into {world} equal shards"
+                                "`{name}` has {rows} element{} along axis 0, which do not split into {world} equal shards",
+                                if rows == 1 { "" } else { "s" }
                             ));
                         }
                         let part = bytes.len() / world;

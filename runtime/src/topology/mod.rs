@@ -186,10 +186,15 @@ impl Topology {
                 ),
             ));
         }
-        if s.cube.hbm_capacity_bytes.0 < self.pes_per_cube() as u64 {
+        // Each PE owns an equal slice: a remainder would be HBM no address
+        // reaches.
+        let (hbm, pes) = (s.cube.hbm_capacity_bytes.0, self.pes_per_cube() as u64);
+        if hbm < pes || hbm % pes != 0 {
             return Err(err(
                 "cube.hbm_capacity_bytes",
-                "smaller than one byte per PE slice".into(),
+                format!(
+                    "{hbm} bytes do not split into {pes} equal PE slices (a multiple of {pes} bytes, at least {pes})"
+                ),
             ));
         }
         Ok(())
@@ -386,6 +391,18 @@ mod tests {
                 "slot_size_bytes: 281474976710656",
                 "pe.ipcq",
                 "do not fit in the TCM",
+            ),
+            (
+                "hbm_capacity_bytes: 17179869184",
+                "hbm_capacity_bytes: 17179869185",
+                "cube.hbm_capacity_bytes",
+                "17179869185 bytes do not split into 8 equal PE slices",
+            ),
+            (
+                "hbm_capacity_bytes: 17179869184",
+                "hbm_capacity_bytes: 2",
+                "cube.hbm_capacity_bytes",
+                "(a multiple of 8 bytes, at least 8)",
             ),
         ];
         for (from, to, path, says) in cases {

@@ -5,8 +5,8 @@
 //! back.
 
 use super::{
-    color_mode, default_stdlib, kernels_of, lower_kernel, parse_defines, read_source, usage_error, Backend, Color,
-    Format,
+    color_mode, default_stdlib, kernel_exists, kernels_of, lower_kernel, parse_defines, read_source, usage_error,
+    Backend, Color, Format,
 };
 use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
 use kernbench_compiler::sema::{
@@ -171,13 +171,29 @@ fn new_data_path(backend: Backend) -> Box<dyn DataPath> {
     }
 }
 
-/// Makes `--out DIR` exist as a directory (checked before the run, so
-/// that a file in its place is known before minutes of simulation).
+/// Makes `--out DIR` exist as a directory, after the run.
 fn out_dir_ready(dir: &Path) -> Result<(), String> {
+    out_dir_usable(dir)?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))
+}
+
+/// Whether `--out DIR` is a directory or could be made one: checked
+/// before the run, so that a file in its way is known before minutes of
+/// simulation, without creating anything (a run that fails leaves no
+/// empty directory behind).
+fn out_dir_usable(dir: &Path) -> Result<(), String> {
     if dir.exists() && !dir.is_dir() {
         return Err(format!("--out `{}` is not a directory", dir.display()));
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))
+    let blocker = dir.ancestors().skip(1).find(|a| a.exists() && !a.is_dir());
+    match blocker {
+        Some(file) => Err(format!(
+            "cannot create --out `{}`: `{}` is not a directory",
+            dir.display(),
+            file.display()
+        )),
+        None => Ok(()),
+    }
 }
 
 pub fn run(a: RunArgs) -> ExitCode {
@@ -185,7 +201,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return usage_error(&e),
     };
-    if let Some(Err(e)) = a.out.as_deref().map(out_dir_ready) {
+    if let Some(Err(e)) = a.out.as_deref().map(out_dir_usable) {
         return usage_error(&e);
     }
     let grid = match a.grid.as_deref().map(parse_grid).transpose() {
@@ -227,7 +243,12 @@ pub fn run(a: RunArgs) -> ExitCode {
         stdlib_root: a.stdlib.clone().or_else(default_stdlib),
     };
     let kernel = match &a.kernel {
-        Some(k) => k.clone(),
+        Some(k) => {
+            if let Err(code) = kernel_exists(&a.file, &source, &options, k) {
+                return code;
+            }
+            k.clone()
+        }
         None => match kernels_of(&a.file, &source, &options) {
             (names, _) if names.len() == 1 => names[0].clone(),
             // Lowering reports the file's errors.
@@ -381,9 +402,22 @@ pub fn run(a: RunArgs) -> ExitCode {
         "{}",
         sim::render_unreceived(&func, &sources, &report.unreceived, false, color_mode(a.color))
     );
+    // Replicated copies the ranks wrote differently: the output is rank
+    // 0's, so the user hears of the others (a warning, and in the JSON).
+    let diverging: Vec<(&str, usize, usize)> = placed
+        .iter()
+        .filter_map(|t| place::replica_divergence(&machine, t).map(|(rank, elem)| (t.name.as_str(), rank, elem)))
+        .collect();
     match a.format {
         Format::Human => out!("{}", sim::summary_text(&report)),
-        Format::Json => outln!("{}", sim::summary_json(&report)),
+        Format::Json => {
+            let mut summary = sim::summary_json(&report);
+            summary["diverging_replicas"] = diverging
+                .iter()
+                .map(|(name, rank, elem)| serde_json::json!({"tensor": name, "rank": rank, "element": elem}))
+                .collect();
+            outln!("{summary}");
+        }
     }
     if let Some((path, mut file, _)) = trace_file {
         let trace = sim::trace_json(&report, &func, &sources, a.trace_links);
@@ -399,14 +433,11 @@ pub fn run(a: RunArgs) -> ExitCode {
             path.display()
         );
     }
-    for t in &placed {
-        if let Some((rank, elem)) = place::replica_divergence(&machine, t) {
-            errln!(
-                "warning: the ranks' copies of replicated `{}` differ after the run (rank {rank}'s element {elem} \
-                 is not rank 0's); the output is rank 0's copy",
-                t.name
-            );
-        }
+    for (name, rank, elem) in &diverging {
+        errln!(
+            "warning: the ranks' copies of replicated `{name}` differ after the run (rank {rank}'s element {elem} \
+             is not rank 0's); the output is rank 0's copy"
+        );
     }
     let tensors: Vec<(String, Tensor)> = placed
         .iter()
