@@ -945,6 +945,70 @@ fn a_kernel_that_never_ends_stops_at_the_time_limit() {
         .unwrap_or_else(|d| panic!("{d}"));
 }
 
+const PASS_ON: &str = "
+@kernel
+def pass_on(buf: ptr[i32], N: constexpr = 1024):
+    offs = tl.arange(0, N)
+    tl.send(tl.NEXT, tl.load(buf + offs))
+    tl.store(buf + offs, tl.recv(tl.PREV, [N], i32))
+";
+
+/// Stopped early (the loads still in HBM), each rank is counted once and
+/// waits for its receive: its send, which waits for the load, is not
+/// \"blocked on a full queue\" whose slots are all free. Later, each waits
+/// at what its engines are doing.
+#[test]
+fn a_time_limit_names_each_rank_once_at_what_it_waits_for() {
+    let topo = Topology::default_machine();
+    let (func, sources) = lower(PASS_ON, "pass_on", &[]);
+    let pes = sim::select_pes(&topo, "2").unwrap();
+    let run = |limit_ps: u64| {
+        let mut launch = TestLaunch::new(
+            &topo,
+            pes.clone(),
+            &func,
+            vec![tensor("buf", i32s(&[2, 1024], |k| k as i32), &["shard"])],
+        );
+        launch.time_limit_ps = Some(limit_ps);
+        launch.run().err().expect("the time limit")
+    };
+    let e = run(50_000);
+    let SimError::TimeLimit { ref running, .. } = e else {
+        panic!("expected the time limit, got {e:?}")
+    };
+    let reasons: Vec<(u32, sim::WaitReason)> = running.iter().map(|b| (b.rank, b.reason.clone())).collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (0, sim::WaitReason::NoData { from_rank: 1 }),
+            (1, sim::WaitReason::NoData { from_rank: 0 }),
+        ]
+    );
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    assert!(text.contains("time limit of 50 ns: 2 ranks still running"), "{text}");
+    // The whole run, then a limit inside each rank's final store.
+    let whole = TestLaunch::new(
+        &topo,
+        pes.clone(),
+        &func,
+        vec![tensor("buf", i32s(&[2, 1024], |k| k as i32), &["shard"])],
+    )
+    .run()
+    .expect("it runs");
+    let e = run(whole.report.elapsed_ps() - 1);
+    let SimError::TimeLimit { ref running, .. } = e else {
+        panic!("expected the time limit, got {e:?}")
+    };
+    let store = func
+        .region(func.body)
+        .insts
+        .iter()
+        .copied()
+        .rfind(|&i| matches!(func.inst(i).op, kernbench_compiler::ir::Op::Store { .. }));
+    assert!(store.is_some());
+    assert!(running.iter().any(|b| Some(b.inst) == store), "{running:?}");
+}
+
 const LEFT_BEHIND: &str = "
 @kernel
 def left_behind(x: ptr[i32], N: constexpr = 16):

@@ -392,7 +392,28 @@ fn run_usage_errors_exit_two() {
         &["--functional", "--trace", "t.json"],
         "the argument '--functional' cannot be used with '--trace <FILE.json>'",
     );
+    usage(
+        &["--functional", "--trace-links", "3"],
+        "the argument '--functional' cannot be used with '--trace-links <N>'",
+    );
     usage(&["-D", "BLOCK=8", "-D", "BLOCK=4"], "-D BLOCK=… is given twice");
+    for layout in [":shard", ":tcm"] {
+        let mut a = base.to_vec();
+        a.extend(&all_args[..6]);
+        let n = format!("n=4{layout}");
+        a.extend(["--arg", &n]);
+        assert_exit(
+            &tlc(&a),
+            2,
+            "`--arg n=…`: `n` is the scalar `i32`, which takes no layout (`:shard`, `:tcm`, …)",
+        );
+    }
+    let o = tlc(&["run", "stdlib/kernels/add.tl", "--grid", "65536,65536", "--arg", "n=1"]);
+    assert_exit(
+        &o,
+        2,
+        "invalid --grid `65536,65536`: 4294967296 programs, more than a launch holds (2^32 - 1)",
+    );
     let file = std::env::temp_dir().join(format!("tlc-cli-out-file-{}", std::process::id()));
     std::fs::write(&file, "").expect("a file");
     usage(

@@ -347,7 +347,10 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
     let sim_wall = t0.elapsed();
     let report = result.map_err(|e| match e {
         crate::sim::SimError::Deadlock { blocked, .. } => {
-            format!("deadlocked on {n} PEs ({} ranks blocked)", blocked.len())
+            format!(
+                "deadlocked on {n} PEs ({} ranks blocked)",
+                crate::sim::ranks_in(&blocked)
+            )
         }
         other => format!(
             "failed on {n} PEs:\n{}",

@@ -501,7 +501,9 @@ impl Sim<'_> {
         inst: kernbench_compiler::ir::Inst,
     ) {
         let pe = &mut self.pes[p];
-        pe.engines[e.index()].free_at_ps = busy_end;
+        let eq = &mut pe.engines[e.index()];
+        eq.free_at_ps = busy_end;
+        eq.last_started = Some((start, busy_end, inst));
         pe.busy_ps[e.index()] += busy_end - start;
         self.trace_slice(p, e, (start, busy_end, done), inst);
     }
@@ -541,6 +543,7 @@ impl Sim<'_> {
         let pe = &mut self.pes[p];
         let eq = &mut pe.engines[e.index()];
         eq.free_at_ps = eq.free_at_ps.max(end);
+        eq.last_started = Some((start, end, inst));
         pe.busy_ps[e.index()] += busy_ps.min(end - start);
         self.trace_slice(p, e, (start, end, end), inst);
     }

@@ -931,12 +931,25 @@ impl Sim<'_> {
                             from_rank: self.ranks[q.src as usize],
                         }
                     }
-                    super::pe::OpKind::Send { queue, .. } => {
+                    super::pe::OpKind::Send { queue, slots: need } => {
                         let q = &self.queues.queues[queue as usize];
+                        // Credits back by now count (in a deadlock, every
+                        // one is); with enough, the send waits for
+                        // something else (its operand, at a time limit).
+                        let back: u32 = q
+                            .returning
+                            .iter()
+                            .filter(|&&(t, _)| t <= self.now)
+                            .map(|&(_, n)| n)
+                            .sum();
+                        let free = q.credits + back;
+                        if free >= need {
+                            continue;
+                        }
                         let slots = self.queues.n_slots();
                         WaitReason::QueueFull {
                             to_rank: self.ranks[q.dst as usize],
-                            used: slots - q.credits_eventually().min(slots),
+                            used: slots - free.min(slots),
                             slots,
                         }
                     }
@@ -956,16 +969,44 @@ impl Sim<'_> {
             if found {
                 continue;
             }
-            let inst = pe
-                .frames
-                .last()
-                .and_then(|f| self.plan.steps[f.region].get(f.idx))
-                .map(|s| match *s {
-                    kernbench_compiler::datapath::Step::Inst(i)
-                    | kernbench_compiler::datapath::Step::Relabel(i)
-                    | kernbench_compiler::datapath::Step::Control(i) => i,
-                    kernbench_compiler::datapath::Step::Group(g) => self.plan.groups[g].insts[0],
+            // Where it is: an issue unit free to go on is at its next step;
+            // a stalled one waits for its operations: the one an engine is
+            // busy with now (the earliest started), else the oldest started
+            // and not finished, else the oldest queued.
+            let now = self.now;
+            let oldest_op = || {
+                let busy = pe
+                    .engines
+                    .iter()
+                    .filter_map(|eq| eq.last_started)
+                    .filter(|&(start, end, _)| start <= now && now < end)
+                    .map(|(start, _, inst)| (start, inst))
+                    .min();
+                let started = busy.or_else(|| pe.inflight.iter().flatten().map(|op| (op.issued_ps, op.inst)).min());
+                let queued = || {
+                    pe.engines
+                        .iter()
+                        .filter_map(|eq| eq.queue.front().map(|op| (op.issued_ps, op.inst)))
+                        .min()
+                };
+                started.or_else(queued).map(|(_, i)| i)
+            };
+            let waiting_on_ops = pe.stall != Stall::None && pe.stall != Stall::Signal;
+            let inst = waiting_on_ops
+                .then(oldest_op)
+                .flatten()
+                .or_else(|| {
+                    pe.frames
+                        .last()
+                        .and_then(|f| self.plan.steps[f.region].get(f.idx))
+                        .map(|s| match *s {
+                            kernbench_compiler::datapath::Step::Inst(i)
+                            | kernbench_compiler::datapath::Step::Relabel(i)
+                            | kernbench_compiler::datapath::Step::Control(i) => i,
+                            kernbench_compiler::datapath::Step::Group(g) => self.plan.groups[g].insts[0],
+                        })
                 })
+                .or_else(oldest_op)
                 .unwrap_or_else(|| func.region(func.body).insts[0]);
             let reason = match pe.stall {
                 Stall::Signal => WaitReason::Signal,

@@ -136,12 +136,6 @@ impl Queue {
         None
     }
 
-    /// Credits the sender holds or will hold once every return arrives
-    /// (the queue's free slots, for the deadlock diagnostic).
-    pub fn credits_eventually(&self) -> u32 {
-        self.credits + self.returning.iter().map(|&(_, n)| n).sum::<u32>()
-    }
-
     /// Drops consumed messages from the front (receives consume in order).
     pub fn consume(&mut self, m: u64) {
         if m == self.first_msg {

@@ -288,6 +288,10 @@ pub struct EngineQueue {
     /// Start times of compute scheduled at issue (it occupies queue
     /// entries until it starts).
     pub scheduled_starts: VecDeque<u64>,
+    /// The operation it started last: its start, the end of its busy
+    /// time, its instruction (where a PE is when a run stops at its time
+    /// limit).
+    pub last_started: Option<(u64, u64, kernbench_compiler::ir::Inst)>,
 }
 
 /// A memory operation's footprint, for ordering inside the PE. Its number

@@ -316,6 +316,15 @@ fn label_at(func: &Function, inst: Inst, who: &str) -> cs::Label<kernbench_compi
     cs::Label::primary(d.loc.file, d.loc.span.range()).with_message(format!("{who}in this `{}`", d.op.mnemonic()))
 }
 
+/// How many ranks `entries` name (a PE blocked both sending and
+/// receiving has an entry for each).
+pub fn ranks_in(entries: &[Blocked]) -> usize {
+    let mut ranks: Vec<u32> = entries.iter().map(|b| b.rank).collect();
+    ranks.sort_unstable();
+    ranks.dedup();
+    ranks.len()
+}
+
 /// The deadlock diagnostic: every blocked PE, what it waits for, where.
 pub fn render_deadlock(
     func: &Function,
@@ -330,8 +339,8 @@ pub fn render_deadlock(
             "deadlock in `{}` at {:.3} us: {} rank{} blocked and nothing left to happen",
             func.name,
             us(time_ps),
-            blocked.len(),
-            if blocked.len() == 1 { "" } else { "s" }
+            ranks_in(blocked),
+            if ranks_in(blocked) == 1 { "" } else { "s" }
         ))
         .with_labels(labels_at(func, blocked, "blocked here"))
         .with_notes(capped(notes));
@@ -360,8 +369,8 @@ pub fn render_time_limit(
             "`{}` did not finish within its time limit of {}: {} rank{} still running",
             func.name,
             duration(limit_ps),
-            running.len(),
-            if running.len() == 1 { "" } else { "s" }
+            ranks_in(running),
+            if ranks_in(running) == 1 { "" } else { "s" }
         ))
         .with_labels(labels_at(func, running, "here at the limit"))
         .with_notes(capped(notes));

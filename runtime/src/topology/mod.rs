@@ -177,12 +177,37 @@ impl Topology {
         }
         let q = &s.pe.ipcq;
         let slots_bytes = q.slot_size_bytes.0 as u128 * q.n_slots.0 as u128;
-        if slots_bytes > s.pe.tcm.capacity_bytes.0 as u128 && q.buffer_space == Space::Tcm {
+        // One queue's slots in the memory they live in (a PE's TCM, its
+        // cube's SRAM, its HBM slice).
+        let (space_name, space_bytes) = match q.buffer_space {
+            Space::Tcm => ("the TCM", s.pe.tcm.capacity_bytes.0),
+            Space::Sram => ("the cube's SRAM", s.cube.sram.capacity_bytes.0),
+            Space::Hbm => (
+                "a PE's HBM slice",
+                s.cube.hbm_capacity_bytes.0 / (self.pes_per_cube() as u64).max(1),
+            ),
+        };
+        if slots_bytes > space_bytes as u128 {
             return Err(err(
                 "pe.ipcq",
                 format!(
-                    "the IPCQ slots ({} × {} bytes) do not fit in the TCM ({} bytes)",
-                    q.n_slots.0, q.slot_size_bytes.0, s.pe.tcm.capacity_bytes.0
+                    "the IPCQ slots ({} × {} bytes) do not fit in {space_name} ({space_bytes} bytes)",
+                    q.n_slots.0, q.slot_size_bytes.0
+                ),
+            ));
+        }
+        // The bandwidth a channel is simulated at is the product: it has
+        // the same floor as any bandwidth (1 byte/µs), or it would be
+        // raised to it silently.
+        let c = &s.pe.hbm_controller;
+        let effective = c.channel_bandwidth_bytes_per_ns.0 * c.efficiency.0;
+        if effective < 0.001 {
+            return Err(err(
+                "pe.hbm_controller.efficiency",
+                format!(
+                    "a channel of {} bytes/ns at this efficiency streams {effective:.3e} bytes/ns, below the \
+                     simulator's 0.001 (1 byte/us)",
+                    c.channel_bandwidth_bytes_per_ns.0
                 ),
             ));
         }
@@ -397,6 +422,18 @@ mod tests {
                 "hbm_capacity_bytes: 17179869185",
                 "cube.hbm_capacity_bytes",
                 "17179869185 bytes do not split into 8 equal PE slices",
+            ),
+            (
+                "slot_size_bytes: 4096\n    buffer_space: tcm",
+                "slot_size_bytes: 67108864\n    buffer_space: sram",
+                "pe.ipcq",
+                "the IPCQ slots (4 × 67108864 bytes) do not fit in the cube's SRAM (67108864 bytes)",
+            ),
+            (
+                "efficiency: 0.8",
+                "efficiency: 0.000000001",
+                "pe.hbm_controller.efficiency",
+                "streams 3.200e-8 bytes/ns, below the simulator's 0.001",
             ),
             (
                 "hbm_capacity_bytes: 17179869184",

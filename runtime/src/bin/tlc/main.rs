@@ -150,7 +150,7 @@ enum Command {
         /// Run every program in turn on the untimed executor (no machine,
         /// no communication): the fastest way to check numbers. The
         /// machine's options are errors with it (they were ignored).
-        #[arg(long, conflicts_with_all = ["pes", "threads", "topology", "trace", "format", "time_limit"])]
+        #[arg(long, conflicts_with_all = ["pes", "threads", "topology", "trace", "trace_links", "format", "time_limit"])]
         functional: bool,
         /// Bind a constexpr: -D BLOCK=128.
         #[arg(short = 'D', value_name = "NAME=VALUE")]

@@ -50,6 +50,12 @@ fn parse_grid(g: &str) -> Result<[u32; 3], String> {
     let dims: Result<Vec<u32>, _> = g.split(',').map(|d| d.trim().parse::<u32>()).collect();
     match dims {
         Ok(d) if (1..=3).contains(&d.len()) && d.iter().all(|&x| x > 0 && x <= i32::MAX as u32) => {
+            let programs: u64 = d.iter().map(|&x| u64::from(x)).product();
+            if programs > u64::from(u32::MAX) {
+                return Err(format!(
+                    "invalid --grid `{g}`: {programs} programs, more than a launch holds (2^32 - 1)"
+                ));
+            }
             let mut out = [1; 3];
             out[..d.len()].copy_from_slice(&d);
             Ok(out)
@@ -295,6 +301,14 @@ pub fn run(a: RunArgs) -> ExitCode {
             ));
         };
         match args::resolve(&p.name, spec, &p.ty) {
+            // A scalar is passed by value to every rank: it has no memory
+            // or distribution to choose.
+            Ok(HostArg::Scalar(_)) if *layout != Layout::default() => {
+                return usage_error(&format!(
+                    "`--arg {}=…`: `{}` is the scalar `{}`, which takes no layout (`:shard`, `:tcm`, …)",
+                    p.name, p.name, p.ty
+                ))
+            }
             Ok(h) => host_args.push((p.name.clone(), h, *layout)),
             Err(e) => return usage_error(&e),
         }
