@@ -104,6 +104,120 @@ fn too_deep(text: &str) -> Option<usize> {
     None
 }
 
+/// Any YAML document whose mappings have no key twice: a first pass
+/// before the typed one, since serde_yaml keeps the last of two equal
+/// keys silently in a map (`op_cycles`, `cycles_per_tile`) and reports
+/// one in a struct at the enclosing mapping, without the key's path.
+struct NoDuplicateKeys;
+
+/// The message a duplicate key fails [`NoDuplicateKeys`] with; the key
+/// follows it (for [`parse`] to find the key's path and line).
+const DUPLICATE: &str = "given twice: ";
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeys)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicateKeys {
+    type Value = NoDuplicateKeys;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_none<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeys)
+    }
+    fn visit_newtype_struct<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeys)
+    }
+    fn visit_enum<A: serde::de::EnumAccess<'de>>(self, data: A) -> Result<Self, A::Error> {
+        // A tagged value (`!tag x`): its content is checked like any.
+        use serde::de::VariantAccess;
+        let (_, v): (serde::de::IgnoredAny, _) = data.variant()?;
+        v.newtype_variant::<NoDuplicateKeys>()
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(self)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen: Vec<serde_yaml::Value> = Vec::new();
+        while let Some(key) = map.next_key::<serde_yaml::Value>()? {
+            if seen.contains(&key) {
+                let name = match &key {
+                    serde_yaml::Value::String(s) => s.clone(),
+                    other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
+                };
+                return Err(serde::de::Error::custom(format!("{DUPLICATE}{name}")));
+            }
+            map.next_value::<NoDuplicateKeys>()?;
+            seen.push(key);
+        }
+        Ok(self)
+    }
+}
+
+/// The line of the second `key` directly under the mapping at `parent`
+/// (a dotted path, empty for the top level): a block mapping's key at the
+/// indentation of the mapping's first key; in a flow mapping (`{a: 1,
+/// a: 2}`) the line that holds it.
+fn second_key_line(text: &str, parent: &str, key: &str) -> Option<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    let (start, parent_indent) = if parent.is_empty() {
+        (0, -1i64)
+    } else {
+        let l = key_line(text, parent)? - 1;
+        let line = lines[l];
+        if line.contains('{') {
+            return Some(l + 1);
+        }
+        (l + 1, (line.len() - line.trim_start().len()) as i64)
+    };
+    let mut child_indent = None;
+    let mut seen = 0;
+    for (i, line) in lines.iter().enumerate().skip(start) {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let indent = (line.len() - trimmed.len()) as i64;
+        if indent <= parent_indent {
+            break;
+        }
+        if *child_indent.get_or_insert(indent) == indent && trimmed.starts_with(&format!("{key}:")) {
+            seen += 1;
+            if seen == 2 {
+                return Some(i + 1);
+            }
+        }
+    }
+    None
+}
+
 /// Deserializes `text` (named `file` in errors).
 pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError> {
     if let Some(line) = too_deep(text) {
@@ -114,6 +228,28 @@ pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError
             message: format!("collections nested more than {MAX_FLOW_DEPTH} deep"),
             unreadable: false,
         });
+    }
+    let de = serde_yaml::Deserializer::from_str(text);
+    if let Err(e) = serde_path_to_error::deserialize::<_, NoDuplicateKeys>(de) {
+        let message = e.inner().to_string();
+        if let Some(at) = message.find(DUPLICATE) {
+            let key = message[at + DUPLICATE.len()..].split(" at line ").next().unwrap_or("");
+            let parent = e.path().to_string();
+            let parent = if parent == "." { String::new() } else { parent };
+            let path = if parent.is_empty() {
+                key.to_string()
+            } else {
+                format!("{parent}.{key}")
+            };
+            return Err(YamlError {
+                file: file.to_string(),
+                line: second_key_line(text, &parent, key).or_else(|| e.inner().location().map(|l| l.line())),
+                path,
+                message: "given twice (the second one is here)".to_string(),
+                unreadable: false,
+            });
+        }
+        // Any other error: the typed pass below says it in its terms.
     }
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
@@ -236,6 +372,38 @@ mod tests {
         let quoted = format!("a: \"\\\"{0}\"\nb: '{0}' # {0}\n", "[".repeat(200));
         assert!(too_deep(&quoted).is_none());
         assert!(parse::<serde_yaml::Value>("t.yaml", &quoted).is_ok());
+    }
+
+    /// A key given twice is an error at the second one, with its path,
+    /// in a struct, in a map and in a flow mapping (serde_yaml kept the
+    /// last of a map's silently and put a struct's at the mapping).
+    #[test]
+    fn duplicate_keys_are_errors_at_the_second() {
+        let text = crate::topology::DEFAULT_YAML;
+        let block = text.replacen(
+            "    op_cycles: {default: 1, div: 4,",
+            "    op_cycles:\n      default: 1\n      div: 4\n      div: 40\n    more: {",
+            1,
+        );
+        let flow = text.replacen("f16: ", "f16: 4, f16: ", 1);
+        let top = format!("{text}\nfabric:\n  packet_bytes: 256\n");
+        for (t, path) in [
+            (&block, "pe.math.op_cycles.div"),
+            (&flow, "pe.gemm.cycles_per_tile.f16"),
+            (&top, "fabric"),
+        ] {
+            assert_ne!(t.as_str(), text);
+            let e = parse::<crate::topology::schema::File>("t.yaml", t).expect_err(path);
+            assert_eq!(e.path, path, "{e}");
+            assert_eq!(e.message, "given twice (the second one is here)");
+            let (parent, key) = path.rsplit_once('.').unwrap_or(("", path));
+            let line = e.line.expect("a line");
+            let shown = t.lines().nth(line - 1).unwrap_or("");
+            assert!(shown.contains(&format!("{key}:")), "{e}: line {line} is `{shown}`");
+            if t != &flow {
+                assert!(key_line(t, path).is_some_and(|first| first < line), "{e}: {parent}");
+            }
+        }
     }
 
     #[test]

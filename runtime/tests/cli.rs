@@ -886,6 +886,32 @@ fn run_reports_deadlocks_and_bad_machine_arguments() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A probe case whose routes would not fit in memory (every PE of a SIP
+/// of 65536 cubes in a line reading one slice) is refused up front.
+#[test]
+fn probe_refuses_a_case_past_its_memory_budget() {
+    let dir = temp_dir("probe-line");
+    let yaml = std::fs::read_to_string(repo().join("stdlib/topologies/default.yaml"))
+        .expect("default")
+        .replacen("cube_grid: [4, 4]", "cube_grid: [65536, 1]", 1)
+        .replacen("pe_per_corner: 2", "pe_per_corner: 1", 1);
+    let file = dir.join("line.yaml");
+    std::fs::write(&file, yaml).expect("write");
+    let o = tlc(&[
+        "probe",
+        "--topology",
+        &file.to_string_lossy(),
+        "--case",
+        "sip-one-slice",
+    ]);
+    assert_exit(
+        &o,
+        1,
+        "error: probe case `sip-one-slice` crosses up to 34363408384 links (262144 flows), past the 20000000",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn probe_lists_cases_with_breakdowns() {
     let o = tlc(&["probe"]);

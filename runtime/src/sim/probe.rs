@@ -162,6 +162,37 @@ pub fn cases(topo: &Topology) -> Vec<Case> {
     v
 }
 
+/// The most link crossings (flows × links on each one's route) a case may
+/// have: its routes are held in memory together, a few dozen bytes per
+/// crossing. The presets' largest case has about 10⁵; a SIP of a
+/// 65536-cube line would have 10¹⁰.
+pub const MAX_LINK_CROSSINGS: u64 = 20_000_000;
+
+/// An upper bound of `case`'s link crossings, from the cube distance of
+/// each flow (a few links per cube crossed, plus those inside the end
+/// cubes), without routing it.
+pub fn link_crossings_bound(topo: &Topology, case: &Case) -> u64 {
+    let (w, _) = topo.cube_grid();
+    let cube_of = |e: Endpoint| match e {
+        Endpoint::Core(p) | Endpoint::Tcm(p) | Endpoint::Hbm(p) => (p.sip, p.cube),
+        Endpoint::Sram { sip, cube } => (sip, cube),
+    };
+    case.flows
+        .iter()
+        .map(|f| {
+            let ((s0, c0), (s1, c1)) = (cube_of(f.from), cube_of(f.to));
+            let cubes = u64::from((c0 % w).abs_diff(c1 % w) + (c0 / w).abs_diff(c1 / w));
+            // Another SIP: across it to its IO cube and back, at worst.
+            let sips = if s0 == s1 {
+                0
+            } else {
+                u64::from(topo.cubes_per_sip()) * 2 + u64::from(topo.sips())
+            };
+            4 * (cubes + sips) + 16
+        })
+        .fold(0u64, u64::saturating_add)
+}
+
 /// Runs one case with `bytes` per flow on an idle machine.
 pub fn run_case(topo: &Topology, case: &Case, bytes: u64) -> ProbeResult {
     let mut f = Fabric::new(topo);
@@ -349,6 +380,36 @@ mod tests {
         let default = cases(&Topology::default_machine());
         let best = default.iter().find(|c| c.name == "same-cube-best").expect("case");
         assert!(best.what.contains("its corner router"), "{}", best.what);
+    }
+
+    /// The crossing bound holds for every case of the presets (it is an
+    /// upper bound) and stays far under the budget there; a SIP of a
+    /// 65536-cube line is far past it, and is known without routing.
+    #[test]
+    fn the_crossing_bound_bounds_and_refuses_huge_cases() {
+        for preset in ["default", "tiny", "large"] {
+            let t = Topology::load(preset).expect("preset");
+            let mut f = Fabric::new(&t);
+            for c in cases(&t) {
+                let bound = link_crossings_bound(&t, &c);
+                let real: u64 = c
+                    .flows
+                    .iter()
+                    .map(|fl| {
+                        let r = f.route(fl.from, fl.to);
+                        f.route_links(&r).len() as u64
+                    })
+                    .sum();
+                assert!(real <= bound, "{preset} {}: {real} > {bound}", c.name);
+                assert!(bound <= MAX_LINK_CROSSINGS / 10, "{preset} {}: {bound}", c.name);
+            }
+        }
+        let line = crate::topology::DEFAULT_YAML
+            .replacen("cube_grid: [4, 4]", "cube_grid: [65536, 1]", 1)
+            .replacen("pe_per_corner: 2", "pe_per_corner: 1", 1);
+        let t = Topology::parse("line.yaml", &line).expect("a valid machine");
+        let one = cases(&t).into_iter().find(|c| c.name == "sip-one-slice").expect("case");
+        assert!(link_crossings_bound(&t, &one) > MAX_LINK_CROSSINGS);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! keys, missing keys (a missing dimension is an error, never a guess) and
 //! out-of-range values, reporting the key path and line.
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 
 /// A strictly positive integer no larger than `MAX`. The bound is part of
@@ -11,7 +11,8 @@ use std::collections::BTreeMap;
 /// numbers (PEs × cubes × SIPs, slots × slot size, cycles × picoseconds per
 /// cycle) fits its integer: a value past it is an error at its key, never a
 /// wrapped count.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
 pub struct Positive<const MAX: u64>(pub u64);
 
 /// Counts of things (SIPs, cubes along an axis, PEs per corner, slots,
@@ -46,7 +47,8 @@ impl<'de, const MAX: u64> Deserialize<'de> for Positive<MAX> {
 }
 
 /// A non-negative integer no larger than `MAX`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
 pub struct AtMost<const MAX: u64>(pub u64);
 
 impl<'de, const MAX: u64> Deserialize<'de> for AtMost<MAX> {
@@ -66,7 +68,8 @@ impl<'de, const MAX: u64> Deserialize<'de> for AtMost<MAX> {
 /// keep a conversion from rounding to 0 or overflowing: the smallest
 /// bandwidth is 1 byte/µs, the smallest interval 1 ps, and every latency
 /// and cost fits u64 picoseconds many times over.
-#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Serialize)]
+#[serde(transparent)]
 pub struct Ranged<const MIN_MILLI: u64, const MAX: u64>(pub f64);
 
 /// A latency (may be 0; at most a second).
@@ -93,7 +96,8 @@ impl<'de, const MIN_MILLI: u64, const MAX: u64> Deserialize<'de> for Ranged<MIN_
 }
 
 /// A fraction in (0, 1].
-#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd, Serialize)]
+#[serde(transparent)]
 pub struct Fraction(pub f64);
 
 impl<'de> Deserialize<'de> for Fraction {
@@ -108,7 +112,7 @@ impl<'de> Deserialize<'de> for Fraction {
     }
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum SipTopology {
     Ring,
@@ -118,7 +122,7 @@ pub enum SipTopology {
     Mesh2d,
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Space {
     Tcm,
@@ -126,7 +130,7 @@ pub enum Space {
     Hbm,
 }
 
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Backpressure {
     Sleep,
@@ -134,14 +138,14 @@ pub enum Backpressure {
 }
 
 /// A link class: bandwidth and latency.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinkSpec {
     pub bandwidth_bytes_per_ns: BandwidthBytesPerNs,
     pub latency_ns: LatencyNs,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct File {
     pub name: String,
@@ -154,7 +158,7 @@ pub struct File {
     pub fabric: Fabric,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct System {
     pub sips: Count,
@@ -164,7 +168,7 @@ pub struct System {
     pub sip_link: LinkSpec,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Host {
     pub pcie: LinkSpec,
@@ -172,7 +176,7 @@ pub struct Host {
     pub launch_overhead_ns: LatencyNs,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sip {
     /// Width × height of the cube mesh.
@@ -182,7 +186,7 @@ pub struct Sip {
     pub ucie: Ucie,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ucie {
     pub connections: Count,
@@ -190,7 +194,7 @@ pub struct Ucie {
     pub latency_ns: LatencyNs,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Cube {
     pub pe_layout: PeLayout,
@@ -199,21 +203,21 @@ pub struct Cube {
     pub sram: Memory,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct PeLayout {
     pub corners: Count,
     pub pe_per_corner: Count,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Router {
     pub hop_latency_ns: LatencyNs,
     pub link_bandwidth_bytes_per_ns: BandwidthBytesPerNs,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Memory {
     pub capacity_bytes: Bytes,
@@ -221,7 +225,7 @@ pub struct Memory {
     pub latency_ns: LatencyNs,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pe {
     pub dispatch_cycles: Cycles,
@@ -234,7 +238,7 @@ pub struct Pe {
     pub ipcq: Ipcq,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Tcm {
     pub capacity_bytes: Bytes,
@@ -243,7 +247,7 @@ pub struct Tcm {
     pub latency_ns: LatencyNs,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HbmController {
     pub pseudo_channels: Count,
@@ -254,13 +258,13 @@ pub struct HbmController {
     pub interleave_bytes: Bytes,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Dma {
     pub setup_cycles: CyclesOrZero,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Gemm {
     pub tile_m: Count,
@@ -271,7 +275,7 @@ pub struct Gemm {
     pub pipeline_latency_cycles: CyclesOrZero,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Math {
     pub lanes: Count,
@@ -280,7 +284,7 @@ pub struct Math {
     pub op_cycles: BTreeMap<String, Cycles>,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ipcq {
     pub n_slots: Count,
@@ -290,7 +294,7 @@ pub struct Ipcq {
     pub poll_interval_ns: IntervalNs,
 }
 
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Fabric {
     pub packet_bytes: Bytes,

@@ -49,7 +49,7 @@ fn link_classes(t: &Topology) -> Vec<(&'static str, f64, f64, String)> {
             "sip link",
             s.system.sip_link.bandwidth_bytes_per_ns.0,
             s.system.sip_link.latency_ns.0,
-            format!("SIP to SIP ({:?})", s.system.sip_topology),
+            format!("SIP to SIP ({})", yaml_name(&s.system.sip_topology)),
         ),
         (
             "hbm controller",
@@ -176,11 +176,11 @@ pub fn summary_text(t: &Topology) -> String {
     ));
     let q = &s.pe.ipcq;
     o.push_str(&format!(
-        "  ipcq  {} slots × {} in {:?}, backpressure {:?}\n",
+        "  ipcq  {} slots × {} in {}, backpressure {}\n",
         q.n_slots.0,
         bytes(q.slot_size_bytes.0),
-        q.buffer_space,
-        q.backpressure
+        yaml_name(&q.buffer_space),
+        yaml_name(&q.backpressure)
     ));
     o.push_str(&format!("\nlinks (packets of {} bytes)\n", s.fabric.packet_bytes.0));
     o.push_str(&format!(
@@ -213,6 +213,16 @@ pub fn summary_text(t: &Topology) -> String {
     o
 }
 
+/// A topology keyword as the YAML spells it (`torus_2d`, `tcm`, `sleep`).
+fn yaml_name<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// The derived figures, and under `spec` the whole topology as its file
+/// says it (every key, YAML spellings).
 pub fn summary_json(t: &Topology) -> serde_json::Value {
     let s = &t.spec;
     let links: Vec<serde_json::Value> = link_classes(t)
@@ -233,5 +243,34 @@ pub fn summary_json(t: &Topology) -> serde_json::Value {
         "gemm_flops_per_ns_per_pe": { "f16": t.gemm_flops_per_ns("f16"), "bf16": t.gemm_flops_per_ns("bf16"), "f32": t.gemm_flops_per_ns("f32"), "i8": t.gemm_flops_per_ns("i8") },
         "hbm_bytes_per_ns_per_pe": t.hbm_bandwidth_bytes_per_ns(),
         "links": links,
+        "spec": serde_json::to_value(s).unwrap_or_default(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The JSON's `spec` is the whole file: read back (JSON is YAML) it
+    /// is the same machine, key for key; and the text spells keywords
+    /// as the YAML does.
+    #[test]
+    fn the_json_spec_is_the_whole_topology() {
+        for (name, _) in crate::topology::PRESETS {
+            let t = Topology::load(name).expect("preset");
+            let spec = summary_json(&t)["spec"].to_string();
+            let back = Topology::parse("spec.json", &spec).expect("the spec reads back");
+            assert_eq!(summary_text(&back), summary_text(&t), "{name}");
+            assert_eq!(summary_json(&back), summary_json(&t), "{name}");
+        }
+        let large = Topology::load("large").expect("large");
+        let text = summary_text(&large);
+        assert!(
+            text.contains("SIP to SIP (torus_2d)") && text.contains("in tcm, backpressure sleep"),
+            "{text}"
+        );
+        let v = summary_json(&large);
+        assert_eq!(v["spec"]["system"]["sip_topology"], "torus_2d");
+        assert_eq!(v["spec"]["pe"]["ipcq"]["poll_interval_ns"], 50.0);
+    }
 }

@@ -511,7 +511,27 @@ fn probe(case: Option<&str>, bytes: &str, topology: Option<&str>, format: Format
             }
         },
     };
-    let results: Vec<probe::ProbeResult> = chosen.iter().map(|c| probe::run_case(&topo, c, bytes)).collect();
+    // A case whose routes would not fit in memory is skipped (an error
+    // when it is the one asked for).
+    let mut results = Vec::new();
+    for c in chosen {
+        let crossings = probe::link_crossings_bound(&topo, c);
+        if crossings > probe::MAX_LINK_CROSSINGS {
+            let why = format!(
+                "probe case `{}` crosses up to {crossings} links ({} flows), past the {} a probe holds in memory",
+                c.name,
+                c.flows.len(),
+                probe::MAX_LINK_CROSSINGS
+            );
+            if case.is_some() {
+                errln!("error: {why}");
+                return ExitCode::from(1);
+            }
+            errln!("warning: skipped: {why}");
+            continue;
+        }
+        results.push(probe::run_case(&topo, c, bytes));
+    }
     match format {
         Format::Human => out!("{}", probe::report_text(&topo, &results)),
         Format::Json => outln!("{}", probe::report_json(&results)),
