@@ -109,6 +109,50 @@ fn one_dma_from_own_hbm_matches_the_closed_form() {
     assert_eq!(run.tensors[1], run.tensors[0]);
 }
 
+/// Pointers that only reach a load through `tl.symm_at` are address
+/// generation like any other (no MATH time): `tl.symm_at(x + offs, 1)`
+/// loads as early as `tl.symm_at(x, 1) + offs`, and both read rank 1's
+/// shard.
+#[test]
+fn pointers_through_symm_at_are_address_generation() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def block_then_symm(x: ptr[i32], out: ptr[i32], N: constexpr = 1024):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        tl.store(out + offs, tl.load(tl.symm_at(x + offs, 1)))
+
+@kernel
+def symm_then_block(x: ptr[i32], out: ptr[i32], N: constexpr = 1024):
+    offs = tl.arange(0, N)
+    if tl.rank() == 0:
+        tl.store(out + offs, tl.load(tl.symm_at(x, 1) + offs))
+";
+    let mut loads = Vec::new();
+    for kernel in ["block_then_symm", "symm_then_block"] {
+        let (func, _) = lower(src, kernel, &[]);
+        let run = simulate(
+            &topo,
+            vec![pe(0, 0, 0), pe(0, 0, 1)],
+            &func,
+            vec![
+                tensor("x", i32s(&[2048], |k| k as i32), &["shard"]),
+                tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[2048]), &["shard"]),
+            ],
+            None,
+            true,
+        )
+        .expect("runs");
+        let math: Vec<_> = run.report.slices.iter().filter(|s| s.engine == Engine::Math).collect();
+        assert!(math.is_empty(), "{kernel}: MATH slices {math:?}");
+        let want = i32s(&[1024], |k| k as i32 + 1024);
+        assert_eq!(run.tensors[1].bytes()[..4096], want.bytes()[..], "{kernel}");
+        loads.push(slice_of(&run, &func, "load").start_ps);
+    }
+    assert_eq!(loads[0], loads[1]);
+}
+
 /// A masked store moves its active lanes only: its time is the closed
 /// form for those bytes, whether the mask is a prefix of a 1-D block or
 /// the first rows of a 2-D one (masks the simulator reads off as a

@@ -10,7 +10,8 @@
 //! `splat`, `broadcast`, pointer and integer arithmetic, comparisons,
 //! `&`/`|`, …) whose result reaches, through such operations and loop-
 //! carried values only, nothing but the pointer and mask operands of
-//! loads, stores and atomics (or a load's `other=` fill value, a splat) as
+//! loads, stores and atomics (or a load's `other=` fill value, a splat),
+//! possibly through a `tl.symm_at` (which translates pointers at issue), as
 //! *address generation*: it is computed when
 //! issued (its operands being known), at no engine time. Anything else —
 //! an index block that is also stored, or an address computed from loaded
@@ -193,6 +194,14 @@ pub fn address_values(func: &Function) -> HashSet<Value> {
         }
     }
     walk(func, func.body, None, &mut Vec::new(), &mut uf, &mut transparent);
+    // A `tl.symm_at` of a block passes its pointers along (translated).
+    for (_, d) in func.insts.iter() {
+        if d.op == Op::SymmAt {
+            for r in &d.results {
+                transparent[r.as_u32() as usize] = true;
+            }
+        }
+    }
     // A group is an address group while every member is a candidate (or
     // only passes values along) and no member has a use other than an
     // address, a mask, or an operand of another address group.
@@ -222,7 +231,10 @@ pub fn address_values(func: &Function) -> HashSet<Value> {
             if address_operand(&d.op, k) {
                 continue;
             }
-            if candidate_op(func, i) {
+            // `tl.symm_at(ptrs, r)` maps a block of pointers to rank r's
+            // copies at issue: the pointers are addresses when what it
+            // gives is.
+            if candidate_op(func, i) || (d.op == Op::SymmAt && k == 0) {
                 let gr = uf.find(d.results[0].as_u32()) as usize;
                 edges.push((ga, gr));
             } else {

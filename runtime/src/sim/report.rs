@@ -123,15 +123,18 @@ impl Report {
     }
 }
 
-fn us(ps: u64) -> f64 {
-    ps as f64 / 1e6
+/// Picoseconds as µs with three decimals, rounded half up from the
+/// integer (through `f64`, 305,500 ps printed 0.305).
+fn us(ps: u64) -> String {
+    let ns = ps / 1000 + u64::from(ps % 1000 >= 500);
+    format!("{}.{:03}", ns / 1000, ns % 1000)
 }
 
 /// A duration in µs to the ns, or below 1 µs exactly in ns or ps (a
 /// `--time-limit 1ps` was "0.000 us").
 fn duration(ps: u64) -> String {
     match ps {
-        1_000_000.. => format!("{:.3} us", us(ps)),
+        1_000_000.. => format!("{} us", us(ps)),
         _ if ps % 1000 == 0 => format!("{} ns", ps / 1000),
         _ => format!("{ps} ps"),
     }
@@ -149,7 +152,7 @@ fn gbps(bytes: u64, ps: u64) -> f64 {
 pub fn summary_text(r: &Report) -> String {
     let n = r.pes.len();
     let mut o = format!(
-        "simulated time {:.3} us for `{}` on {n} PE{} (start at {:.3} us after the host's launch; {} events)\n",
+        "simulated time {} us for `{}` on {n} PE{} (start at {} us after the host's launch; {} events)\n",
         us(r.elapsed_ps()),
         r.kernel,
         if n == 1 { "" } else { "s" },
@@ -336,7 +339,7 @@ pub fn render_deadlock(
     let notes = blocked.iter().map(wait_note).collect();
     let d = cs::Diagnostic::error()
         .with_message(format!(
-            "deadlock in `{}` at {:.3} us: {} rank{} blocked and nothing left to happen",
+            "deadlock in `{}` at {} us: {} rank{} blocked and nothing left to happen",
             func.name,
             us(time_ps),
             ranks_in(blocked),
@@ -563,6 +566,11 @@ mod tests {
         assert_eq!(duration(999_000), "999 ns");
         assert_eq!(duration(1), "1 ps");
         assert_eq!(duration(0), "0 ns");
+        // Rounded half up from the integer, not through a binary fraction.
+        assert_eq!(us(305_500), "0.306");
+        assert_eq!(us(305_499), "0.305");
+        assert_eq!(us(1_999_999_500), "2000.000");
+        assert_eq!(duration(2_125_664_500), "2125.665 us");
     }
 
     /// The mean busy share lies in [min, max], bit for bit when every PE
