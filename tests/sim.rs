@@ -1006,16 +1006,17 @@ fn a_time_limit_names_each_rank_once_at_what_it_waits_for() {
     let topo = Topology::default_machine();
     let (func, sources) = lower(PASS_ON, "pass_on", &[]);
     let pes = sim::select_pes(&topo, "2").unwrap();
-    let run = |limit_ps: u64| {
+    let launch = |time_limit_ps: Option<u64>| {
         let mut launch = TestLaunch::new(
             &topo,
             pes.clone(),
             &func,
             vec![tensor("buf", i32s(&[2, 1024], |k| k as i32), &["shard"])],
         );
-        launch.time_limit_ps = Some(limit_ps);
-        launch.run().err().expect("the time limit")
+        launch.time_limit_ps = time_limit_ps;
+        launch.run()
     };
+    let run = |limit_ps: u64| launch(Some(limit_ps)).err().expect("the time limit");
     let e = run(50_000);
     let SimError::TimeLimit { ref running, .. } = e else {
         panic!("expected the time limit, got {e:?}")
@@ -1031,14 +1032,7 @@ fn a_time_limit_names_each_rank_once_at_what_it_waits_for() {
     let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
     assert!(text.contains("time limit of 50 ns: 2 ranks still running"), "{text}");
     // The whole run, then a limit inside each rank's final store.
-    let whole = TestLaunch::new(
-        &topo,
-        pes.clone(),
-        &func,
-        vec![tensor("buf", i32s(&[2, 1024], |k| k as i32), &["shard"])],
-    )
-    .run()
-    .expect("it runs");
+    let whole = launch(None).expect("it runs");
     let e = run(whole.report.elapsed_ps() - 1);
     let SimError::TimeLimit { ref running, .. } = e else {
         panic!("expected the time limit, got {e:?}")

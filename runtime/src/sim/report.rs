@@ -337,13 +337,14 @@ pub fn render_deadlock(
     color: ColorMode,
 ) -> String {
     let notes = blocked.iter().map(wait_note).collect();
+    let ranks = ranks_in(blocked);
     let d = cs::Diagnostic::error()
         .with_message(format!(
             "deadlock in `{}` at {} us: {} rank{} blocked and nothing left to happen",
             func.name,
             us(time_ps),
-            ranks_in(blocked),
-            if ranks_in(blocked) == 1 { "" } else { "s" }
+            ranks,
+            if ranks == 1 { "" } else { "s" }
         ))
         .with_labels(labels_at(func, blocked, "blocked here"))
         .with_notes(capped(notes));
@@ -367,13 +368,14 @@ pub fn render_time_limit(
             _ => wait_note(b),
         })
         .collect();
+    let ranks = ranks_in(running);
     let d = cs::Diagnostic::error()
         .with_message(format!(
             "`{}` did not finish within its time limit of {}: {} rank{} still running",
             func.name,
             duration(limit_ps),
-            ranks_in(running),
-            if ranks_in(running) == 1 { "" } else { "s" }
+            ranks,
+            if ranks == 1 { "" } else { "s" }
         ))
         .with_labels(labels_at(func, running, "here at the limit"))
         .with_notes(capped(notes));

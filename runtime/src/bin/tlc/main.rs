@@ -428,24 +428,6 @@ pub(crate) fn kernels_of(file: &Path, source: &str, options: &sema::Options) -> 
     (out.kernels.into_iter().map(|k| k.name).collect(), errors)
 }
 
-/// Checks that `file` defines a kernel `name` (a usage error, exit 2,
-/// listing the ones it does if not). A file with errors passes: lowering
-/// reports them.
-pub(crate) fn kernel_exists(file: &Path, source: &str, options: &sema::Options, name: &str) -> Result<(), ExitCode> {
-    match kernels_of(file, source, options) {
-        (names, false) if !names.iter().any(|n| n == name) => Err(usage_error(&format!(
-            "`{}` defines no kernel `{name}` (its kernels: {})",
-            file.display(),
-            if names.is_empty() {
-                "none".to_string()
-            } else {
-                names.join(", ")
-            }
-        ))),
-        _ => Ok(()),
-    }
-}
-
 /// Checks `file` and lowers kernel `name`: the IR, or the exit code after
 /// printing why not.
 pub(crate) fn lower_kernel(
@@ -467,7 +449,23 @@ pub(crate) fn lower_kernel(
     match ir {
         Ok(f) => Ok((f, out.sources)),
         Err(_) if out.has_errors() => Err((ExitCode::from(1), String::new())),
-        Err(msg) => Err((ExitCode::from(1), msg)),
+        // A kernel the file does not define is a bad argument (exit 2),
+        // found only when lowering fails: no second check on every run.
+        Err(msg) => match kernels_of(file, source, options).0 {
+            names if !names.iter().any(|n| n == name) => Err((
+                ExitCode::from(2),
+                format!(
+                    "`{}` defines no kernel `{name}` (its kernels: {})",
+                    file.display(),
+                    if names.is_empty() {
+                        "none".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                ),
+            )),
+            _ => Err((ExitCode::from(1), msg)),
+        },
     }
 }
 
@@ -565,12 +563,7 @@ fn emit_ir(file: &Path, kernel: Option<&str>, define: &[String], color: Color, s
         stdlib_root: stdlib.or_else(default_stdlib),
     };
     let names: Vec<String> = match kernel {
-        Some(k) => {
-            if let Err(code) = kernel_exists(file, &source, &options, k) {
-                return code;
-            }
-            vec![k.to_string()]
-        }
+        Some(k) => vec![k.to_string()],
         None => kernels_of(file, &source, &options).0,
     };
     let mut text = String::new();

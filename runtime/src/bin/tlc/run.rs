@@ -5,8 +5,8 @@
 //! back.
 
 use super::{
-    color_mode, default_stdlib, kernel_exists, kernels_of, lower_kernel, parse_defines, read_source, usage_error,
-    Backend, Color, Format,
+    color_mode, default_stdlib, kernels_of, lower_kernel, parse_defines, read_source, usage_error, Backend, Color,
+    Format,
 };
 use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
 use kernbench_compiler::sema::{
@@ -249,12 +249,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         stdlib_root: a.stdlib.clone().or_else(default_stdlib),
     };
     let kernel = match &a.kernel {
-        Some(k) => {
-            if let Err(code) = kernel_exists(&a.file, &source, &options, k) {
-                return code;
-            }
-            k.clone()
-        }
+        Some(k) => k.clone(),
         None => match kernels_of(&a.file, &source, &options) {
             (names, _) if names.len() == 1 => names[0].clone(),
             // Lowering reports the file's errors.
