@@ -1476,9 +1476,13 @@ impl Sim<'_> {
         then: impl FnOnce() -> Then,
     ) -> Booked {
         let (lp, lp_of_sip) = (self.cur_lp, &self.lp_of_sip);
-        let booked = self
-            .fabric
-            .reserve_within(route, bytes, hbm, at, |sip| lp_of_sip[sip as usize] as usize == lp);
+        let booked = self.fabric.reserve_within(
+            route,
+            bytes,
+            hbm,
+            at,
+            Some(&|sip| lp_of_sip[sip as usize] as usize == lp),
+        );
         if let Booked::HandOff(_, at) = booked {
             let next = self.lp_of_sip[self.fabric.stage_sip(route.stages[at.stage]) as usize];
             self.hand_off(
