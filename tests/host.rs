@@ -5,7 +5,7 @@
 
 use kernbench_compiler::sema::{DType, Konst};
 use kernbench_runtime::ccl::{Collective, ReduceOp, Registry};
-use kernbench_runtime::host::{spawn, Arg, Dist, DpPolicy, Runtime};
+use kernbench_runtime::host::{spawn, Arg, Dist, DpPolicy, Runtime, Tensor};
 use kernbench_runtime::topology::{PeCoord, Topology, DEFAULT_YAML};
 use kernbench_tests::repo_root;
 use ndarray::{ArrayD, IxDyn};
@@ -403,4 +403,298 @@ fn a_launch_that_leaves_messages_unreceived_fails() {
         "{e}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A launch that fails takes its tensors' contents with it, and so do the
+/// launches queued after it, which are dropped unrun: reading any of them
+/// is an error naming why (not stale data) until `copy_from` writes it
+/// anew, and a launch that takes one is refused.
+#[test]
+fn a_failed_launch_leaves_its_tensors_and_the_dropped_ones_undefined() {
+    let mut rt = Runtime::new(&Topology::default_machine());
+    let add = rt
+        .compile(
+            repo_root().join("stdlib/kernels/add.tl"),
+            "add",
+            &[("BLOCK", Konst::Int(64))],
+        )
+        .unwrap();
+    let p = DpPolicy::default();
+    let x = rt.full(&[10], 1.0f32, p).unwrap();
+    let (y, z) = (
+        rt.full(&[10], 1.0f32, p).unwrap(),
+        rt.zeros(&[10], DType::F32, p).unwrap(),
+    );
+    fn tensors<'a>(a: &'a Tensor, b: &'a Tensor, c: &'a Tensor, n: i32) -> [Arg<'a>; 4] {
+        [Arg::Tensor(a), Arg::Tensor(b), Arg::Tensor(c), Arg::I32(n)]
+    }
+    // Out of bounds: 1000 elements of a 10-element tensor.
+    rt.launch(&add, None, &tensors(&x, &x, &x, 1000)).unwrap();
+    rt.launch(&add, None, &tensors(&y, &y, &z, 10)).unwrap();
+    let e = rt.to_ndarray::<f32>(&z).expect_err("the first launch fails");
+    assert!(e.message.contains("outside every allocation"), "{e}");
+    assert_eq!(rt.pending_launches(), 0);
+    let e = rt.to_ndarray::<f32>(&z).expect_err("z was never computed");
+    assert!(
+        e.message
+            .contains("not defined: its launch of `add` was not run: an earlier launch (`add`) failed"),
+        "{e}"
+    );
+    let e = rt.to_ndarray::<f32>(&x).expect_err("x's launch failed");
+    assert!(e.message.contains("the launch of `add` that takes it failed"), "{e}");
+    let e = rt.launch(&add, None, &tensors(&y, &y, &x, 10)).expect_err("refused");
+    assert!(
+        e.message
+            .starts_with("argument `x`: the tensor's contents are not defined"),
+        "{e}"
+    );
+    // Written anew, x is defined again; an untouched tensor never stopped being.
+    rt.copy_from(&x, &arr(&[10], |i| i as f32)).unwrap();
+    rt.launch(&add, None, &tensors(&x, &x, &x, 10)).unwrap();
+    let got = rt.to_ndarray::<f32>(&x).unwrap();
+    assert!(got.iter().enumerate().all(|(i, v)| *v == 2.0 * i as f32), "{got}");
+}
+
+/// A host launch has `tlc run`'s time limit (settable), so a kernel that
+/// never ends is an error instead of a hang; scalar arguments are taken
+/// only where their value survives the parameter's dtype.
+#[test]
+fn host_launches_have_a_time_limit_and_scalars_do_not_change() {
+    let mut rt = Runtime::new(&Topology::default_machine());
+    let src = "@kernel\ndef spin(x: ptr[i32], n: i32, on: bool, h: f16):\n    i = 0\n    while i < n:\n        \
+               i = i + 0\n    tl.store(x, i)\n";
+    let spin = rt.compile_source("spin.tl", None, src, "spin", &[]).unwrap();
+    let x = rt.zeros(&[1], DType::I32, DpPolicy::default()).unwrap();
+    let mut args = |n: Arg<'_>, on: Arg<'_>, h: Arg<'_>| rt.launch(&spin, None, &[Arg::Tensor(&x), n, on, h]).err();
+    for (n, on, h, want) in [
+        (
+            Arg::I64(5_000_000_000),
+            Arg::Bool(true),
+            Arg::F32(1.0),
+            "argument `n`: 5000000000 does not fit in i32",
+        ),
+        (
+            Arg::F32(2.7),
+            Arg::Bool(true),
+            Arg::F32(1.0),
+            "argument `n` is i32: pass an integer, not a float",
+        ),
+        (
+            Arg::I32(0),
+            Arg::I32(2),
+            Arg::F32(1.0),
+            "argument `on` is bool: 2 is neither 0 nor 1",
+        ),
+        (
+            Arg::I32(0),
+            Arg::Bool(true),
+            Arg::F32(1e6),
+            "argument `h`: 1000000 does not fit in f16",
+        ),
+    ] {
+        let e = args(n, on, h).expect("refused");
+        assert_eq!(e.message, want);
+    }
+    assert_eq!(rt.pending_launches(), 0);
+    // The edges that fit are taken.
+    rt.launch(
+        &spin,
+        None,
+        &[
+            Arg::Tensor(&x),
+            Arg::I64(i64::from(i32::MIN)),
+            Arg::I32(1),
+            Arg::F32(65504.0),
+        ],
+    )
+    .unwrap();
+    assert_eq!(rt.to_ndarray::<i32>(&x).unwrap()[[0]], 0);
+    rt.set_time_limit_ps(Some(2_000_000));
+    rt.launch(
+        &spin,
+        None,
+        &[Arg::Tensor(&x), Arg::I32(1), Arg::Bool(true), Arg::F32(0.5)],
+    )
+    .unwrap();
+    let e = rt.synchronize().expect_err("it never ends");
+    assert!(
+        e.message.contains("did not finish within its time limit of 2.000 us"),
+        "{e}"
+    );
+}
+
+/// Inside `spawn`: a rank whose wait ran another rank's failed launch
+/// reports that rank as the root cause; sends and receives that cannot
+/// pair up say why, naming the real ranks; and the caller's device is
+/// back afterwards.
+#[test]
+fn spawn_names_the_rank_at_fault_and_restores_the_device() {
+    let mut rt = Runtime::new(&machine(4));
+    rt.set_device(1).unwrap();
+    let e = spawn(&mut rt, 2, |rank, ctx| {
+        if rank == 0 {
+            let k = ctx.compile(
+                repo_root().join("stdlib/kernels/add.tl"),
+                "add",
+                &[("BLOCK", Konst::Int(64))],
+            )?;
+            let x = ctx.full(&[10], 1.0f32, DpPolicy::default())?;
+            ctx.launch(
+                &k,
+                None,
+                &[Arg::Tensor(&x), Arg::Tensor(&x), Arg::Tensor(&x), Arg::I32(1000)],
+            )?;
+            ctx.barrier()
+        } else {
+            ctx.barrier()?;
+            ctx.synchronize()
+        }
+    })
+    .expect_err("rank 0's launch fails");
+    assert_eq!(e.failures.len(), 1, "{e}");
+    assert_eq!(e.failures[0].0, 0, "{e}");
+    assert!(e.failures[0].1.message.contains("outside every allocation"), "{e}");
+    assert_eq!(rt.device(), 1, "spawn gives the caller's device back");
+    // Two ranks sending to each other wait for each other.
+    let e = spawn(&mut rt, 2, |rank, ctx| {
+        let t = ctx.full(&[8], 1i32, DpPolicy::default())?;
+        ctx.send(&t, 1 - rank)
+    })
+    .expect_err("deadlock");
+    assert!(
+        e.to_string()
+            .contains("every rank waits in a send or receive and none pair up (rank 0 in send to rank 1, rank 1 in send to rank 0): a deadlock"),
+        "{e}"
+    );
+    let e = spawn(&mut rt, 2, |rank, ctx| {
+        let t = ctx.full(&[8], 1i32, DpPolicy::default())?;
+        if rank == 0 {
+            ctx.send(&t, 7)?;
+        }
+        Ok(())
+    })
+    .expect_err("no rank 7");
+    assert!(
+        e.to_string()
+            .contains("rank 0: send to rank 7: not a rank (world size 2)"),
+        "{e}"
+    );
+    let e = spawn(&mut rt, 4, |rank, ctx| match rank {
+        2 => ctx.send(&ctx.full(&[8], 1i32, DpPolicy::default())?, 3),
+        3 => ctx.recv(&ctx.full(&[8], 0.0f32, DpPolicy::default())?, 2),
+        _ => Ok(()),
+    })
+    .expect_err("dtypes differ");
+    assert!(
+        e.to_string()
+            .contains("send/recv: rank 3's tensor is f32[8] on 1 PEs, rank 2's i32[8] on 1 PEs"),
+        "{e}"
+    );
+}
+
+/// `load_registry` replaces an algorithm of the same name, compiled anew;
+/// an algorithm that uses `tl.symm_at` is refused by the host API, whose
+/// ranks' tensors are no symmetric buffer.
+#[test]
+fn host_collectives_follow_the_registry_and_refuse_symm_at() {
+    let dir = std::env::temp_dir().join(format!("kb-host-reg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("noop.tl"),
+        "@kernel\ndef noop(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0):\n    pass\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("put.tl"),
+        "@kernel\ndef put(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0):\n    \
+         offs = tl.arange(0, 8)\n    tl.store(tl.symm_at(buf + offs, 0), tl.load(buf + offs))\n",
+    )
+    .unwrap();
+    let entry = |name: &str, module: &str, kernel: &str| {
+        format!(
+            "  {name}:\n    collective: all_reduce\n    module: {module}\n    kernel: {kernel}\n    topology: ring\n"
+        )
+    };
+    let yaml = dir.join("ccl.yaml");
+    std::fs::write(
+        &yaml,
+        format!(
+            "algorithms:\n{}{}",
+            entry("rd_allreduce", "noop.tl", "noop"),
+            entry("put", "put.tl", "put")
+        ),
+    )
+    .unwrap();
+    let mut rt = Runtime::new(&machine(2));
+    let sums = |rt: &mut Runtime, algo: &'static str| {
+        let got = std::sync::Mutex::new(Vec::new());
+        spawn(rt, 2, |rank, ctx| {
+            let t = ctx.full(&[8], rank as i32 + 1, DpPolicy::default())?;
+            ctx.all_reduce_with(&t, ReduceOp::Sum, Some(algo))?;
+            // Read before locking: a rank holding the lock while the
+            // runtime waits for every rank to ask would wait forever.
+            let first = ctx.to_ndarray::<i32>(&t)?[[0]];
+            got.lock().unwrap().push((rank, first));
+            Ok(())
+        })
+        .map(|_| {
+            let mut v = got.into_inner().unwrap();
+            v.sort();
+            v
+        })
+    };
+    assert_eq!(sums(&mut rt, "rd_allreduce").unwrap(), vec![(0, 3), (1, 3)]);
+    rt.load_registry(Some(&yaml)).unwrap();
+    assert_eq!(
+        sums(&mut rt, "rd_allreduce").unwrap(),
+        vec![(0, 1), (1, 2)],
+        "the registry's new rd_allreduce (a no-op) runs"
+    );
+    let e = sums(&mut rt, "put").expect_err("refused");
+    assert!(
+        e.to_string().contains("algorithm `put` uses `tl.symm_at` (") && e.to_string().contains("put.tl:4:"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A tensor's memory goes back when its last handle is dropped, but not
+/// before the queued launches that take it have run.
+#[test]
+fn dropped_tensors_give_their_memory_back() {
+    use kernbench_runtime::topology::Space;
+    let mut rt = Runtime::new(&Topology::default_machine());
+    let tcm = DpPolicy::default().in_space(Space::Tcm);
+    // 800 KB each in a 1 MiB TCM: only one at a time fits.
+    for _ in 0..3 {
+        let t = rt.zeros(&[200_000], DType::F32, tcm).unwrap();
+        drop(t);
+    }
+    let add = rt
+        .compile(
+            repo_root().join("stdlib/kernels/add.tl"),
+            "add",
+            &[("BLOCK", Konst::Int(1024))],
+        )
+        .unwrap();
+    let n = 100_000;
+    let x = rt.full(&[n], 1.5f32, tcm).unwrap();
+    let out = rt.zeros(&[n], DType::F32, DpPolicy::default()).unwrap();
+    rt.launch(
+        &add,
+        Some([98, 1, 1]),
+        &[Arg::Tensor(&x), Arg::Tensor(&x), Arg::Tensor(&out), Arg::I32(n as i32)],
+    )
+    .unwrap();
+    let copy = x.clone();
+    drop(x);
+    drop(copy);
+    // x's 400 KB stay while its launch is queued: 400 KB more fit, 800 do not.
+    let y = rt.zeros(&[n], DType::F32, tcm).unwrap();
+    let e = rt.zeros(&[n], DType::F32, tcm).expect_err("x is still there");
+    assert!(e.message.contains("does not fit in the TCM"), "{e}");
+    rt.synchronize().unwrap();
+    let z = rt.zeros(&[n], DType::F32, tcm).expect("x is gone once its launch ran");
+    assert!(rt.to_ndarray::<f32>(&out).unwrap().iter().all(|v| *v == 3.0));
+    drop((y, z));
 }

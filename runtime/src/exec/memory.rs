@@ -46,7 +46,8 @@ unsafe impl Sync for RawSegment {}
 
 pub struct FlatMemory {
     /// Sorted by base address. Only `alloc` changes the list, and no
-    /// segment's buffer is ever resized or dropped while it is listed.
+    /// segment's buffer is ever resized while it is listed (`release`
+    /// empties it for good).
     segs: Vec<Segment>,
     /// `segs[k].base`, packed, for the search of an address the granule
     /// table does not place: a search over these 8-byte entries touches a
@@ -121,6 +122,18 @@ impl FlatMemory {
         self.bases.push(base);
         self.epoch = fresh_epoch();
         base
+    }
+
+    /// Frees the allocation at `base` (its bytes go back to the host):
+    /// it stays listed, empty, so that its addresses fault from now on and
+    /// are never handed out again. Its length, or `None` when no
+    /// allocation starts at `base`.
+    pub fn release(&mut self, base: u64) -> Option<usize> {
+        let k = self.bases.binary_search(&base).ok()?;
+        let freed = std::mem::take(&mut self.segs[k].data).len();
+        // A segment cache may point into the freed bytes.
+        self.epoch = fresh_epoch();
+        Some(freed)
     }
 
     /// The allocation holding `addr`.
@@ -215,7 +228,7 @@ impl Memory for FlatMemory {
 
     fn layout_epoch(&self) -> Option<u64> {
         // Segments move only when the list grows (a pushed `Segment` keeps
-        // its heap buffer), and every `alloc` takes a new epoch.
+        // its heap buffer) or one is released, and each takes a new epoch.
         Some(self.epoch)
     }
 }
@@ -237,6 +250,28 @@ mod tests {
         assert!(m.read(a - 4, &mut buf).is_err(), "before the first allocation");
         assert!(m.write(b + 4, &[9; 4]).is_ok());
         assert_eq!(m.segment_named("b").map(|s| s.data[7]), Some(9));
+    }
+
+    /// A released allocation faults from then on, even where the next
+    /// one (placed after it, now empty) reaches back into its old extent,
+    /// and the layout takes a new epoch.
+    #[test]
+    fn released_allocations_fault() {
+        let mut m = FlatMemory::new();
+        let a = m.alloc("a", vec![1; 3 << 20]);
+        let epoch = m.layout_epoch();
+        assert_eq!(m.release(a), Some(3 << 20));
+        assert_ne!(m.layout_epoch(), epoch);
+        assert_eq!(m.release(a + 1), None, "no allocation starts there");
+        let mut buf = [0u8; 4];
+        assert!(m.read(a, &mut buf).is_err());
+        let b = m.alloc("b", vec![2; 3 << 20]);
+        assert!(b < a + (3 << 20), "the freed extent is not kept");
+        for addr in [a, a + 4, b - 1] {
+            assert!(m.read(addr, &mut buf).is_err(), "{addr:#x}");
+        }
+        assert!(m.read(b + (2 << 20), &mut buf).is_ok());
+        assert_eq!(buf, [2; 4]);
     }
 
     /// The granule table finds what a search of the bases finds, for

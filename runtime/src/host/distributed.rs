@@ -7,9 +7,10 @@
 //! launch. The communicator's ranks are the host ranks, in order (a
 //! gather's order and a broadcast's root depend on it), whatever the
 //! algorithm's topology class, and its `world_size` does not apply.
-//! `tl.symm_at` in such a launch maps to the allocation's shards, not to
-//! the communicator's ranks: algorithms for the host API communicate
-//! with `tl.send`/`tl.recv`. So a tensor split row-wise over
+//! `tl.symm_at` would map to one rank's allocation's shards, not to the
+//! communicator's ranks, so an algorithm that uses it is refused: the
+//! host API's algorithms communicate with `tl.send`/`tl.recv`. So a
+//! tensor split row-wise over
 //! 8 PEs per SIP, all-reduced across 2 ranks, runs 8 two-rank all-reduces
 //! at once; every distribution gives the right result. All-gather and
 //! reduce-scatter change the tensor's size, so they take tensors that are
@@ -19,6 +20,7 @@ use super::{HostError, Pending, Result, Runtime, Tensor};
 use crate::ccl::{Collective, ReduceOp};
 use crate::sim::Communicator;
 use kernbench_compiler::datapath::{elem, RtValue};
+use kernbench_compiler::ir::Op;
 use kernbench_compiler::sema::{DType, Konst};
 use std::sync::Arc;
 
@@ -34,14 +36,18 @@ fn i32_arg(v: u64) -> RtValue {
 }
 
 impl Runtime {
-    fn check_alike(&self, what: &str, ts: &[&Tensor]) -> Result<()> {
+    /// `ts[k]` (rank `rank_of(k)`'s) have the first's dtype, shard count
+    /// and split.
+    fn check_alike(&self, what: &str, ts: &[&Tensor], rank_of: impl Fn(usize) -> u32) -> Result<()> {
         let first = ts
             .first()
             .ok_or_else(|| HostError::new(format!("{what} of no tensors")))?;
-        for (r, t) in ts.iter().enumerate() {
+        let r0 = rank_of(0);
+        for (k, t) in ts.iter().enumerate() {
+            let r = rank_of(k);
             if t.dtype != first.dtype || t.shards.len() != first.shards.len() {
                 return Err(HostError::new(format!(
-                    "{what}: rank {r}'s tensor is {}{:?} on {} PEs, rank 0's {}{:?} on {} PEs",
+                    "{what}: rank {r}'s tensor is {}{:?} on {} PEs, rank {r0}'s {}{:?} on {} PEs",
                     t.dtype,
                     t.shape,
                     t.shards.len(),
@@ -53,7 +59,7 @@ impl Runtime {
             for (a, b) in t.shards.iter().zip(first.shards.iter()) {
                 if a.rows != b.rows || a.cols != b.cols {
                     return Err(HostError::new(format!(
-                        "{what}: rank {r}'s tensor is split differently from rank 0's ({:?} × {:?} vs {:?} × {:?})",
+                        "{what}: rank {r}'s tensor is split differently from rank {r0}'s ({:?} × {:?} vs {:?} × {:?})",
                         a.rows, a.cols, b.rows, b.cols
                     )));
                 }
@@ -74,7 +80,7 @@ impl Runtime {
         outputs: &[&Tensor],
         root: u32,
     ) -> Result<()> {
-        self.check_alike(c.key(), inputs)?;
+        self.check_alike(c.key(), inputs, |k| k as u32)?;
         let world = inputs.len();
         let dtype = inputs[0].dtype;
         let topo = self.topo.clone();
@@ -102,7 +108,7 @@ impl Runtime {
             if outputs.len() != world {
                 return Err(HostError::new(format!("{c} needs an output tensor per rank")));
             }
-            self.check_alike(c.key(), outputs)?;
+            self.check_alike(c.key(), outputs, |k| k as u32)?;
             if outputs[0].dtype != dtype {
                 return Err(HostError::new(format!(
                     "{c}: the outputs are {}, the inputs {dtype}",
@@ -147,6 +153,18 @@ impl Runtime {
                 k
             }
         };
+        // Each rank's tensor is an allocation of its own: `symm_at` would
+        // reach the shards of one rank's tensor, not the other ranks'.
+        if let Some((_, d)) = kernel.func.insts.iter().find(|(_, d)| matches!(d.op, Op::SymmAt)) {
+            let (line, col) = kernel.sources.line_col(d.loc.file, d.loc.span.lo);
+            return Err(HostError::new(format!(
+                "algorithm `{}` uses `tl.symm_at` ({}), which the host API's collectives cannot run: each \
+                 rank's tensor is an allocation of its own, not one symmetric buffer. Pick an algorithm that \
+                 communicates with send and recv; `tlc bench ccl` and `tlc run` run this one",
+                alg.name,
+                format_args!("{}:{line}:{col}", kernel.sources.name(d.loc.file))
+            )));
+        }
         let mut groups = Vec::new();
         let mut args = Vec::new();
         for k in 0..inputs[0].shards.len() {
@@ -173,6 +191,9 @@ impl Runtime {
                 });
             }
         }
+        for t in inputs.iter().chain(outputs) {
+            self.check_defined(t, c.key())?;
+        }
         let touches = inputs.iter().chain(outputs).map(|t| t.id).collect();
         self.pending.push(Pending {
             kernel,
@@ -183,14 +204,17 @@ impl Runtime {
             ipcq: Some(reg.ipcq(&alg, &topo)),
             packet_bytes: reg.defaults.packet_bytes.map(|b| b.0),
             touches,
+            owner: None,
         });
         Ok(())
     }
 
-    /// Queues a point-to-point copy of rank `src`'s tensor into rank
-    /// `dst`'s (shard by shard, over the IPCQ).
-    pub fn send_recv(&mut self, from: &Tensor, to: &Tensor) -> Result<()> {
-        self.check_alike("send/recv", &[from, to])?;
+    /// Queues a point-to-point copy of rank `ranks[0]`'s tensor `from`
+    /// into rank `ranks[1]`'s `to` (shard by shard, over the IPCQ).
+    pub fn send_recv(&mut self, from: &Tensor, to: &Tensor, ranks: [u32; 2]) -> Result<()> {
+        self.check_alike("send/recv", &[from, to], |k| ranks[k])?;
+        self.check_defined(from, "send")?;
+        self.check_defined(to, "recv")?;
         let kernel = self.builtin("p2p", from.dtype)?;
         let mut groups = Vec::new();
         let mut args = Vec::new();
@@ -209,6 +233,7 @@ impl Runtime {
             ipcq: None,
             packet_bytes: None,
             touches: vec![from.id, to.id],
+            owner: None,
         });
         Ok(())
     }
@@ -235,6 +260,7 @@ impl Runtime {
             ipcq: None,
             packet_bytes: None,
             touches: Vec::new(),
+            owner: None,
         });
         Ok(())
     }

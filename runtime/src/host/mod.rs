@@ -41,6 +41,9 @@ pub struct HostError {
     /// The operation was stopped because another rank failed (not a root
     /// cause).
     pub stopped: bool,
+    /// Inside [`spawn`]: the rank whose queued launch failed, when another
+    /// rank's wait ran it (the root cause is that rank's).
+    pub rank: Option<u32>,
 }
 
 impl HostError {
@@ -48,13 +51,14 @@ impl HostError {
         HostError {
             message: message.into(),
             stopped: false,
+            rank: None,
         }
     }
 
     pub fn stopped(message: impl Into<String>) -> HostError {
         HostError {
-            message: message.into(),
             stopped: true,
+            ..HostError::new(message)
         }
     }
 }
@@ -180,7 +184,9 @@ pub struct Shard {
     pub cols: Range<usize>,
 }
 
-/// A tensor on the machine (a handle; the runtime owns the memory).
+/// A tensor on the machine (a handle; the runtime owns the memory, and
+/// frees it once the last handle is dropped and no queued launch takes
+/// it).
 #[derive(Clone, Debug)]
 pub struct Tensor {
     id: usize,
@@ -189,6 +195,30 @@ pub struct Tensor {
     policy: DpPolicy,
     sip: u32,
     shards: Arc<Vec<Shard>>,
+    /// Shared by the handle's clones; the last one's drop tells the
+    /// runtime.
+    _life: Arc<Life>,
+}
+
+/// Tensors whose last handle is gone, by id with their shards' bases, for
+/// the runtime to free (handles may be dropped on any thread, and after
+/// the runtime).
+type Graveyard = Arc<std::sync::Mutex<Vec<(usize, Vec<u64>)>>>;
+
+/// What the last handle of a tensor hands its runtime when dropped.
+#[derive(Debug)]
+struct Life {
+    id: usize,
+    bases: Vec<u64>,
+    graveyard: Graveyard,
+}
+
+impl Drop for Life {
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.graveyard.lock() {
+            g.push((self.id, std::mem::take(&mut self.bases)));
+        }
+    }
 }
 
 impl Tensor {
@@ -257,6 +287,9 @@ struct Pending {
     packet_bytes: Option<u64>,
     /// Tensors it may write (every tensor argument).
     touches: Vec<usize>,
+    /// Inside `spawn`, the rank that queued it (not for a group's
+    /// collective).
+    owner: Option<u32>,
 }
 
 /// What one executed launch took.
@@ -284,7 +317,23 @@ pub struct Runtime {
     /// Compiled collective algorithms and built-in kernels, by name, dtype
     /// and reduction.
     collective_kernels: std::collections::HashMap<String, Kernel>,
+    /// Tensors whose contents are not defined, by id, with why: a launch
+    /// that takes them failed, or was dropped unrun after a failure. A
+    /// read of one is an error (not stale data) until `copy_from` writes
+    /// it whole.
+    undefined: std::collections::HashMap<usize, String>,
+    /// Simulated time one launch may take (see [`Runtime::set_time_limit_ps`]).
+    time_limit_ps: Option<u64>,
+    /// Inside `spawn`, the rank whose own request is being served.
+    pub(crate) serving_rank: Option<u32>,
+    /// Dropped tensors not freed yet (see [`Runtime::free_dropped`]).
+    graveyard: Graveyard,
 }
+
+/// A launch's simulated time limit unless set otherwise: `tlc run`'s
+/// default, 100 ms, far beyond any kernel or collective of the presets
+/// that ends at all.
+pub const DEFAULT_TIME_LIMIT_PS: u64 = 100_000_000_000;
 
 /// The stdlib shipped with the sources (or `$KERNBENCH_STDLIB`).
 pub fn default_stdlib() -> Option<PathBuf> {
@@ -310,6 +359,10 @@ impl Runtime {
             history: Vec::new(),
             registry: None,
             collective_kernels: std::collections::HashMap::new(),
+            undefined: std::collections::HashMap::new(),
+            time_limit_ps: Some(DEFAULT_TIME_LIMIT_PS),
+            serving_rank: None,
+            graveyard: Graveyard::default(),
         }
     }
 
@@ -337,6 +390,13 @@ impl Runtime {
 
     pub fn device(&self) -> u32 {
         self.device
+    }
+
+    /// Simulated time each launch may take ([`DEFAULT_TIME_LIMIT_PS`]
+    /// unless set; `None`: no limit). A launch still running then fails
+    /// with where each PE is, instead of running forever.
+    pub fn set_time_limit_ps(&mut self, limit_ps: Option<u64>) {
+        self.time_limit_ps = limit_ps;
     }
 
     /// The machine's simulated clock (after what has run).
@@ -404,6 +464,7 @@ impl Runtime {
         policy: DpPolicy,
         data: Option<&[u64]>,
     ) -> Result<Tensor> {
+        self.free_dropped();
         let pes = policy.pes(&self.topo, self.device)?;
         let n = pes.len();
         let rows = shape.first().copied().unwrap_or(1);
@@ -424,10 +485,10 @@ impl Runtime {
             Dist::RowWise => split(rows, n, "rows")?.into_iter().map(|r| (r, 0..cols)).collect(),
             Dist::ColumnWise => split(cols, n, "columns")?.into_iter().map(|c| (0..rows, c)).collect(),
             Dist::Tiled { rows: tr, cols: tc } => {
-                if (tr * tc) as usize != n {
+                let tiles = u64::from(tr) * u64::from(tc);
+                if tiles != n as u64 {
                     return Err(HostError::new(format!(
-                        "`{name}`: a {tr}×{tc} tiling needs {} PEs, the policy has {n}",
-                        tr * tc
+                        "`{name}`: a {tr}×{tc} tiling needs {tiles} PEs, the policy has {n}"
                     )));
                 }
                 let (rs, cs) = (split(rows, tr as usize, "rows")?, split(cols, tc as usize, "columns")?);
@@ -480,7 +541,7 @@ impl Runtime {
             }
             self.machine.now_ps = end;
         }
-        let shards = pes
+        let shards: Vec<Shard> = pes
             .iter()
             .zip(placements)
             .zip(bases)
@@ -500,8 +561,36 @@ impl Runtime {
             dtype,
             policy,
             sip: self.device,
+            _life: Arc::new(Life {
+                id: self.next_id,
+                bases: shards.iter().map(|s| s.base).collect(),
+                graveyard: self.graveyard.clone(),
+            }),
             shards: Arc::new(shards),
         })
+    }
+
+    /// Frees the memory of the tensors whose last handle was dropped, but
+    /// of those a queued launch still takes (they go when it has run).
+    fn free_dropped(&mut self) {
+        let dropped = match self.graveyard.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(_) => return,
+        };
+        let mut later = Vec::new();
+        for (id, bases) in dropped {
+            if self.pending.iter().any(|p| p.touches.contains(&id)) {
+                later.push((id, bases));
+                continue;
+            }
+            for b in bases {
+                self.machine.mem.free(b);
+            }
+            self.undefined.remove(&id);
+        }
+        if let Ok(mut g) = self.graveyard.lock() {
+            g.extend(later);
+        }
     }
 
     /// A tensor of zeros.
@@ -540,14 +629,44 @@ impl Runtime {
                 .map_or(0, |k| k + 1),
         };
         let todo: Vec<Pending> = self.pending.drain(..upto).collect();
-        for p in todo {
-            if let Err(e) = self.execute(&p) {
-                // What was queued after a failed launch is not run.
-                self.pending.clear();
+        for (k, p) in todo.iter().enumerate() {
+            if let Err(mut e) = self.execute(p) {
+                e.rank = p.owner;
+                // What was queued after a failed launch is not run; the
+                // tensors of both are not defined any more.
+                let name = p.kernel.name();
+                self.mark_undefined(&p.touches, &format!("the launch of `{name}` that takes it failed"));
+                let rest = std::mem::take(&mut self.pending);
+                for d in todo[k + 1..].iter().chain(&rest) {
+                    let why = format!(
+                        "its launch of `{}` was not run: an earlier launch (`{name}`) failed",
+                        d.kernel.name()
+                    );
+                    self.mark_undefined(&d.touches, &why);
+                }
                 return Err(e);
             }
         }
         Ok(())
+    }
+
+    /// Marks tensors `ids` as not defined, for `why`; the first reason
+    /// given stays.
+    fn mark_undefined(&mut self, ids: &[usize], why: &str) {
+        for id in ids {
+            self.undefined.entry(*id).or_insert_with(|| why.to_string());
+        }
+    }
+
+    /// An error when `t`'s contents are not defined (see `undefined`);
+    /// `what` is the operation refused.
+    fn check_defined(&self, t: &Tensor, what: &str) -> Result<()> {
+        match self.undefined.get(&t.id) {
+            Some(why) => Err(HostError::new(format!(
+                "{what}: the tensor's contents are not defined: {why} (copy_from writes it anew)"
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn execute(&mut self, p: &Pending) -> Result<sim::Report> {
@@ -557,6 +676,7 @@ impl Runtime {
         launch.grid_per_pe = p.grid_per_pe;
         launch.ipcq = p.ipcq.clone();
         launch.packet_bytes = p.packet_bytes;
+        launch.time_limit_ps = self.time_limit_ps;
         let report = self.machine.run(&launch, &mut self.jit).map_err(|e| {
             HostError::new(sim::render_sim_error(
                 &p.kernel.func,
@@ -586,9 +706,12 @@ impl Runtime {
         Ok(report)
     }
 
-    /// Waits for every queued launch.
+    /// Waits for every queued launch (and frees the memory of dropped
+    /// tensors).
     pub fn synchronize(&mut self) -> Result<()> {
-        self.drain(None)
+        let r = self.drain(None);
+        self.free_dropped();
+        r
     }
 
     /// Launches queued and not run yet.
@@ -596,9 +719,13 @@ impl Runtime {
         self.pending.len()
     }
 
-    /// Drops every queued launch (a failed `spawn` stops its ranks' work).
+    /// Drops every queued launch (a failed `spawn` stops its ranks' work):
+    /// the tensors they take are not defined any more.
     pub fn discard_pending(&mut self) {
-        self.pending.clear();
+        for d in std::mem::take(&mut self.pending) {
+            let why = format!("its launch of `{}` was dropped when spawn stopped", d.kernel.name());
+            self.mark_undefined(&d.touches, &why);
+        }
     }
 
     /// The tensor's contents on the host (after the work that writes it).
@@ -618,6 +745,7 @@ impl Runtime {
     /// (timed) and converts each element's bits with `conv`.
     fn read_elems<T: Default + Clone>(&mut self, t: &Tensor, conv: impl Fn(u64) -> T) -> Result<Vec<T>> {
         self.drain(Some(t.id))?;
+        self.check_defined(t, "cannot read it")?;
         let (rows, cols) = t.rows_cols();
         let esz = t.dtype.size_bytes() as usize;
         let mut out = vec![T::default(); rows * cols];
@@ -671,6 +799,7 @@ impl Runtime {
             end = end.max(self.machine.host_copy(s.placement, s.base, bytes.len() as u64, true));
         }
         self.machine.now_ps = end;
+        self.undefined.remove(&t.id);
         Ok(())
     }
 
@@ -714,13 +843,6 @@ impl Runtime {
         let mut per_pe: Vec<Vec<RtValue>> = vec![Vec::with_capacity(args.len()); pes.len()];
         let mut touches = Vec::new();
         for (p, a) in func.params.iter().zip(args) {
-            let bits = |d: DType, v: f64, i: i64| {
-                if d.is_float() {
-                    elem::from_f32(d, v as f32)
-                } else {
-                    elem::from_i64(d, i)
-                }
-            };
             match (p.ty.elem(), a) {
                 (Elem::Ptr(d), Arg::Tensor(t)) => {
                     if d != t.dtype {
@@ -738,6 +860,7 @@ impl Runtime {
                             pes.len()
                         )));
                     }
+                    self.check_defined(t, &format!("argument `{}`", p.name))?;
                     for (k, v) in per_pe.iter_mut().enumerate() {
                         v.push(RtValue::Scalar(t.shards[if on_same { k } else { 0 }].base));
                     }
@@ -756,13 +879,7 @@ impl Runtime {
                     )))
                 }
                 (Elem::Num(d), a) => {
-                    let b = match a {
-                        Arg::I32(x) => bits(d, *x as f64, *x as i64),
-                        Arg::I64(x) => bits(d, *x as f64, *x),
-                        Arg::F32(x) => bits(d, *x as f64, *x as i64),
-                        Arg::Bool(x) => bits(d, *x as u8 as f64, *x as i64),
-                        Arg::Tensor(_) => 0,
-                    };
+                    let b = scalar_arg_bits(&p.name, d, a)?;
                     per_pe.iter_mut().for_each(|v| v.push(RtValue::Scalar(b)));
                 }
             }
@@ -777,6 +894,7 @@ impl Runtime {
             ipcq: None,
             packet_bytes: None,
             touches,
+            owner: self.serving_rank,
         });
         Ok(())
     }
@@ -793,6 +911,8 @@ impl Runtime {
             reg.merge_file(u).map_err(|e| HostError::new(e.to_string()))?;
         }
         self.registry = Some(reg);
+        // An algorithm may have a new definition under the same name.
+        self.collective_kernels.clear();
         Ok(self.registry.as_ref().expect("just set"))
     }
 
@@ -802,6 +922,46 @@ impl Runtime {
         }
         Ok(self.registry.as_ref().expect("loaded above"))
     }
+}
+
+/// A scalar argument's bits as parameter `name` of dtype `d` takes them,
+/// or an error where the value would change: an integer out of the
+/// dtype's range (not a silent wrap, as `tlc run`'s arguments), a float
+/// for an integer or `bool` parameter (not truncated), anything but 0 or 1
+/// for a `bool`, a finite float that the dtype cannot hold (not `inf`).
+fn scalar_arg_bits(name: &str, d: DType, a: &Arg) -> Result<u64> {
+    let int = match *a {
+        Arg::I32(x) => Some(i64::from(x)),
+        Arg::I64(x) => Some(x),
+        Arg::Bool(x) => Some(i64::from(x)),
+        Arg::F32(_) | Arg::Tensor(_) => None,
+    };
+    if d.is_float() {
+        let x = match *a {
+            Arg::F32(x) => x,
+            _ => int.unwrap_or(0) as f32,
+        };
+        let bits = elem::from_f32(d, x);
+        if x.is_finite() && !elem::to_f32(d, bits).is_finite() {
+            return Err(HostError::new(format!("argument `{name}`: {x} does not fit in {d}")));
+        }
+        return Ok(bits);
+    }
+    let Some(x) = int else {
+        return Err(HostError::new(format!(
+            "argument `{name}` is {d}: pass an integer{}, not a float",
+            if d == DType::Bool { " or a bool" } else { "" }
+        )));
+    };
+    if d == DType::Bool && !(0..=1).contains(&x) {
+        return Err(HostError::new(format!(
+            "argument `{name}` is bool: {x} is neither 0 nor 1"
+        )));
+    }
+    if elem::to_i64(d, elem::from_i64(d, x)) != x {
+        return Err(HostError::new(format!("argument `{name}`: {x} does not fit in {d}")));
+    }
+    Ok(elem::from_i64(d, x))
 }
 
 /// A host read of `t` as `T` needs the tensor's dtype.

@@ -329,23 +329,45 @@ impl Ctx {
 
     /// Sends `t` to rank `dst`, whose matching `recv` receives it.
     pub fn send(&self, t: &Tensor, dst: u32) -> Result<()> {
+        self.check_peer("send to", dst)?;
         self.call(Request::Send { tensor: t.clone(), dst }).map(|_| ())
     }
 
     /// Receives rank `src`'s `send` into `t`.
     pub fn recv(&self, t: &Tensor, src: u32) -> Result<()> {
+        self.check_peer("recv from", src)?;
         self.call(Request::Recv { tensor: t.clone(), src }).map(|_| ())
+    }
+
+    /// A send's or receive's peer is another rank of the group.
+    fn check_peer(&self, what: &str, peer: u32) -> Result<()> {
+        if peer >= self.world {
+            return Err(HostError::new(format!(
+                "rank {}: {what} rank {peer}: not a rank (world size {})",
+                self.rank, self.world
+            )));
+        }
+        if peer == self.rank {
+            return Err(HostError::new(format!(
+                "rank {}: {what} itself: a rank's send and receive with itself would wait for each other",
+                self.rank
+            )));
+        }
+        Ok(())
     }
 }
 
 enum RankState {
     Running,
-    Waiting(Request),
+    /// Boxed: a request holds tensors, and the states are moved about.
+    Waiting(Box<Request>),
     Finished,
 }
 
 /// Runs `f(rank, ctx)` for every rank on `rt`'s machine; rank r's tensors
-/// go to SIP r.
+/// go to SIP r. Requests are served only while no rank is running, so a
+/// rank must not wait for another by other means (a lock held across a
+/// `Ctx` call, a channel of its own): both would wait forever.
 pub fn spawn<F>(rt: &mut Runtime, nprocs: u32, f: F) -> std::result::Result<(), SpawnError>
 where
     F: Fn(u32, &Ctx) -> Result<()> + Sync,
@@ -362,6 +384,9 @@ where
         });
     }
     let n = nprocs as usize;
+    // Requests are served on the requesting rank's device; the caller's
+    // is back when spawn returns.
+    let device = rt.device;
     let (req_tx, req_rx) = channel::<(u32, Request)>();
     let mut reply: Vec<Sender<Result<Response>>> = Vec::new();
     let mut ctxs = Vec::new();
@@ -409,13 +434,15 @@ where
                     Request::Done(res) => {
                         if let Err(e) = res {
                             if !e.stopped {
-                                failures.push((r, e));
+                                // A wait that ran another rank's failed
+                                // launch reports that rank's error.
+                                failures.push((e.rank.unwrap_or(r), e));
                             }
                             stopped = true;
                         }
                         RankState::Finished
                     }
-                    other => RankState::Waiting(other),
+                    other => RankState::Waiting(Box::new(other)),
                 };
             }
             if state.iter().all(|s| matches!(s, RankState::Finished)) {
@@ -442,7 +469,9 @@ where
                         continue;
                     };
                     rt.device = r as u32;
-                    let _ = reply[r].send(serve_local(rt, q));
+                    rt.serving_rank = Some(r as u32);
+                    let _ = reply[r].send(serve_local(rt, *q));
+                    rt.serving_rank = None;
                 }
                 continue;
             }
@@ -454,6 +483,7 @@ where
             }
         }
     });
+    rt.device = device;
     failures.sort_by_key(|(r, _)| *r);
     if failures.is_empty() {
         Ok(())
@@ -506,7 +536,7 @@ fn serve_local(rt: &mut Runtime, q: Request) -> Result<Response> {
 fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usize, Result<Response>)> {
     let waiting: Vec<usize> = (0..n).filter(|r| matches!(state[*r], RankState::Waiting(_))).collect();
     let req = |r: usize| match &state[r] {
-        RankState::Waiting(q) => Some(q),
+        RankState::Waiting(q) => Some(&**q),
         _ => None,
     };
     let all_err = |msg: String| {
@@ -532,7 +562,7 @@ fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usiz
             else {
                 continue;
             };
-            let res = rt.send_recv(ta, tb).map(|_| Response::Unit);
+            let res = rt.send_recv(ta, tb, [a as u32, b as u32]).map(|_| Response::Unit);
             out.push((a, res.clone().map(|_| Response::Unit)));
             out.push((b, res));
         }
@@ -545,6 +575,16 @@ fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usiz
             "rank {} called {what}, but rank(s) {} already finished",
             waiting[0],
             finished.join(", ")
+        ));
+    }
+    // Every rank waits in a send or receive and no two pair up.
+    if (0..n).all(|r| matches!(req(r), Some(Request::Send { .. } | Request::Recv { .. }))) {
+        let each: Vec<String> = (0..n)
+            .map(|r| format!("rank {r} in {}", req(r).map(Request::describe).unwrap_or_default()))
+            .collect();
+        return all_err(format!(
+            "every rank waits in a send or receive and none pair up ({}): a deadlock",
+            each.join(", ")
         ));
     }
     let first = req(0).map(Request::describe).unwrap_or_default();
@@ -593,12 +633,6 @@ fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usiz
                     .map(|_| Response::Unit),
             }
         }
-        Some(Request::Send { dst, .. }) => Err(HostError::new(format!(
-            "every rank is waiting in a send or receive and none match (rank 0: send to rank {dst}): a deadlock"
-        ))),
-        Some(Request::Recv { src, .. }) => Err(HostError::new(format!(
-            "every rank is waiting in a send or receive and none match (rank 0: recv from rank {src}): a deadlock"
-        ))),
         _ => Err(HostError::new("internal: not a group request")),
     };
     (0..n).map(|r| (r, res.clone())).collect()

@@ -203,6 +203,26 @@ impl SimMemory {
         Ok(self.flat.alloc_tagged(name, data, tag))
     }
 
+    /// Frees the allocation at `base`: its bytes no longer count against
+    /// its memory's capacity, and an access to it faults. False when no
+    /// allocation starts there (or it was freed already).
+    pub fn free(&mut self, base: u64) -> bool {
+        let Some((b, info)) = self.lookup(base) else {
+            return false;
+        };
+        if b != base {
+            return false;
+        }
+        let p = info.placement;
+        let Some(freed) = self.flat.release(base) else {
+            return false;
+        };
+        if let Some(u) = self.used.get_mut(&p) {
+            *u = u.saturating_sub(freed as u64);
+        }
+        true
+    }
+
     /// The segment holding `addr`: (base, info).
     pub fn lookup(&self, addr: u64) -> Option<(u64, &SegmentInfo)> {
         let s = self.flat.segment_at(addr)?;
