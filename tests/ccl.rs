@@ -47,6 +47,7 @@ fn run(
         op,
         // Launches over both SIPs run on two threads: the same results.
         threads: 2,
+        time_limit_ps: None,
     };
     let mut jit = Jit::new();
     bench::run_one(&case, &mut jit, &mut bench::DataCache::default(), bytes)

@@ -107,6 +107,10 @@ fn diagnostics_doc() -> String {
                 body.push(line);
                 continue;
             }
+            // Directives for the test, not words of the explanation.
+            if in_header && line.starts_with("# tlc-lower:") {
+                continue;
+            }
             if in_header && line.starts_with('#') {
                 let text = line.trim_start_matches('#').trim();
                 let text = text
@@ -119,14 +123,35 @@ fn diagnostics_doc() -> String {
             in_header = false;
             body.push(line);
         }
-        if explanation.len() > 1 {
-            doc.push_str(&explanation[1..].join(" "));
+        // The first line may repeat the summary (printed above already),
+        // or begin the explanation's first sentence.
+        if explanation
+            .first()
+            .is_some_and(|l| l.trim_end_matches('.').eq_ignore_ascii_case(code.summary()))
+        {
+            explanation.remove(0);
+        }
+        if !explanation.is_empty() {
+            // A sentence starts with a capital, but the language's name
+            // is spelled `tl`.
+            let text = explanation.join(" ");
+            let text = if text.starts_with("tl ") {
+                text
+            } else {
+                capitalize(&text)
+            };
+            doc.push_str(&text);
             doc.push_str("\n\n");
         }
         let flags = flags_of(&source);
         let cmd = flags.iter().map(|(n, v)| format!(" -D {n}={v}")).collect::<String>();
+        // What only lowering reports shows with the command that lowers.
+        let command = match directive(&source, "# tlc-lower:") {
+            Some(kernel) => format!("emit-ir --kernel {kernel}"),
+            None => "check".to_string(),
+        };
         doc.push_str(&format!(
-            "```python\n{}\n```\n\n`tlc check{cmd} {}`:\n\n```text\n{}```\n",
+            "```python\n{}\n```\n\n`tlc {command}{cmd} {}`:\n\n```text\n{}```\n",
             body.join("\n").trim(),
             case.display(),
             check_output(&case)

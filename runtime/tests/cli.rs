@@ -1065,6 +1065,40 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         table.contains("# Failed sizes         : 1048576 (bytes; errors above)\n# Out of bounds values : 0 FAILED"),
         "{table}"
     );
+    // An algorithm that never ends stops at the time limit, as a failed
+    // size.
+    write_kernel(
+        &dir,
+        "spin.tl",
+        "@kernel\ndef spin(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0):\n    i = 0\n    \
+         while i < n_elem:\n        i = i + 0\n",
+    );
+    std::fs::write(
+        &cfg,
+        "algorithms:\n  spin:\n    collective: all_reduce\n    module: spin.tl\n    kernel: spin\n    topology: ring\n",
+    )
+    .expect("write");
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--config",
+        &cfg.to_string_lossy(),
+        "--algo",
+        "spin",
+        "--sizes",
+        "1K",
+        "--pes",
+        "2",
+        "--time-limit",
+        "2us",
+    ]);
+    assert_exit(
+        &o,
+        1,
+        "`spin` did not finish within its time limit of 2.000 us: 2 ranks still running",
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).contains("# Failed sizes         : 1024"));
+    assert_eq!(tlc(&["bench", "ccl", "--time-limit", "soon"]).status.code(), Some(2));
     // Slots that cannot fit are an error naming the keys that set them,
     // before anything runs.
     std::fs::write(

@@ -75,6 +75,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 dtype: DType::F32,
                 op: ReduceOp::Sum,
                 threads: 1,
+                time_limit_ps: Some(kernbench_runtime::host::DEFAULT_TIME_LIMIT_PS),
             };
             let row = bench::run_one(&case, &mut Jit::new(), &mut cache, size)?;
             if row.wrong != 0 {

@@ -244,6 +244,9 @@ pub struct Case<'a> {
     /// Threads a launch over several SIPs may run on (`Machine::threads`:
     /// the results do not depend on it).
     pub threads: usize,
+    /// Simulated time one size may take (`Launch::time_limit_ps`); `None`:
+    /// no limit.
+    pub time_limit_ps: Option<u64>,
 }
 
 /// Runs one collective of `size_bytes` on a fresh machine.
@@ -263,6 +266,7 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
         dtype,
         op,
         threads,
+        time_limit_ps,
     } = *case;
     let comm = communicator(topo, a, pes)?;
     let n = comm.world() as u64;
@@ -342,6 +346,7 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
     let mut launch = Launch::new(func, &comm, args);
     launch.ipcq = Some(reg.ipcq(a, topo));
     launch.packet_bytes = reg.defaults.packet_bytes.map(|b| b.0);
+    launch.time_limit_ps = time_limit_ps;
     let t0 = std::time::Instant::now();
     let result = m.run(&launch, jit);
     let sim_wall = t0.elapsed();

@@ -404,6 +404,11 @@ where
     let f = &f;
     let mut failures: Vec<(u32, HostError)> = Vec::new();
     std::thread::scope(|scope| {
+        // Owned here: should serving a request panic, unwinding drops the
+        // senders, every waiting rank's request fails ("stopped"), and the
+        // scope can join the ranks and pass the panic on instead of
+        // waiting for them forever.
+        let reply = reply;
         for ctx in ctxs {
             scope.spawn(move || {
                 let rank = ctx.rank;

@@ -48,6 +48,11 @@ pub struct CclArgs {
     pub config: Option<PathBuf>,
     #[arg(long, value_name = "DIR")]
     pub stdlib: Option<PathBuf>,
+    /// Simulated time one size may take (ps, ns, us, ms, s), or `none`; a
+    /// size still running then is an error (an algorithm that never
+    /// ends).
+    #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = super::time_limit)]
+    pub time_limit: super::TimeLimit,
     #[arg(long, value_enum, default_value = "human")]
     pub format: Format,
 }
@@ -125,6 +130,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
         dtype,
         op: redop,
         threads: a.threads,
+        time_limit_ps: None,
     };
     let mut jit = Jit::new();
     let mut cache = bench::DataCache::default();
@@ -359,6 +365,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 dtype,
                 op: redop,
                 threads,
+                time_limit_ps: a.time_limit.0,
             };
             match bench::run_one(&case, &mut p.jit, &mut cache, size) {
                 Ok(r) => p.rows.push(r),
