@@ -5,7 +5,7 @@
 
 use kernbench_compiler::sema::{DType, Konst};
 use kernbench_runtime::ccl::{Collective, ReduceOp, Registry};
-use kernbench_runtime::host::{spawn, Arg, Dist, DpPolicy, Runtime, Tensor};
+use kernbench_runtime::host::{spawn, Arg, Ctx, Dist, DpPolicy, Runtime, Tensor};
 use kernbench_runtime::topology::{PeCoord, Topology, DEFAULT_YAML};
 use kernbench_tests::repo_root;
 use ndarray::{ArrayD, IxDyn};
@@ -214,6 +214,23 @@ fn gather_scatter_broadcast_point_to_point_and_barrier() {
     .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// Inside a rank: queues `add` on a 10-element tensor with `n = 1000`,
+/// which reads out of bounds when it runs; returns the tensor.
+fn queue_out_of_bounds_add(ctx: &Ctx) -> kernbench_runtime::host::Result<Tensor> {
+    let k = ctx.compile(
+        repo_root().join("stdlib/kernels/add.tl"),
+        "add",
+        &[("BLOCK", Konst::Int(64))],
+    )?;
+    let x = ctx.full(&[10], 1.0f32, DpPolicy::default())?;
+    ctx.launch(
+        &k,
+        None,
+        &[Arg::Tensor(&x), Arg::Tensor(&x), Arg::Tensor(&x), Arg::I32(1000)],
+    )?;
+    Ok(x)
+}
+
 #[test]
 fn spawn_reports_root_causes_and_stops_the_others() {
     let mut rt = Runtime::new(&machine(4));
@@ -260,17 +277,7 @@ fn spawn_reports_root_causes_and_stops_the_others() {
     assert!(e.to_string().contains("must match"), "{e}");
     // A simulated failure inside a launch surfaces at the read that needs it.
     let e = spawn(&mut rt, 1, |_, ctx| {
-        let k = ctx.compile(
-            repo_root().join("stdlib/kernels/add.tl"),
-            "add",
-            &[("BLOCK", Konst::Int(64))],
-        )?;
-        let x = ctx.full(&[10], 1.0f32, DpPolicy::default())?;
-        ctx.launch(
-            &k,
-            None,
-            &[Arg::Tensor(&x), Arg::Tensor(&x), Arg::Tensor(&x), Arg::I32(1000)],
-        )?;
+        let x = queue_out_of_bounds_add(ctx)?;
         let _: ArrayD<f32> = ctx.to_ndarray(&x)?;
         Ok(())
     })
@@ -533,17 +540,7 @@ fn spawn_names_the_rank_at_fault_and_restores_the_device() {
     rt.set_device(1).unwrap();
     let e = spawn(&mut rt, 2, |rank, ctx| {
         if rank == 0 {
-            let k = ctx.compile(
-                repo_root().join("stdlib/kernels/add.tl"),
-                "add",
-                &[("BLOCK", Konst::Int(64))],
-            )?;
-            let x = ctx.full(&[10], 1.0f32, DpPolicy::default())?;
-            ctx.launch(
-                &k,
-                None,
-                &[Arg::Tensor(&x), Arg::Tensor(&x), Arg::Tensor(&x), Arg::I32(1000)],
-            )?;
+            queue_out_of_bounds_add(ctx)?;
             ctx.barrier()
         } else {
             ctx.barrier()?;
