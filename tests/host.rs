@@ -5,7 +5,7 @@
 
 use kernbench_compiler::sema::{DType, Konst};
 use kernbench_runtime::ccl::{Collective, ReduceOp, Registry};
-use kernbench_runtime::host::{spawn, Arg, Ctx, Dist, DpPolicy, Runtime, Tensor};
+use kernbench_runtime::host::{spawn, Arg, Ctx, Dist, DpPolicy, Kernel, Runtime, Tensor};
 use kernbench_runtime::topology::{PeCoord, Topology, DEFAULT_YAML};
 use kernbench_tests::repo_root;
 use ndarray::{ArrayD, IxDyn};
@@ -26,13 +26,7 @@ fn machine(sips: u32) -> Topology {
 #[test]
 fn launches_fan_out_over_shards_and_reads_wait_for_them() {
     let mut rt = Runtime::new(&Topology::default_machine());
-    let add = rt
-        .compile(
-            repo_root().join("stdlib/kernels/add.tl"),
-            "add",
-            &[("BLOCK", Konst::Int(256))],
-        )
-        .expect("compiles");
+    let add = compile_add(&rt, 256);
     let policy = DpPolicy::row_wise(1, 4);
     let x = rt.from_ndarray(&arr(&[1024], |i| i as f32), policy).unwrap();
     let y = rt.from_ndarray(&arr(&[1024], |i| 2.0 * i as f32), policy).unwrap();
@@ -212,6 +206,16 @@ fn gather_scatter_broadcast_point_to_point_and_barrier() {
         Ok(())
     })
     .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// `stdlib/kernels/add.tl`'s `add` with `BLOCK = block`.
+fn compile_add(rt: &Runtime, block: i64) -> Kernel {
+    rt.compile(
+        repo_root().join("stdlib/kernels/add.tl"),
+        "add",
+        &[("BLOCK", Konst::Int(block))],
+    )
+    .expect("add compiles")
 }
 
 /// Inside a rank: queues `add` on a 10-element tensor with `n = 1000`,
@@ -419,13 +423,7 @@ fn a_launch_that_leaves_messages_unreceived_fails() {
 #[test]
 fn a_failed_launch_leaves_its_tensors_and_the_dropped_ones_undefined() {
     let mut rt = Runtime::new(&Topology::default_machine());
-    let add = rt
-        .compile(
-            repo_root().join("stdlib/kernels/add.tl"),
-            "add",
-            &[("BLOCK", Konst::Int(64))],
-        )
-        .unwrap();
+    let add = compile_add(&rt, 64);
     let p = DpPolicy::default();
     let x = rt.full(&[10], 1.0f32, p).unwrap();
     let (y, z) = (
@@ -667,13 +665,7 @@ fn dropped_tensors_give_their_memory_back() {
         let t = rt.zeros(&[200_000], DType::F32, tcm).unwrap();
         drop(t);
     }
-    let add = rt
-        .compile(
-            repo_root().join("stdlib/kernels/add.tl"),
-            "add",
-            &[("BLOCK", Konst::Int(1024))],
-        )
-        .unwrap();
+    let add = compile_add(&rt, 1024);
     let n = 100_000;
     let x = rt.full(&[n], 1.5f32, tcm).unwrap();
     let out = rt.zeros(&[n], DType::F32, DpPolicy::default()).unwrap();

@@ -181,6 +181,16 @@ impl<'de> serde::de::Visitor<'de> for NoDuplicateKeys {
     }
 }
 
+/// A line's indentation and its text after it; `None` for a blank or
+/// comment line (which belongs to no mapping).
+fn content(line: &str) -> Option<(i64, &str)> {
+    let trimmed = line.trim_start();
+    if trimmed.is_empty() || trimmed.starts_with('#') {
+        return None;
+    }
+    Some(((line.len() - trimmed.len()) as i64, trimmed))
+}
+
 /// The line of the second `key` directly under the mapping at `parent`
 /// (a dotted path, empty for the top level): a block mapping's key at the
 /// indentation of the mapping's first key; in a flow mapping (`{a: 1,
@@ -200,11 +210,9 @@ fn second_key_line(text: &str, parent: &str, key: &str) -> Option<usize> {
     let mut child_indent = None;
     let mut seen = 0;
     for (i, line) in lines.iter().enumerate().skip(start) {
-        let trimmed = line.trim_start();
-        if trimmed.is_empty() || trimmed.starts_with('#') {
+        let Some((indent, trimmed)) = content(line) else {
             continue;
-        }
-        let indent = (line.len() - trimmed.len()) as i64;
+        };
         if indent <= parent_indent {
             break;
         }
@@ -335,11 +343,9 @@ pub fn key_line(text: &str, path: &str) -> Option<usize> {
     for seg in path.split('.') {
         found = None;
         for (i, line) in lines.iter().enumerate().skip(from) {
-            let trimmed = line.trim_start();
-            if trimmed.is_empty() || trimmed.starts_with('#') {
+            let Some((indent, trimmed)) = content(line) else {
                 continue;
-            }
-            let indent = (line.len() - trimmed.len()) as i64;
+            };
             if i > from && indent <= parent_indent {
                 break;
             }

@@ -936,13 +936,7 @@ impl Sim<'_> {
                         // Credits back by now count (in a deadlock, every
                         // one is); with enough, the send waits for
                         // something else (its operand, at a time limit).
-                        let back: u32 = q
-                            .returning
-                            .iter()
-                            .filter(|&&(t, _)| t <= self.now)
-                            .map(|&(_, n)| n)
-                            .sum();
-                        let free = q.credits + back;
+                        let free = q.credits_by(self.now);
                         if free >= need {
                             continue;
                         }

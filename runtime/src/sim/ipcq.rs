@@ -123,6 +123,18 @@ impl Queue {
         self.credits
     }
 
+    /// Credits the sender will hold at `now_ps`, counting those back by
+    /// then, without taking them in (for the diagnostics, which only read).
+    pub fn credits_by(&self, now_ps: u64) -> u32 {
+        let back: u32 = self
+            .returning
+            .iter()
+            .take_while(|&&(t, _)| t <= now_ps)
+            .map(|&(_, n)| n)
+            .sum();
+        self.credits + back
+    }
+
     /// When the sender has `need` credits counting those travelling back;
     /// `None` when even all of them are too few.
     pub fn credits_back_by(&self, need: u32) -> Option<u64> {

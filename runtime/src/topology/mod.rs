@@ -182,10 +182,7 @@ impl Topology {
         let (space_name, space_bytes) = match q.buffer_space {
             Space::Tcm => ("the TCM", s.pe.tcm.capacity_bytes.0),
             Space::Sram => ("the cube's SRAM", s.cube.sram.capacity_bytes.0),
-            Space::Hbm => (
-                "a PE's HBM slice",
-                s.cube.hbm_capacity_bytes.0 / (self.pes_per_cube() as u64).max(1),
-            ),
+            Space::Hbm => ("a PE's HBM slice", self.hbm_slice_bytes()),
         };
         if slots_bytes > space_bytes as u128 {
             return Err(err(
