@@ -9,6 +9,7 @@
 //!   ccl`.
 //! - `host`: the PyTorch-shaped host API (`Runtime`, tensors and placement
 //!   policies, launches, `distributed`, `spawn`).
+//! - `tp`: Megatron-style tensor-parallel layers on the host API.
 //! - `topology`: the machine description (`topology.yaml`), presets and
 //!   the summary `tlc topology` prints.
 
@@ -19,4 +20,5 @@ pub mod exec;
 pub mod host;
 pub mod sim;
 pub mod topology;
+pub mod tp;
 pub mod yaml;

@@ -1432,3 +1432,56 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
     assert!(!trace.exists(), "no trace of a failed run");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bench_tp_times_and_checks_every_layer_at_every_size() {
+    let o = tlc(&[
+        "bench", "tp", "--tokens", "64", "--hidden", "128", "--ffn", "256", "--pes", "2", "--format", "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let rows = v["rows"].as_array().expect("rows");
+    // Three layers at tensor-parallel sizes 1 and 2 (the default machine's
+    // two SIPs).
+    let got: Vec<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["layer"].as_str().unwrap_or("").to_string(),
+                r["tp"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    let want: Vec<(String, u64)> = ["column", "row", "mlp"]
+        .iter()
+        .flat_map(|l| [1, 2].map(|tp| (l.to_string(), tp)))
+        .collect();
+    assert_eq!(got, want);
+    for r in rows {
+        assert_eq!(r["ok"], true, "{r}");
+        let (total, gemm, comm) = (
+            r["total_ps"].as_u64().unwrap_or(0),
+            r["gemm_ps"].as_u64().unwrap_or(0),
+            r["comm_ps"].as_u64().unwrap_or(0),
+        );
+        assert!(gemm > 0 && gemm + comm <= total, "{r}");
+        // One rank has nothing to communicate; two always do.
+        assert_eq!(comm == 0, r["tp"] == 1, "{r}");
+    }
+    // Two ranks halve each rank's GEMM work: rank 0's GEMMs take less.
+    let gemm = |k: usize| rows[k]["gemm_ps"].as_u64().unwrap_or(0);
+    assert!(gemm(1) < gemm(0) && gemm(3) < gemm(2) && gemm(5) < gemm(4), "{v}");
+    let text =
+        String::from_utf8_lossy(&tlc(&["bench", "tp", "--tokens", "32", "--hidden", "64", "--ffn", "128"]).stdout)
+            .to_string();
+    assert!(
+        text.contains("  layer  tp   total(us)    gemm(us)    comm(us)   other(us)   TFLOP/s  err/bound  check"),
+        "{text}"
+    );
+    assert_eq!(text.lines().filter(|l| l.ends_with("  OK")).count(), 6, "{text}");
+    assert_eq!(
+        tlc(&["bench", "tp", "--pes", "3", "--tokens", "64"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(tlc(&["bench", "tp", "--hidden", "0"]).status.code(), Some(2));
+}

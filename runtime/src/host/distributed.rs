@@ -80,6 +80,31 @@ impl Runtime {
         outputs: &[&Tensor],
         root: u32,
     ) -> Result<()> {
+        self.queue_collective(c, algorithm, op, inputs, outputs, root, false)
+    }
+
+    /// Queues an all-gather shard by shard, with the registry's algorithm:
+    /// for tensors split over several PEs (by rows, say), the shard of
+    /// `outputs[r]` on each PE gets the ranks' shards of the inputs on
+    /// that PE, rank after rank — every PE gathers its own part, and no
+    /// data crosses between a rank's PEs. (On one PE this is
+    /// [`Runtime::collective`]'s all-gather.) Each output shard holds world
+    /// × its input shard's elements.
+    pub fn all_gather_per_shard(&mut self, inputs: &[&Tensor], outputs: &[&Tensor]) -> Result<()> {
+        self.queue_collective(Collective::AllGather, None, ReduceOp::Sum, inputs, outputs, 0, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn queue_collective(
+        &mut self,
+        c: Collective,
+        algorithm: Option<&str>,
+        op: ReduceOp,
+        inputs: &[&Tensor],
+        outputs: &[&Tensor],
+        root: u32,
+        per_shard: bool,
+    ) -> Result<()> {
         self.check_alike(c.key(), inputs, |k| k as u32)?;
         let world = inputs.len();
         let dtype = inputs[0].dtype;
@@ -116,7 +141,7 @@ impl Runtime {
                 )));
             }
             for t in inputs.iter().chain(outputs) {
-                if t.shards.len() > 1 && t.policy.dist != super::Dist::Replicate {
+                if !per_shard && t.shards.len() > 1 && t.policy.dist != super::Dist::Replicate {
                     return Err(HostError::new(format!(
                         "{c} takes tensors on one PE or replicated; this one is split {:?} over {} PEs",
                         t.policy.dist,
@@ -127,6 +152,20 @@ impl Runtime {
             if outputs[0].shards.len() != inputs[0].shards.len() {
                 return Err(HostError::new(format!(
                     "{c}: the outputs are on other PEs than the inputs"
+                )));
+            }
+            let shard_elems = |s: &super::Shard| s.rows.len() * s.cols.len();
+            if let Some((i, o)) = inputs[0]
+                .shards
+                .iter()
+                .zip(outputs[0].shards.iter())
+                .find(|(i, o)| per_shard && shard_elems(o) != world * shard_elems(i))
+            {
+                return Err(HostError::new(format!(
+                    "{c} shard by shard over {world} ranks: an input shard of {} and an output shard of {} elements \
+                     do not match",
+                    shard_elems(i),
+                    shard_elems(o)
                 )));
             }
             let (n_in, n_out) = (inputs[0].numel(), outputs[0].numel());
@@ -195,6 +234,8 @@ impl Runtime {
             self.check_defined(t, c.key())?;
         }
         let touches = inputs.iter().chain(outputs).map(|t| t.id).collect();
+        let tensors: Vec<&Tensor> = inputs.iter().chain(outputs).copied().collect();
+        let device = super::one_device(&groups, &tensors);
         self.pending.push(Pending {
             kernel,
             grid: [world as u32, 1, 1],
@@ -205,6 +246,7 @@ impl Runtime {
             packet_bytes: reg.defaults.packet_bytes.map(|b| b.0),
             touches,
             owner: None,
+            device,
         });
         Ok(())
     }
@@ -224,6 +266,7 @@ impl Runtime {
             args.push(vec![RtValue::Scalar(a.base), i32_arg(n)]);
             args.push(vec![RtValue::Scalar(b.base), i32_arg(n)]);
         }
+        let device = super::one_device(&groups, &[from, to]);
         self.pending.push(Pending {
             kernel,
             grid: [2, 1, 1],
@@ -234,6 +277,7 @@ impl Runtime {
             packet_bytes: None,
             touches: vec![from.id, to.id],
             owner: None,
+            device,
         });
         Ok(())
     }
@@ -251,6 +295,7 @@ impl Runtime {
             .collect();
         let comm = Communicator::new(pes);
         let args = vec![Vec::new(); comm.world() as usize];
+        let device = super::one_device(std::slice::from_ref(&comm), &[]);
         self.pending.push(Pending {
             kernel,
             grid: [comm.world(), 1, 1],
@@ -261,6 +306,7 @@ impl Runtime {
             packet_bytes: None,
             touches: Vec::new(),
             owner: None,
+            device,
         });
         Ok(())
     }

@@ -290,6 +290,20 @@ struct Pending {
     /// Inside `spawn`, the rank that queued it (not for a group's
     /// collective).
     owner: Option<u32>,
+    /// The one SIP it uses, if one (see [`one_device`]).
+    device: Option<u32>,
+}
+
+/// The one SIP that the PEs of `groups` and the shards of `tensors` are
+/// all on, if there is one: a launch confined to it runs on that SIP's
+/// clock (see [`sim::Launch::device`]).
+fn one_device(groups: &[Communicator], tensors: &[&Tensor]) -> Option<u32> {
+    let mut sips = groups
+        .iter()
+        .flat_map(|c| c.pes.iter().map(|p| p.sip))
+        .chain(tensors.iter().map(|t| t.sip));
+    let first = sips.next()?;
+    sips.all(|s| s == first).then_some(first)
 }
 
 /// What one executed launch took.
@@ -301,6 +315,9 @@ pub struct LaunchRecord {
     pub end_ps: u64,
     /// The threads it ran on (see [`Runtime::set_threads`]).
     pub threads: usize,
+    /// The one SIP it ran on, on that SIP's clock; `None` when it may
+    /// reach several (it waited for every SIP).
+    pub device: Option<u32>,
 }
 
 /// The machine and everything on it.
@@ -399,9 +416,18 @@ impl Runtime {
         self.time_limit_ps = limit_ps;
     }
 
-    /// The machine's simulated clock (after what has run).
+    /// The machine's simulated clock: when every SIP's work so far (what
+    /// has run) ended.
     pub fn now_ps(&self) -> u64 {
-        self.machine.now_ps
+        self.machine.now_ps()
+    }
+
+    /// When SIP `device`'s work so far ended. SIPs run independently (as
+    /// GPUs' streams do): a launch on one SIP starts when that SIP's
+    /// earlier work ends, beside other SIPs' work; a collective over
+    /// several waits for all of them.
+    pub fn device_now_ps(&self, device: u32) -> u64 {
+        self.machine.clock_ps(Some(device))
     }
 
     /// Every executed launch, in order.
@@ -535,11 +561,11 @@ impl Runtime {
         };
         if data.is_some() {
             // The host's copy over PCIe, shard by shard.
-            let mut end = self.machine.now_ps;
+            let mut end = self.machine.clock_ps(Some(self.device));
             for ((pl, len), base) in placements.iter().zip(&lens).zip(&bases) {
                 end = end.max(self.machine.host_copy(*pl, *base, *len, true));
             }
-            self.machine.now_ps = end;
+            self.machine.advance_clock(Some(self.device), end);
         }
         let shards: Vec<Shard> = pes
             .iter()
@@ -677,6 +703,7 @@ impl Runtime {
         launch.ipcq = p.ipcq.clone();
         launch.packet_bytes = p.packet_bytes;
         launch.time_limit_ps = self.time_limit_ps;
+        launch.device = p.device;
         let report = self.machine.run(&launch, &mut self.jit).map_err(|e| {
             HostError::new(sim::render_sim_error(
                 &p.kernel.func,
@@ -702,6 +729,7 @@ impl Runtime {
             start_ps: report.start_ps,
             end_ps: report.end_ps,
             threads: report.threads,
+            device: p.device,
         });
         Ok(report)
     }
@@ -749,7 +777,7 @@ impl Runtime {
         let (rows, cols) = t.rows_cols();
         let esz = t.dtype.size_bytes() as usize;
         let mut out = vec![T::default(); rows * cols];
-        let mut end = self.machine.now_ps;
+        let mut end = self.machine.clock_ps(Some(t.sip));
         let shards: &[Shard] = if t.policy.dist == Dist::Replicate {
             &t.shards[..1]
         } else {
@@ -766,7 +794,7 @@ impl Runtime {
             }
             end = end.max(self.machine.host_copy(s.placement, s.base, bytes.len() as u64, false));
         }
-        self.machine.now_ps = end;
+        self.machine.advance_clock(Some(t.sip), end);
         Ok(out)
     }
 
@@ -783,7 +811,7 @@ impl Runtime {
         self.drain(Some(t.id))?;
         let (_, cols) = t.rows_cols();
         let esz = t.dtype.size_bytes() as usize;
-        let mut end = self.machine.now_ps;
+        let mut end = self.machine.clock_ps(Some(t.sip));
         for s in t.shards.iter() {
             let mut bytes = Vec::with_capacity(s.rows.len() * s.cols.len() * esz);
             for r in s.rows.clone() {
@@ -798,7 +826,7 @@ impl Runtime {
                 .map_err(|f| HostError::new(format!("copy fault at {:#x}", f.addr)))?;
             end = end.max(self.machine.host_copy(s.placement, s.base, bytes.len() as u64, true));
         }
-        self.machine.now_ps = end;
+        self.machine.advance_clock(Some(t.sip), end);
         self.undefined.remove(&t.id);
         Ok(())
     }
@@ -885,6 +913,14 @@ impl Runtime {
             }
         }
         let comm = Communicator::new(pes);
+        let tensors: Vec<&Tensor> = args
+            .iter()
+            .filter_map(|a| match a {
+                Arg::Tensor(t) => Some(*t),
+                _ => None,
+            })
+            .collect();
+        let device = one_device(std::slice::from_ref(&comm), &tensors);
         self.pending.push(Pending {
             kernel: kernel.clone(),
             groups: vec![comm],
@@ -895,6 +931,7 @@ impl Runtime {
             packet_bytes: None,
             touches,
             owner: self.serving_rank,
+            device,
         });
         Ok(())
     }

@@ -81,6 +81,9 @@ enum Request {
         input: Tensor,
         output: Option<Tensor>,
         root: u32,
+        /// An all-gather shard by shard (see
+        /// [`Runtime::all_gather_per_shard`]).
+        per_shard: bool,
     },
     Barrier,
     Send {
@@ -265,6 +268,7 @@ impl Ctx {
             input: t.clone(),
             output: None,
             root: 0,
+            per_shard: false,
         };
         self.call(r).map(|_| ())
     }
@@ -283,6 +287,23 @@ impl Ctx {
             input: t.clone(),
             output: Some(out.clone()),
             root: 0,
+            per_shard: false,
+        };
+        self.call(r).map(|_| ())
+    }
+
+    /// All-gather shard by shard, for tensors split over several PEs: the
+    /// shard of `out` on each PE gets the ranks' shards of `t` on that PE,
+    /// rank after rank (see [`Runtime::all_gather_per_shard`]).
+    pub fn all_gather_per_shard(&self, out: &Tensor, t: &Tensor) -> Result<()> {
+        let r = Request::Collective {
+            c: Collective::AllGather,
+            algorithm: None,
+            op: ReduceOp::Sum,
+            input: t.clone(),
+            output: Some(out.clone()),
+            root: 0,
+            per_shard: true,
         };
         self.call(r).map(|_| ())
     }
@@ -301,6 +322,7 @@ impl Ctx {
             input: t.clone(),
             output: Some(out.clone()),
             root: 0,
+            per_shard: false,
         };
         self.call(r).map(|_| ())
     }
@@ -319,6 +341,7 @@ impl Ctx {
             input: t.clone(),
             output: None,
             root: src,
+            per_shard: false,
         };
         self.call(r).map(|_| ())
     }
@@ -604,9 +627,14 @@ fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usiz
             .barrier_across(&(0..n as u32).collect::<Vec<_>>())
             .map(|_| Response::Unit),
         Some(Request::Collective {
-            c, algorithm, op, root, ..
+            c,
+            algorithm,
+            op,
+            root,
+            per_shard,
+            ..
         }) => {
-            let (c, algorithm, op, root) = (*c, algorithm.clone(), *op, *root);
+            let (c, algorithm, op, root, per_shard) = (*c, algorithm.clone(), *op, *root, *per_shard);
             let mut inputs = Vec::new();
             let mut outputs = Vec::new();
             let mut mismatch = None;
@@ -617,10 +645,11 @@ fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usiz
                     algorithm: a2,
                     op: o2,
                     root: r2,
+                    per_shard: p2,
                     ..
                 }) = req(r)
                 {
-                    if *a2 != algorithm || *o2 != op || *r2 != root {
+                    if *a2 != algorithm || *o2 != op || *r2 != root || *p2 != per_shard {
                         mismatch = Some(r);
                     }
                     inputs.push(input);
@@ -631,8 +660,9 @@ fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usiz
             }
             match mismatch {
                 Some(r) => Err(HostError::new(format!(
-                    "rank {r}'s {c} differs from rank 0's (algorithm, reduction or root)"
+                    "rank {r}'s {c} differs from rank 0's (algorithm, reduction, root or shard by shard)"
                 ))),
+                None if per_shard => rt.all_gather_per_shard(&inputs, &outputs).map(|_| Response::Unit),
                 None => rt
                     .collective(c, algorithm.as_deref(), op, &inputs, &outputs, root)
                     .map(|_| Response::Unit),

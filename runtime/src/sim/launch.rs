@@ -108,6 +108,12 @@ impl<'a> Shared<'a> {
         if let Some(pe) = coords.iter().find(|c| !seen.insert(**c)) {
             return Err(SimError::Setup(format!("{pe} is in the launch twice")));
         }
+        if let Some(pe) = l.device.and_then(|d| coords.iter().find(|c| c.sip != d)) {
+            return Err(SimError::Setup(format!(
+                "{pe} is not on SIP {}, the one SIP the launch was said to use",
+                l.device.unwrap_or_default()
+            )));
+        }
         let ipcq = l.ipcq.clone().unwrap_or_else(|| m.topo.spec.pe.ipcq.clone());
         // Live blocks, the PE's TCM allocations and one queue's IPCQ slots
         // must fit; each further queue into a PE is checked when it is
@@ -153,7 +159,7 @@ impl<'a> Shared<'a> {
             cone_base.push(n_cones);
             n_cones += c.as_ref().map_or(0, Vec::len);
         }
-        let start_ps = m.now_ps + m.launch_latency_ps(&coords);
+        let start_ps = m.clock_ps(l.device) + m.launch_latency_ps(&coords);
         let total = l
             .grid
             .iter()
@@ -386,7 +392,7 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
     m.fabric.packet_bytes = saved_packet;
     m.fabric.record = None;
     let report = report(m, &sh, outs)?;
-    m.now_ps = report.end_ps;
+    m.advance_clock(l.device, report.end_ps);
     Ok(report)
 }
 

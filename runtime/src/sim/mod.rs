@@ -83,13 +83,20 @@ impl Engine {
 }
 
 /// The machine's state that outlives a launch: the topology, the memory
-/// (allocations with their placement), the fabric's links and the clock.
+/// (allocations with their placement), the fabric's links and the SIPs'
+/// clocks.
 pub struct Machine {
     pub topo: Topology,
     pub mem: SimMemory,
     pub fabric: Fabric,
-    /// When the last launch ended.
-    pub now_ps: u64,
+    /// When each SIP's last work (launch or host copy) ended. SIPs run
+    /// independently of each other, as GPUs' streams do: work confined to
+    /// one SIP (its PEs, memories and links) starts on that SIP's clock;
+    /// work that may reach several starts once every SIP is done and holds
+    /// them all until it ends. Links are booked in time order per SIP
+    /// (each link's `free_at_ps`), which this keeps true: no link of a SIP
+    /// is booked by work starting before that SIP's clock.
+    clock_ps: Vec<u64>,
     /// Threads a launch over several SIPs may run on (one shard of its
     /// SIPs each; see `launch.rs`). The results do not depend on it.
     pub threads: usize,
@@ -101,7 +108,7 @@ impl Machine {
             topo: topo.clone(),
             mem: SimMemory::new(topo),
             fabric: Fabric::new(topo),
-            now_ps: 0,
+            clock_ps: vec![0; topo.sips() as usize],
             threads: 1,
         }
     }
@@ -111,19 +118,50 @@ impl Machine {
         launch::run(self, launch, dp)
     }
 
+    /// When every SIP's work so far has ended.
+    pub fn now_ps(&self) -> u64 {
+        self.clock_ps.iter().copied().max().unwrap_or(0)
+    }
+
+    /// When work on `device` (one SIP) may start, or with `None`, work
+    /// that may reach any SIP.
+    pub fn clock_ps(&self, device: Option<u32>) -> u64 {
+        match device {
+            Some(sip) => self.clock_ps.get(sip as usize).copied().unwrap_or(0),
+            None => self.now_ps(),
+        }
+    }
+
+    /// Work on `device` (every SIP with `None`) ended at `end_ps`.
+    pub fn advance_clock(&mut self, device: Option<u32>, end_ps: u64) {
+        match device {
+            Some(sip) => {
+                if let Some(c) = self.clock_ps.get_mut(sip as usize) {
+                    *c = (*c).max(end_ps);
+                }
+            }
+            None => {
+                let end = self.now_ps().max(end_ps);
+                self.clock_ps.iter_mut().for_each(|c| *c = end);
+            }
+        }
+    }
+
     /// Copies `bytes` at `addr` between the host and the memory holding
-    /// them, over PCIe, the IO chiplet and the NoC, starting at the
-    /// machine's clock; returns when the copy ends (the caller moves the
+    /// them, over the SIP's PCIe, IO chiplet and NoC, starting at the
+    /// SIP's clock; returns when the copy ends (the caller moves the
     /// clock, after all its copies).
     pub fn host_copy(&mut self, placement: Placement, addr: u64, bytes: u64, to_device: bool) -> u64 {
         let io_cpu = Topology::ns_to_ps(self.topo.spec.host.io_cpu_latency_ns.0);
-        let route = self.fabric.host_route(placement.sip(), placement.endpoint(), to_device);
+        let sip = placement.sip();
+        let start_ps = self.clock_ps(Some(sip));
+        let route = self.fabric.host_route(sip, placement.endpoint(), to_device);
         let mut hbm = smallvec::SmallVec::<[u64; 8]>::new();
         if let Placement::Hbm(_) = placement {
             hbm.resize(self.fabric.channels() as usize, 0);
             self.fabric.split_contiguous(addr, bytes, &mut hbm);
         }
-        let t = self.fabric.reserve(&route, bytes, &hbm, self.now_ps + io_cpu);
+        let t = self.fabric.reserve(&route, bytes, &hbm, start_ps + io_cpu);
         t.end_ps
     }
 
@@ -163,6 +201,11 @@ pub struct Launch<'a> {
     /// stops with [`SimError::TimeLimit`] (a kernel that never ends, say).
     /// `None`: no limit.
     pub time_limit_ps: Option<u64>,
+    /// The one SIP whose PEs, memories and links the launch uses, when
+    /// the caller knows it: it then runs on that SIP's clock, beside other
+    /// SIPs' work (see [`Machine`]). `None`: it may reach any SIP, and
+    /// starts when every SIP is done.
+    pub device: Option<u32>,
 }
 
 impl<'a> Launch<'a> {
@@ -179,6 +222,7 @@ impl<'a> Launch<'a> {
             packet_bytes: None,
             trace: false,
             time_limit_ps: None,
+            device: None,
         }
     }
 }

@@ -458,3 +458,141 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         ExitCode::SUCCESS
     }
 }
+
+/// The options of `tlc bench tp`.
+#[derive(clap::Args)]
+pub struct TpArgs {
+    /// Rows (tokens) of the activations.
+    #[arg(long, default_value_t = 128)]
+    pub tokens: usize,
+    /// The model's hidden size (the column layer's input, the row layer's
+    /// output).
+    #[arg(long, default_value_t = 512)]
+    pub hidden: usize,
+    /// The MLP's inner size (the column layer's output, the row layer's
+    /// input).
+    #[arg(long, default_value_t = 2048)]
+    pub ffn: usize,
+    /// PEs per rank (of cube 0) the activations are split over by rows,
+    /// each with a copy of the rank's weights.
+    #[arg(long, default_value_t = 1)]
+    pub pes: u32,
+    /// A topology file or preset (default: the embedded default machine).
+    #[arg(long, value_name = "FILE")]
+    pub topology: Option<String>,
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+}
+
+/// The tensor-parallel layers' forward pass at every tensor-parallel size
+/// up to the machine's SIPs (one rank per SIP), with simulated times and
+/// each output checked against a reference.
+pub fn tp(a: TpArgs) -> ExitCode {
+    use kernbench_runtime::tp::bench::{self as tp_bench, Shape};
+    for (name, v) in [("--tokens", a.tokens), ("--hidden", a.hidden), ("--ffn", a.ffn)] {
+        if v == 0 {
+            return usage_error(&format!("{name}: expected at least 1"));
+        }
+    }
+    let topo = match load_topology(a.topology.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    if a.pes == 0 || a.pes > topo.pes_per_cube() || a.tokens % a.pes as usize != 0 {
+        return usage_error(&format!(
+            "--pes: expected 1 to {} PEs that split the {} tokens evenly",
+            topo.pes_per_cube(),
+            a.tokens
+        ));
+    }
+    let shape = Shape {
+        tokens: a.tokens,
+        hidden: a.hidden,
+        ffn: a.ffn,
+        pes: a.pes,
+    };
+    let progress = ProgressBar::new(3 * u64::from(topo.sips()));
+    let rows = tp_bench::run(&topo, shape, || progress.inc(1));
+    progress.finish_and_clear();
+    let rows = match rows {
+        Ok(r) => r,
+        Err(e) => {
+            errln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let us = |ps: u64| ps as f64 / 1e6;
+    let wrong = rows.iter().filter(|r| !r.correct()).count();
+    match a.format {
+        Format::Human => {
+            outln!(
+                "# tensor-parallel forward on `{}`: {} tokens, hidden {}, ffn {}; f16 inputs, f32 accumulation; one rank per SIP, activations on {} PE{} per rank",
+                topo.spec.name,
+                a.tokens,
+                a.hidden,
+                a.ffn,
+                a.pes,
+                if a.pes == 1 { "" } else { "s" }
+            );
+            outln!(
+                "# column: hidden -> ffn, output gathered; row: ffn -> hidden, all-reduced; mlp: both, GELU between"
+            );
+            outln!(
+                "{:>7} {:>3} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10}  check",
+                "layer",
+                "tp",
+                "total(us)",
+                "gemm(us)",
+                "comm(us)",
+                "other(us)",
+                "TFLOP/s",
+                "err/bound"
+            );
+            for r in &rows {
+                outln!(
+                    "{:>7} {:>3} {:>11.3} {:>11.3} {:>11.3} {:>11.3} {:>9.2} {:>10.2e}  {}",
+                    r.layer.name(),
+                    r.tp,
+                    us(r.total_ps),
+                    us(r.gemm_ps),
+                    us(r.comm_ps),
+                    us(r.total_ps.saturating_sub(r.gemm_ps + r.comm_ps)),
+                    r.flops as f64 / r.total_ps.max(1) as f64,
+                    r.err_ratio,
+                    if r.correct() { "OK" } else { "WRONG" }
+                );
+            }
+            outln!(
+                "# gemm: rank 0's GEMMs; comm: the collectives; other: bias, activation, re-assembly, launch latency"
+            );
+            outln!("# err/bound: the largest error over what f32 accumulation may lose (at most 1 when right)");
+        }
+        Format::Json => {
+            let v: Vec<_> = rows
+                .iter()
+                .map(|r| {
+                    json!({
+                        "layer": r.layer.name(),
+                        "tp": r.tp,
+                        "total_ps": r.total_ps,
+                        "gemm_ps": r.gemm_ps,
+                        "comm_ps": r.comm_ps,
+                        "flops": r.flops,
+                        "err_over_bound": r.err_ratio,
+                        "ok": r.correct(),
+                    })
+                })
+                .collect();
+            outln!(
+                "{}",
+                serde_json::to_string_pretty(&json!({ "topology": topo.spec.name, "rows": v })).unwrap_or_default()
+            );
+        }
+    }
+    if wrong == 0 {
+        ExitCode::SUCCESS
+    } else {
+        errln!("error: {wrong} layer(s) gave wrong results");
+        ExitCode::from(1)
+    }
+}

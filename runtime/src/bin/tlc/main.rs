@@ -218,6 +218,10 @@ enum BenchCommand {
     /// The simulator's speed: events per wall-clock second on one
     /// all-reduce (default: the ring over every PE), run several times.
     Sim(bench::SimArgs),
+    /// Megatron-style tensor-parallel layers (column, row, MLP) at every
+    /// tensor-parallel size up to the SIPs: simulated time split into
+    /// GEMM, communication and the rest, each output checked.
+    Tp(bench::TpArgs),
 }
 
 fn main() -> ExitCode {
@@ -244,6 +248,9 @@ fn main() -> ExitCode {
         Command::Bench {
             what: BenchCommand::Sim(args),
         } => bench::sim(args),
+        Command::Bench {
+            what: BenchCommand::Tp(args),
+        } => bench::tp(args),
         Command::Probe {
             case,
             bytes,

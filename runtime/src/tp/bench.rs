@@ -1,0 +1,219 @@
+//! `tlc bench tp`: the tensor-parallel layers' forward pass at every
+//! tensor-parallel size the machine has SIPs for, each checked against an
+//! ndarray reference, with the simulated time split into GEMM,
+//! communication and the rest.
+
+use super::{initialize_model_parallel, ColumnParallelLinear, LinearOptions, ParallelMlp, RowParallelLinear};
+use crate::host::{spawn, DpPolicy, HostError, LaunchRecord, Result, Runtime};
+use crate::topology::Topology;
+use ndarray::{Array1, Array2, ArrayD, Ix2};
+use std::sync::Mutex;
+
+/// The layer sizes: `tokens` rows of `hidden` features; the MLP's inner
+/// size `ffn`; the activations split by rows over `pes` PEs per rank.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    pub tokens: usize,
+    pub hidden: usize,
+    pub ffn: usize,
+    pub pes: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// `ColumnParallelLinear` hidden → ffn, output gathered.
+    Column,
+    /// `RowParallelLinear` ffn → hidden, input not split yet.
+    Row,
+    /// `ParallelMlp` hidden → ffn → hidden.
+    Mlp,
+}
+
+impl Layer {
+    pub const ALL: [Layer; 3] = [Layer::Column, Layer::Row, Layer::Mlp];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Layer::Column => "column",
+            Layer::Row => "row",
+            Layer::Mlp => "mlp",
+        }
+    }
+}
+
+/// One layer at one tensor-parallel size.
+#[derive(Clone, Debug)]
+pub struct TpRow {
+    pub layer: Layer,
+    pub tp: u32,
+    /// From the first launch's start to the last one's end.
+    pub total_ps: u64,
+    /// The GEMMs (`linear`) and the collectives on rank 0's path; `other`
+    /// is the rest of the total (bias, activation, re-assembly, launch
+    /// latencies).
+    pub gemm_ps: u64,
+    pub comm_ps: u64,
+    /// The layer's multiply-adds × 2 (all ranks').
+    pub flops: u64,
+    /// Largest |got − want| / bound over every rank's output elements,
+    /// the bound being what f32 accumulation may lose (see
+    /// [`reference`]): at most 1 when the output is right.
+    pub err_ratio: f64,
+}
+
+impl TpRow {
+    pub fn correct(&self) -> bool {
+        self.err_ratio <= 1.0
+    }
+}
+
+/// Deterministic f16-exact values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
+            half::f16::from_f32(v).to_f32()
+        })
+        .collect()
+}
+
+fn matrix(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
+    Array2::from_shape_vec((rows, cols), values(rows * cols, seed)).unwrap_or_default()
+}
+
+/// `x @ w + b` in f64, and a bound on the error of computing it in f32
+/// in any order: (K + 2) · 2^-24 · (|x| @ |w| + |b|) per element (the
+/// classic γ_K bound of a K-term sum, the bias and the final rounding).
+fn reference(x: &Array2<f32>, w: &Array2<f32>, b: &Array1<f32>) -> (Array2<f64>, Array2<f64>) {
+    let k = x.ncols() as f64;
+    let want = x.mapv(f64::from).dot(&w.mapv(f64::from)) + &b.mapv(f64::from);
+    let size = x.mapv(|v| f64::from(v).abs()).dot(&w.mapv(|v| f64::from(v).abs())) + &b.mapv(|v| f64::from(v).abs());
+    (want, size * ((k + 2.0) * 2f64.powi(-24)))
+}
+
+fn err_ratio(got: &ArrayD<f32>, want: &Array2<f64>, bound: &Array2<f64>) -> f64 {
+    match got.view().into_dimensionality::<Ix2>() {
+        Ok(g) if g.dim() == want.dim() => g
+            .iter()
+            .zip(want.iter().zip(bound.iter()))
+            .map(|(g, (w, b))| (f64::from(*g) - w).abs() / b.max(f64::MIN_POSITIVE))
+            .fold(0.0, f64::max),
+        _ => f64::INFINITY,
+    }
+}
+
+/// Runs `layer` at tensor-parallel size `tp` on a fresh machine.
+pub fn run_layer(topo: &Topology, shape: Shape, layer: Layer, tp: u32) -> Result<TpRow> {
+    let Shape {
+        tokens,
+        hidden,
+        ffn,
+        pes,
+    } = shape;
+    let policy = DpPolicy::row_wise(1, pes);
+    let x = matrix(tokens, hidden, 1);
+    let (w1, b1) = (matrix(hidden, ffn, 2), Array1::from_vec(values(ffn, 3)));
+    let (w2, b2) = (matrix(ffn, hidden, 4), Array1::from_vec(values(hidden, 5)));
+    let (h, h_bound) = reference(&x, &w1, &b1);
+    let (want, bound, input, flops) = match layer {
+        Layer::Column => (h, h_bound, x, 2 * tokens * hidden * ffn),
+        Layer::Row => {
+            let xr = matrix(tokens, ffn, 6);
+            let (want, bound) = reference(&xr, &w2, &b2);
+            (want, bound, xr, 2 * tokens * hidden * ffn)
+        }
+        Layer::Mlp => {
+            // The activation, rounded to f16 as `bias_gelu` stores it.
+            let gelu = h.mapv(|v| half::f16::from_f64(v / (1.0 + (-1.702 * v).exp())).to_f32());
+            let (want, bound) = reference(&gelu, &w2, &b2);
+            // Where the f32 sum straddles a rounding boundary of the f16
+            // activation, it rounds the other way: one f16 step of the
+            // largest activation times a weight below 1, allowed in four
+            // of the terms.
+            let largest = gelu.iter().fold(1f32, |m, v| m.max(v.abs()));
+            let step = 2f64.powi(f64::from(largest).log2().floor() as i32 - 10);
+            (want, bound + 4.0 * step, x, 4 * tokens * hidden * ffn)
+        }
+    };
+    let mut rt = Runtime::new(topo);
+    let outs = Mutex::new(Vec::new());
+    spawn(&mut rt, tp, |rank, ctx| {
+        let state = initialize_model_parallel(ctx, tp)?;
+        let xt = ctx.from_ndarray(&input.mapv(half::f16::from_f32).into_dyn(), policy)?;
+        let opts = LinearOptions {
+            policy,
+            ..LinearOptions::default()
+        };
+        let y = match layer {
+            Layer::Column => {
+                ColumnParallelLinear::new(ctx, &state, &w1, Some(&b1), opts)?
+                    .forward(ctx, &xt)?
+                    .0
+            }
+            Layer::Row => {
+                RowParallelLinear::new(ctx, &state, &w2, Some(&b2), opts)?
+                    .forward(ctx, &xt)?
+                    .0
+            }
+            Layer::Mlp => {
+                ParallelMlp::new(ctx, &state, &w1, Some(&b1), &w2, Some(&b2), true, policy)?.forward(ctx, &xt)?
+            }
+        };
+        let got = ctx.to_ndarray::<f32>(&y)?;
+        outs.lock()
+            .map_err(|_| HostError::new("internal: a rank panicked"))?
+            .push((rank, got));
+        Ok(())
+    })
+    .map_err(|e| HostError::new(e.to_string()))?;
+    let outs = outs
+        .into_inner()
+        .map_err(|_| HostError::new("internal: a rank panicked"))?;
+    let err_ratio = outs
+        .iter()
+        .map(|(_, g)| err_ratio(g, &want, &bound))
+        .fold(0.0, f64::max);
+    let (total_ps, gemm_ps, comm_ps) = split_time(rt.history());
+    Ok(TpRow {
+        layer,
+        tp,
+        total_ps,
+        gemm_ps,
+        comm_ps,
+        flops: flops as u64,
+        err_ratio,
+    })
+}
+
+/// (total, GEMM, communication) of the launches: GEMMs on SIP 0, and the
+/// launches over several SIPs (collectives).
+fn split_time(history: &[LaunchRecord]) -> (u64, u64, u64) {
+    let start = history.iter().map(|r| r.start_ps).min().unwrap_or(0);
+    let end = history.iter().map(|r| r.end_ps).max().unwrap_or(0);
+    let sum = |keep: &dyn Fn(&LaunchRecord) -> bool| -> u64 {
+        history.iter().filter(|r| keep(r)).map(|r| r.end_ps - r.start_ps).sum()
+    };
+    (
+        end - start,
+        sum(&|r| r.kernel == "linear" && r.device == Some(0)),
+        sum(&|r| r.device.is_none()),
+    )
+}
+
+/// Every layer at every tensor-parallel size that divides the features,
+/// from 1 up to the machine's SIPs; `progress` after each.
+pub fn run(topo: &Topology, shape: Shape, mut progress: impl FnMut()) -> Result<Vec<TpRow>> {
+    let mut rows = Vec::new();
+    let sizes: Vec<u32> = (1..=topo.sips())
+        .filter(|tp| shape.hidden % *tp as usize == 0 && shape.ffn % *tp as usize == 0)
+        .collect();
+    for layer in Layer::ALL {
+        for &tp in &sizes {
+            rows.push(run_layer(topo, shape, layer, tp)?);
+            progress();
+        }
+    }
+    Ok(rows)
+}
