@@ -687,3 +687,43 @@ fn dropped_tensors_give_their_memory_back() {
     assert!(rt.to_ndarray::<f32>(&out).unwrap().iter().all(|v| *v == 3.0));
     drop((y, z));
 }
+
+#[test]
+fn a_launch_on_one_sip_reaches_no_other_and_a_failed_one_moves_its_clock() {
+    let mut rt = Runtime::new(&Topology::default_machine());
+    rt.set_device(1).unwrap();
+    let far = rt.zeros(&[256], DType::F32, DpPolicy::default()).unwrap();
+    rt.set_device(0).unwrap();
+    let near = rt.zeros(&[256], DType::F32, DpPolicy::default()).unwrap();
+    let src = "@kernel\ndef poke(p: ptr[f32], off: i64):\n    tl.store(p + off + tl.arange(0, 64), tl.zeros((64,), dtype=f32))\n";
+    let poke = rt.compile_source("poke.tl", None, src, "poke", &[]).unwrap();
+    let off = (far.placement()[0].base as i64 - near.placement()[0].base as i64) / 4;
+    // `near` is on SIP 0 alone, so the launch runs on SIP 0's clock and
+    // may not write SIP 1's memory (it would book SIP 1's links on
+    // another clock).
+    rt.launch(&poke, None, &[Arg::Tensor(&near), Arg::I64(off)]).unwrap();
+    let e = rt.synchronize().expect_err("a write into SIP 1").to_string();
+    assert!(
+        e.contains("on another SIP: this launch's PEs and tensors are all on SIP 0, and it may reach no other"),
+        "{e}"
+    );
+    // A launch that stops at its time limit has booked links up to then:
+    // its SIP's clock moves past them, the other SIP's stays.
+    let before = (rt.device_now_ps(0).unwrap(), rt.device_now_ps(1).unwrap());
+    let src = "@kernel\ndef churn(p: ptr[f32]):\n    i = 0\n    while i < 1:\n        \
+               tl.store(p + tl.arange(0, 64), tl.load(p + tl.arange(0, 64)))\n";
+    let churn = rt.compile_source("churn.tl", None, src, "churn", &[]).unwrap();
+    rt.set_time_limit_ps(Some(2_000_000));
+    let x = rt.zeros(&[64], DType::F32, DpPolicy::default()).unwrap();
+    rt.launch(&churn, None, &[Arg::Tensor(&x)]).unwrap();
+    let e = rt.synchronize().expect_err("never ends").to_string();
+    assert!(e.contains("time limit"), "{e}");
+    let after = (rt.device_now_ps(0).unwrap(), rt.device_now_ps(1).unwrap());
+    assert!(after.0 >= before.0 + 2_000_000, "{before:?} -> {after:?}");
+    assert_eq!(after.1, before.1);
+    assert!(rt
+        .device_now_ps(2)
+        .unwrap_err()
+        .to_string()
+        .contains("device 2 does not exist"));
+}

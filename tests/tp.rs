@@ -133,6 +133,33 @@ fn column_and_row_parallel_layers_match_the_reference() {
 }
 
 #[test]
+fn ragged_sizes_read_only_this_ranks_columns() {
+    // No size a multiple of the 128 x 128 x 32 tiles: 48 tokens, 100
+    // input features (each rank's row-parallel part is 50 columns, the
+    // second starting at column 50), 72 outputs (36 per rank).
+    let (tokens, hidden, out) = (48, 100, 72);
+    let x = matrix(tokens, hidden, 41);
+    let (w_col, w_row) = (matrix(hidden, out, 42), matrix(hidden, out, 43));
+    let (want_col, want_row) = (linear_ref(&x, &w_col, None), linear_ref(&x, &w_row, None));
+    let opts = LinearOptions {
+        bias: false,
+        ..LinearOptions::default()
+    };
+    let mut rt = machine();
+    let got = on_ranks(&mut rt, 2, |ctx| {
+        let tp = initialize_model_parallel(ctx, 2)?;
+        let xt = ctx.from_ndarray(&f16s(&x), DpPolicy::row_wise(1, 1))?;
+        let (yc, _) = ColumnParallelLinear::new(ctx, &tp, &w_col, None, opts)?.forward(ctx, &xt)?;
+        let (yr, _) = RowParallelLinear::new(ctx, &tp, &w_row, None, opts)?.forward(ctx, &xt)?;
+        Ok((ctx.to_ndarray::<f32>(&yc)?, ctx.to_ndarray::<f32>(&yr)?))
+    });
+    for (rank, (yc, yr)) in got.iter().enumerate() {
+        let (ec, er) = (max_rel_err(yc, &want_col), max_rel_err(yr, &want_row));
+        assert!(ec < 1e-5 && er < 1e-5, "rank {rank}: column off by {ec}, row by {er}");
+    }
+}
+
+#[test]
 fn column_parallel_without_gather_keeps_this_ranks_columns_and_the_bias() {
     let (tokens, hidden, out) = (32, 64, 128);
     let x = matrix(tokens, hidden, 11);

@@ -113,7 +113,10 @@ impl Runtime {
         let alg = match algorithm {
             Some(name) => reg.get(name).map_err(HostError::new)?.clone(),
             None => {
-                let bytes = (inputs[0].numel() as u64).saturating_mul(dtype.size_bytes());
+                // Each communicator's ranks hold one shard each: the
+                // registry's sizes are bytes per rank.
+                let shard_elems = inputs[0].shards.iter().map(|s| s.rows.len() * s.cols.len()).max();
+                let bytes = (shard_elems.unwrap_or(0) as u64).saturating_mul(dtype.size_bytes());
                 reg.default_for_size(c, bytes).map_err(HostError::new)?.clone()
             }
         };

@@ -426,8 +426,14 @@ impl Runtime {
     /// GPUs' streams do): a launch on one SIP starts when that SIP's
     /// earlier work ends, beside other SIPs' work; a collective over
     /// several waits for all of them.
-    pub fn device_now_ps(&self, device: u32) -> u64 {
-        self.machine.clock_ps(Some(device))
+    pub fn device_now_ps(&self, device: u32) -> Result<u64> {
+        if device >= self.topo.sips() {
+            return Err(HostError::new(format!(
+                "device {device} does not exist: the machine has {} SIPs",
+                self.topo.sips()
+            )));
+        }
+        Ok(self.machine.clock_ps(Some(device)))
     }
 
     /// Every executed launch, in order.

@@ -1002,12 +1002,18 @@ impl Sim<'_> {
     }
 
     /// A PE reaches its own TCM, its SIP's HBM and SRAM; another SIP only
-    /// with a one-sided put into a symmetric buffer.
+    /// with a one-sided put into a symmetric buffer, and not at all in a
+    /// launch confined to one SIP (it runs on that SIP's clock alone).
     fn check_reach(&self, p: usize, op: &OpRec, place: Placement, addr: u64, write: bool) -> Result<(), SimError> {
         let me = self.coords[p];
         let why = match place {
             Placement::Tcm(owner) if owner != me => Some(format!(
                 "the address {addr:#x} is in the TCM of {owner}, which only that PE can access"
+            )),
+            _ if place.sip() != me.sip && self.device.is_some() => Some(format!(
+                "the address {addr:#x} is in the {place}, on another SIP: this launch's PEs and tensors are all on \
+                 SIP {}, and it may reach no other (pass the other SIP's tensor, or use a collective)",
+                me.sip
             )),
             _ if place.sip() != me.sip => {
                 let symmetric = self.mem.lookup(addr).is_some_and(|(_, i)| i.symmetric.is_some());

@@ -443,6 +443,8 @@ pub(super) struct Sim<'a> {
     pub start_ps: u64,
     /// No event at or after this time runs (the launch's time limit).
     pub stop_ps: u64,
+    /// The one SIP the launch may reach, when the caller said so.
+    pub device: Option<u32>,
 }
 
 pub(super) fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, address: &HashSet<Value>) -> GroupInfo {
@@ -543,6 +545,7 @@ impl<'a> Sim<'a> {
             slices: Vec::new(),
             start_ps: sh.start_ps,
             stop_ps: sh.stop_ps,
+            device: sh.device,
         }
     }
 }

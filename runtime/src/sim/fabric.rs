@@ -722,6 +722,11 @@ impl Fabric {
         self.channels
     }
 
+    /// When the last booking of any link ends.
+    pub fn latest_booking_ps(&self) -> u64 {
+        self.links.iter().map(|l| l.free_at_ps).max().unwrap_or(0)
+    }
+
     /// Bytes per pseudo-channel of `len` contiguous bytes from `addr`.
     pub fn split_contiguous(&self, addr: u64, len: u64, out: &mut [u64]) {
         out.iter_mut().for_each(|b| *b = 0);

@@ -86,6 +86,8 @@ pub(super) struct Shared<'a> {
     pub start_ps: u64,
     /// No event at or after this time runs (the launch's time limit).
     pub stop_ps: u64,
+    /// The one SIP the launch may reach ([`super::Launch::device`]).
+    pub device: Option<u32>,
 }
 
 impl<'a> Shared<'a> {
@@ -259,6 +261,7 @@ impl<'a> Shared<'a> {
             ipcq,
             start_ps,
             stop_ps: l.time_limit_ps.map_or(u64::MAX, |l| start_ps.saturating_add(l)),
+            device: l.device,
         })
     }
 
@@ -391,7 +394,13 @@ pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<
     };
     m.fabric.packet_bytes = saved_packet;
     m.fabric.record = None;
-    let report = report(m, &sh, outs)?;
+    let report = report(m, &sh, outs).inspect_err(|_| {
+        // A failed launch may have booked links up to where it stopped:
+        // the clocks move past every booking, so that links stay booked
+        // in time order.
+        let latest = m.fabric.latest_booking_ps();
+        m.advance_clock(l.device, latest);
+    })?;
     m.advance_clock(l.device, report.end_ps);
     Ok(report)
 }

@@ -80,7 +80,8 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn matrix(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
-    Array2::from_shape_vec((rows, cols), values(rows * cols, seed)).unwrap_or_default()
+    let v = values(rows * cols, seed);
+    Array2::from_shape_fn((rows, cols), |(r, c)| v[r * cols + c])
 }
 
 /// `x @ w + b` in f64, and a bound on the error of computing it in f32
@@ -202,15 +203,18 @@ fn split_time(history: &[LaunchRecord]) -> (u64, u64, u64) {
     )
 }
 
-/// Every layer at every tensor-parallel size that divides the features,
-/// from 1 up to the machine's SIPs; `progress` after each.
+/// The tensor-parallel sizes `run` measures: 1 up to the machine's SIPs,
+/// those that split `ffn` evenly (every layer splits it: the column
+/// layer's outputs, the row layer's inputs).
+pub fn sizes(topo: &Topology, shape: Shape) -> Vec<u32> {
+    (1..=topo.sips()).filter(|tp| shape.ffn % *tp as usize == 0).collect()
+}
+
+/// Every layer at every size of [`sizes`]; `progress` after each.
 pub fn run(topo: &Topology, shape: Shape, mut progress: impl FnMut()) -> Result<Vec<TpRow>> {
     let mut rows = Vec::new();
-    let sizes: Vec<u32> = (1..=topo.sips())
-        .filter(|tp| shape.hidden % *tp as usize == 0 && shape.ffn % *tp as usize == 0)
-        .collect();
     for layer in Layer::ALL {
-        for &tp in &sizes {
+        for tp in sizes(topo, shape) {
             rows.push(run_layer(topo, shape, layer, tp)?);
             progress();
         }

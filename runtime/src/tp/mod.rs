@@ -83,11 +83,14 @@ pub struct LinearOptions {
     /// (else each keeps its columns).
     pub gather_output: bool,
     /// Row-parallel: the input is already split by columns over the ranks
-    /// (the output of a column-parallel layer without `gather_output`);
-    /// else each rank reads its columns of the whole input.
+    /// (each rank's `[tokens, in_features / world]` f16, as `ParallelMlp`
+    /// hands its activation on); else each rank reads its columns of the
+    /// whole input.
     pub input_is_parallel: bool,
     /// Return the bias beside the output instead of adding it (for a
-    /// following fused bias + activation).
+    /// following fused bias + activation). A column-parallel layer returns
+    /// this rank's part of the bias, as Megatron does, also when it
+    /// gathers its output.
     pub skip_bias_add: bool,
     /// The PEs of each rank's SIP that hold the activations (split by
     /// rows) and a copy each of the weights.
@@ -178,6 +181,9 @@ fn check_activation(what: &str, x: &Tensor, features: usize, dtype: DType, opts:
             "{what}: expected a {dtype} tensor of [tokens, {features}], got {}{shape:?}",
             x.dtype()
         )));
+    }
+    if shape.len() == 2 && shape[0] == 0 {
+        return Err(HostError::new(format!("{what}: the input has no tokens")));
     }
     let pes = opts.pes();
     let wanted = opts.activations();

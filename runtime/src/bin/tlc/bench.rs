@@ -498,6 +498,18 @@ pub fn tp(a: TpArgs) -> ExitCode {
         Ok(t) => t,
         Err(code) => return code,
     };
+    // The host holds each matrix and its f64 reference: at most 2^26
+    // elements each (512 MiB in f64).
+    const MAX_ELEMS: usize = 1 << 26;
+    for (what, m) in [
+        ("--tokens × --hidden", a.tokens.checked_mul(a.hidden)),
+        ("--hidden × --ffn", a.hidden.checked_mul(a.ffn)),
+        ("--tokens × --ffn", a.tokens.checked_mul(a.ffn)),
+    ] {
+        if m.is_none_or(|m| m > MAX_ELEMS) {
+            return usage_error(&format!("{what}: at most {MAX_ELEMS} elements per matrix"));
+        }
+    }
     if a.pes == 0 || a.pes > topo.pes_per_cube() || a.tokens % a.pes as usize != 0 {
         return usage_error(&format!(
             "--pes: expected 1 to {} PEs that split the {} tokens evenly",
@@ -511,7 +523,8 @@ pub fn tp(a: TpArgs) -> ExitCode {
         ffn: a.ffn,
         pes: a.pes,
     };
-    let progress = ProgressBar::new(3 * u64::from(topo.sips()));
+    let sizes = tp_bench::sizes(&topo, shape);
+    let progress = ProgressBar::new(3 * sizes.len() as u64);
     let rows = tp_bench::run(&topo, shape, || progress.inc(1));
     progress.finish_and_clear();
     let rows = match rows {
@@ -537,6 +550,17 @@ pub fn tp(a: TpArgs) -> ExitCode {
             outln!(
                 "# column: hidden -> ffn, output gathered; row: ffn -> hidden, all-reduced; mlp: both, GELU between"
             );
+            let skipped: Vec<String> = (1..=topo.sips())
+                .filter(|tp| !sizes.contains(tp))
+                .map(|tp| tp.to_string())
+                .collect();
+            if !skipped.is_empty() {
+                outln!(
+                    "# tp {} skipped: ffn {} does not split evenly over them",
+                    skipped.join(", "),
+                    a.ffn
+                );
+            }
             outln!(
                 "{:>7} {:>3} {:>11} {:>11} {:>11} {:>11} {:>9} {:>10}  check",
                 "layer",
