@@ -1,13 +1,15 @@
 //! Tensor-parallel layers (`kernbench_runtime::tp`) against an ndarray
 //! reference, at one and two ranks and on several PEs per rank; the
-//! ranks' GEMMs run side by side in simulated time; misuse is an error
-//! that says what is wrong.
+//! ranks' GEMMs run side by side in simulated time; the async-TP fused
+//! GEMMs match the reference and hide their communication; misuse is an
+//! error that says what is wrong.
 
 use kernbench_compiler::sema::DType;
 use kernbench_runtime::host::{spawn, Ctx, DpPolicy, Runtime};
 use kernbench_runtime::topology::Topology;
 use kernbench_runtime::tp::{
-    initialize_model_parallel, ColumnParallelLinear, LinearOptions, ParallelMlp, RowParallelLinear,
+    fused_all_gather_matmul, fused_matmul_reduce_scatter, initialize_model_parallel, ColumnParallelLinear,
+    LinearOptions, ParallelMlp, RowParallelLinear,
 };
 use ndarray::{Array1, Array2, ArrayD, Ix2};
 use std::sync::Mutex;
@@ -345,6 +347,267 @@ fn misuse_is_an_error_that_says_what_is_wrong() {
         e.contains("expected a f16 tensor of [tokens, 16], got f16[4, 12]"),
         "{e}"
     );
+    // The fused GEMMs check their operands.
+    let e = err(&|ctx| {
+        let a = ctx.zeros(&[8, 16], DType::F32, DpPolicy::default())?;
+        let w = ctx.zeros(&[16, 8], DType::F16, DpPolicy::default())?;
+        fused_all_gather_matmul(ctx, &a, &w).map(|_| ())
+    });
+    assert!(
+        e.contains("fused_all_gather_matmul: expected a non-empty 2-D f16 tensor, got f32[8, 16]"),
+        "{e}"
+    );
+    let e = err(&|ctx| {
+        let a = ctx.zeros(&[8, 16], DType::F16, DpPolicy::default())?;
+        let w = ctx.zeros(&[12, 8], DType::F16, DpPolicy::default())?;
+        fused_all_gather_matmul(ctx, &a, &w).map(|_| ())
+    });
+    assert!(
+        e.contains("the weight must be an f16 [16, n] tensor, got f16[12, 8]"),
+        "{e}"
+    );
+    let e = err(&|ctx| {
+        let x = ctx.zeros(&[6, 16], DType::F16, DpPolicy::row_wise(1, 2))?;
+        let w = ctx.zeros(&[16, 8], DType::F16, DpPolicy::default())?;
+        fused_matmul_reduce_scatter(ctx, &x, &w).map(|_| ())
+    });
+    assert!(
+        e.contains("each PE's 3 rows of x must split evenly over the 2 ranks"),
+        "{e}"
+    );
+    // A launch across ranks needs the same kernel everywhere, and each
+    // rank on PEs of its own.
+    let file = kernbench_runtime::host::default_stdlib().unwrap().join("kernels/tp.tl");
+    let e = err(&|ctx| {
+        let name = if ctx.get_rank() == 0 { "add_bias" } else { "bias_gelu" };
+        let k = ctx.compile(&file, name, &[])?;
+        ctx.launch_across_ranks(&k, &[], None)
+    });
+    assert!(
+        e.contains("rank 0 called a launch of `add_bias` across ranks while rank 1 called a launch of `bias_gelu`"),
+        "{e}"
+    );
+    let e = err(&|ctx| {
+        let has_bias = kernbench_compiler::sema::Konst::Bool(ctx.get_rank() == 0);
+        let k = ctx.compile(&file, "bias_gelu", &[("HAS_BIAS", has_bias)])?;
+        ctx.launch_across_ranks(&k, &[], None)
+    });
+    assert!(
+        e.contains("rank 1 launched another kernel (or other queue parameters) across ranks than rank 0's `bias_gelu`"),
+        "{e}"
+    );
+    let mut one = machine();
+    let k = one.compile(&file, "add_bias", &[]).unwrap();
+    let y = one.zeros(&[4, 4], DType::F32, DpPolicy::default()).unwrap();
+    let b = one.zeros(&[4], DType::F32, DpPolicy::default()).unwrap();
+    use kernbench_runtime::host::Arg;
+    let args = vec![Arg::Tensor(&y), Arg::Tensor(&b), Arg::I32(4), Arg::I32(4)];
+    let e = one
+        .launch_across(&k, &[args.clone(), args], None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("`add_bias` across ranks: two ranks' tensors are on PE"),
+        "{e}"
+    );
     // One rank is fine on its own.
     on_ranks(&mut rt, 1, |ctx| initialize_model_parallel(ctx, 1).map(|_| ()));
+}
+
+/// Rows `pe * ranks * m + j * m ..` of a per-PE gather: PE `pe` of every
+/// rank holds the ranks' blocks of its `m` rows, rank after rank.
+fn gathered_rows(parts: &[Array2<f32>], pes: usize) -> Array2<f32> {
+    let m = parts[0].nrows() / pes;
+    let views: Vec<_> = (0..pes)
+        .flat_map(|pe| {
+            parts
+                .iter()
+                .map(move |a| a.slice(ndarray::s![pe * m..(pe + 1) * m, ..]))
+        })
+        .collect();
+    ndarray::concatenate(ndarray::Axis(0), &views).unwrap()
+}
+
+#[test]
+fn fused_all_gather_matmul_gathers_exactly_and_multiplies_within_f32_rounding() {
+    // Ragged sizes (no multiple of the 128 x 128 x 32 tiles): 48 rows per
+    // rank, k = 100, n = 72; each rank its own shard and weight.
+    let (rows, k, n) = (48, 100, 72);
+    for (ranks, pes) in [(1u32, 1usize), (2, 1), (2, 2)] {
+        let a: Vec<Array2<f32>> = (0..ranks).map(|r| matrix(rows, k, 40 + u64::from(r))).collect();
+        let w: Vec<Array2<f32>> = (0..ranks).map(|r| matrix(k, n, 50 + u64::from(r))).collect();
+        let policy = DpPolicy::row_wise(1, pes as u32);
+        let mut rt = machine();
+        let got = on_ranks(&mut rt, ranks, |ctx| {
+            let r = ctx.get_rank() as usize;
+            let at = ctx.from_ndarray(&f16s(&a[r]), policy)?;
+            let wt = ctx.from_ndarray(
+                &f16s(&w[r]),
+                DpPolicy {
+                    dist: kernbench_runtime::host::Dist::Replicate,
+                    ..policy
+                },
+            )?;
+            let (ag, y) = fused_all_gather_matmul(ctx, &at, &wt)?;
+            Ok((ctx.to_ndarray::<half::f16>(&ag)?, ctx.to_ndarray::<f32>(&y)?))
+        });
+        let want_ag = gathered_rows(&a, pes);
+        for (r, (ag, y)) in got.iter().enumerate() {
+            let ag = ag.mapv(half::f16::to_f32).into_dimensionality::<Ix2>().unwrap();
+            assert_eq!(ag, want_ag, "{ranks} rank(s) on {pes} PE(s), rank {r}: the gather");
+            let e = max_rel_err(y, &linear_ref(&want_ag, &w[r], None));
+            assert!(e < 1e-5, "{ranks} rank(s) on {pes} PE(s), rank {r}: y off by {e}");
+        }
+    }
+}
+
+#[test]
+fn fused_matmul_reduce_scatter_sums_each_ranks_rows_within_f32_rounding() {
+    let (rows, k, n) = (40, 96, 80);
+    for (ranks, pes) in [(1u32, 1usize), (2, 1), (2, 2)] {
+        let world = ranks as usize;
+        let x: Vec<Array2<f32>> = (0..ranks).map(|r| matrix(world * rows, k, 60 + u64::from(r))).collect();
+        let w: Vec<Array2<f32>> = (0..ranks).map(|r| matrix(k, n, 70 + u64::from(r))).collect();
+        let policy = DpPolicy::row_wise(1, pes as u32);
+        let mut rt = machine();
+        let got = on_ranks(&mut rt, ranks, |ctx| {
+            let r = ctx.get_rank() as usize;
+            let xt = ctx.from_ndarray(&f16s(&x[r]), policy)?;
+            let wt = ctx.from_ndarray(
+                &f16s(&w[r]),
+                DpPolicy {
+                    dist: kernbench_runtime::host::Dist::Replicate,
+                    ..policy
+                },
+            )?;
+            let out = fused_matmul_reduce_scatter(ctx, &xt, &wt)?;
+            ctx.to_ndarray::<f32>(&out)
+        });
+        // Every rank's partial product; PE p's shard of x holds ranks
+        // blocks of m rows, block j for rank j.
+        let partial: Vec<Array2<f64>> = (0..world).map(|j| linear_ref(&x[j], &w[j], None)).collect();
+        let m = rows / pes;
+        for (r, out) in got.iter().enumerate() {
+            let mut want = Array2::<f64>::zeros((rows, n));
+            for pe in 0..pes {
+                let src = pe * world * m + r * m;
+                for p in &partial {
+                    let mut dst = want.slice_mut(ndarray::s![pe * m..(pe + 1) * m, ..]);
+                    dst += &p.slice(ndarray::s![src..src + m, ..]);
+                }
+            }
+            let e = max_rel_err(out, &want);
+            assert!(e < 1e-5, "{ranks} rank(s) on {pes} PE(s), rank {r}: off by {e}");
+        }
+    }
+}
+
+/// Launches `tp.tl`'s GEMM `y = x @ w` on one PE.
+fn gemm(
+    ctx: &Ctx,
+    x: &kernbench_runtime::host::Tensor,
+    w: &kernbench_runtime::host::Tensor,
+    y: &kernbench_runtime::host::Tensor,
+) -> kernbench_runtime::host::Result<()> {
+    use kernbench_runtime::host::Arg;
+    let file = kernbench_runtime::host::default_stdlib().unwrap().join("kernels/tp.tl");
+    let kernel = ctx.compile(file, "linear", &[])?;
+    let (m, k, n) = (x.shape()[0], x.shape()[1], w.shape()[1]);
+    ctx.launch(
+        &kernel,
+        Some([(m.div_ceil(128) * n.div_ceil(128)) as u32, 1, 1]),
+        &[
+            Arg::Tensor(x),
+            Arg::Tensor(w),
+            Arg::Tensor(y),
+            Arg::I32(m as i32),
+            Arg::I32(n as i32),
+            Arg::I32(k as i32),
+            Arg::I32(k as i32),
+            Arg::I32(0),
+        ],
+    )
+}
+
+/// The simulated time from the first launch of `rt`'s history to the
+/// last end, and the longest `linear` launch.
+fn span_and_gemm(rt: &Runtime) -> (u64, u64) {
+    let h = rt.history();
+    let span = h.iter().map(|r| r.end_ps).max().unwrap() - h[0].start_ps;
+    let gemm = h
+        .iter()
+        .filter(|r| r.kernel == "linear")
+        .map(|r| r.end_ps - r.start_ps)
+        .max()
+        .unwrap_or(0);
+    (span, gemm)
+}
+
+#[test]
+fn the_fused_gemms_hide_their_collective_under_the_gemm() {
+    // Two ranks, the same work fused and unfused (the registry's
+    // collective and tp.tl's GEMM one after the other), timed from the
+    // first launch (host copies are not launches): the fused kernel must take less
+    // than the two in sequence, and no less than the unfused GEMM alone.
+    let (rows, k, n) = (256, 512, 512);
+    let one_pe = DpPolicy::row_wise(1, 1);
+    let w = matrix(k, n, 90);
+    // All-gather + GEMM.
+    let a: Vec<Array2<f32>> = (0..2).map(|r| matrix(rows, k, 80 + r)).collect();
+    let run = |fused: bool| {
+        let mut rt = machine();
+        on_ranks(&mut rt, 2, |ctx| {
+            let at = ctx.from_ndarray(&f16s(&a[ctx.get_rank() as usize]), one_pe)?;
+            let wt = ctx.from_ndarray(&f16s(&w), one_pe)?;
+            ctx.synchronize()?;
+            if fused {
+                fused_all_gather_matmul(ctx, &at, &wt)?;
+            } else {
+                let ag = ctx.empty(&[2 * rows, k], DType::F16, one_pe)?;
+                let y = ctx.empty(&[2 * rows, n], DType::F32, one_pe)?;
+                ctx.all_gather(&ag, &at)?;
+                gemm(ctx, &ag, &wt, &y)?;
+            }
+            ctx.synchronize()
+        });
+        rt
+    };
+    let (fused, unfused) = (run(true), run(false));
+    let kernels: Vec<_> = fused.history().iter().map(|r| (r.kernel.clone(), r.device)).collect();
+    assert_eq!(
+        kernels.last().unwrap(),
+        &("fused_all_gather_matmul".to_string(), None),
+        "one launch across both SIPs"
+    );
+    let ((fused_ps, _), (unfused_ps, gemm_ps)) = (span_and_gemm(&fused), span_and_gemm(&unfused));
+    assert!(
+        fused_ps < unfused_ps && fused_ps >= gemm_ps,
+        "all-gather: fused {fused_ps} ps against all-gather + GEMM {unfused_ps} ps (GEMM {gemm_ps} ps)"
+    );
+    // GEMM + reduce-scatter.
+    let x: Vec<Array2<f32>> = (0..2).map(|r| matrix(2 * rows, k, 85 + r)).collect();
+    let run = |fused: bool| {
+        let mut rt = machine();
+        on_ranks(&mut rt, 2, |ctx| {
+            let xt = ctx.from_ndarray(&f16s(&x[ctx.get_rank() as usize]), one_pe)?;
+            let wt = ctx.from_ndarray(&f16s(&w), one_pe)?;
+            ctx.synchronize()?;
+            if fused {
+                fused_matmul_reduce_scatter(ctx, &xt, &wt)?;
+            } else {
+                let y = ctx.empty(&[2 * rows, n], DType::F32, one_pe)?;
+                let out = ctx.empty(&[rows, n], DType::F32, one_pe)?;
+                gemm(ctx, &xt, &wt, &y)?;
+                ctx.reduce_scatter(&out, &y, kernbench_runtime::ccl::ReduceOp::Sum)?;
+            }
+            ctx.synchronize()
+        });
+        rt
+    };
+    let (fused, unfused) = (run(true), run(false));
+    let ((fused_ps, _), (unfused_ps, gemm_ps)) = (span_and_gemm(&fused), span_and_gemm(&unfused));
+    assert!(
+        fused_ps < unfused_ps && fused_ps >= gemm_ps,
+        "reduce-scatter: fused {fused_ps} ps against GEMM + reduce-scatter {unfused_ps} ps (GEMM {gemm_ps} ps)"
+    );
 }

@@ -195,18 +195,11 @@ impl Runtime {
                 k
             }
         };
-        // Each rank's tensor is an allocation of its own: `symm_at` would
-        // reach the shards of one rank's tensor, not the other ranks'.
-        if let Some((_, d)) = kernel.func.insts.iter().find(|(_, d)| matches!(d.op, Op::SymmAt)) {
-            let (line, col) = kernel.sources.line_col(d.loc.file, d.loc.span.lo);
-            return Err(HostError::new(format!(
-                "algorithm `{}` uses `tl.symm_at` ({}), which the host API's collectives cannot run: each \
-                 rank's tensor is an allocation of its own, not one symmetric buffer. Pick an algorithm that \
-                 communicates with send and recv; `tlc bench ccl` and `tlc run` run this one",
-                alg.name,
-                format_args!("{}:{line}:{col}", kernel.sources.name(d.loc.file))
-            )));
-        }
+        refuse_symm_at(
+            &kernel,
+            &format!("algorithm `{}`", alg.name),
+            "Pick an algorithm that communicates with send and recv; `tlc bench ccl` and `tlc run` run this one",
+        )?;
         let mut groups = Vec::new();
         let mut args = Vec::new();
         for k in 0..inputs[0].shards.len() {
@@ -328,4 +321,20 @@ impl Runtime {
         self.collective_kernels.insert(key, k.clone());
         Ok(k)
     }
+}
+
+/// An error when `kernel` uses `tl.symm_at`, which a launch across ranks
+/// cannot run: each rank's tensor is an allocation of its own, so
+/// `symm_at` would reach the shards of one rank's tensor, not the other
+/// ranks'. `what` names the kernel, `instead` says what to do.
+pub(super) fn refuse_symm_at(kernel: &super::Kernel, what: &str, instead: &str) -> Result<()> {
+    let Some((_, d)) = kernel.func.insts.iter().find(|(_, d)| matches!(d.op, Op::SymmAt)) else {
+        return Ok(());
+    };
+    let (line, col) = kernel.sources.line_col(d.loc.file, d.loc.span.lo);
+    Err(HostError::new(format!(
+        "{what} uses `tl.symm_at` ({}:{line}:{col}), which the host API cannot run across ranks: each rank's \
+         tensor is an allocation of its own, not one symmetric buffer. {instead}",
+        kernel.sources.name(d.loc.file)
+    )))
 }

@@ -23,6 +23,7 @@ pub use element::Element;
 pub use spawn::{spawn, Ctx, SpawnError};
 
 use crate::sim::{self, Communicator, Launch, Machine, Placement};
+use crate::topology::schema::Positive;
 use crate::topology::{PeCoord, Space, Topology};
 use kernbench_compiler::datapath::{elem, jit::Jit, RtValue};
 use kernbench_compiler::diag::{render_human, ColorMode, SourceMap};
@@ -292,6 +293,24 @@ struct Pending {
     owner: Option<u32>,
     /// The one SIP it uses, if one (see [`one_device`]).
     device: Option<u32>,
+}
+
+/// The IPCQ slots of a launch across ranks (buffer space and backpressure
+/// stay the topology's): a message must fit in one slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueSlots {
+    pub n_slots: u64,
+    pub slot_size_bytes: u64,
+}
+
+/// Where a launch runs and with what (see [`Runtime::pe_args`]).
+struct PeArgs<'t> {
+    pes: Vec<PeCoord>,
+    /// Per PE, its argument values.
+    per_pe: Vec<Vec<RtValue>>,
+    /// The tensor arguments' ids.
+    touches: Vec<usize>,
+    tensors: Vec<&'t Tensor>,
 }
 
 /// The one SIP that the PEs of `groups` and the shards of `tensors` are
@@ -844,6 +863,121 @@ impl Runtime {
     /// argument must be on the same PEs as the first (shard k of each on
     /// PE k), or on one PE (the same pointer for every PE).
     pub fn launch(&mut self, kernel: &Kernel, grid: Option<[u32; 3]>, args: &[Arg]) -> Result<()> {
+        let PeArgs {
+            pes,
+            per_pe,
+            touches,
+            tensors,
+        } = self.pe_args(kernel, args)?;
+        let comm = Communicator::new(pes);
+        let device = one_device(std::slice::from_ref(&comm), &tensors);
+        self.pending.push(Pending {
+            kernel: kernel.clone(),
+            groups: vec![comm],
+            args: per_pe,
+            grid: grid.unwrap_or([1, 1, 1]),
+            grid_per_pe: true,
+            ipcq: None,
+            packet_bytes: None,
+            touches,
+            owner: self.serving_rank,
+            device,
+        });
+        Ok(())
+    }
+
+    /// Queues one launch of `kernel` across ranks (what
+    /// [`Ctx::launch_across_ranks`] runs once every rank has called it):
+    /// `per_rank[r]` are rank r's arguments, placed as [`Self::launch`]
+    /// takes them, and every rank's tensors are on as many PEs. PE k of
+    /// each rank runs one program, and the ranks' PEs k form a
+    /// communicator of their own (`tl.rank()` is the rank, `tl.NEXT` the
+    /// next rank's PE k), as the host's collectives do shard by shard.
+    /// `slots`: the queues' slots, else the topology's (its buffer space
+    /// and backpressure either way).
+    pub fn launch_across(&mut self, kernel: &Kernel, per_rank: &[Vec<Arg>], slots: Option<QueueSlots>) -> Result<()> {
+        let ipcq = match slots {
+            None => None,
+            Some(q) => {
+                let bad = || {
+                    HostError::new(format!(
+                        "`{}` across ranks: {} slots of {} bytes is not a queue",
+                        kernel.name(),
+                        q.n_slots,
+                        q.slot_size_bytes
+                    ))
+                };
+                Some(crate::topology::schema::Ipcq {
+                    n_slots: Positive::new(q.n_slots).ok_or_else(bad)?,
+                    slot_size_bytes: Positive::new(q.slot_size_bytes).ok_or_else(bad)?,
+                    ..self.topo.spec.pe.ipcq.clone()
+                })
+            }
+        };
+        distributed::refuse_symm_at(
+            kernel,
+            &format!("`{}`", kernel.name()),
+            "Send and receive over the IPCQ instead",
+        )?;
+        let mut ranks = Vec::with_capacity(per_rank.len());
+        for (r, args) in per_rank.iter().enumerate() {
+            let a = self
+                .pe_args(kernel, args)
+                .map_err(|e| HostError::new(format!("rank {r}: {}", e.message)))?;
+            if let Some(first) = ranks.first().map(|f: &PeArgs| f.pes.len()) {
+                if a.pes.len() != first {
+                    return Err(HostError::new(format!(
+                        "`{}` across ranks: rank 0's tensors are on {first} PE(s), rank {r}'s on {}",
+                        kernel.name(),
+                        a.pes.len()
+                    )));
+                }
+            }
+            ranks.push(a);
+        }
+        let Some(first) = ranks.first() else {
+            return Err(HostError::new(format!("`{}` across ranks: no ranks", kernel.name())));
+        };
+        let mut groups = Vec::new();
+        let mut args = Vec::new();
+        for k in 0..first.pes.len() {
+            let pes: Vec<PeCoord> = ranks.iter().map(|a| a.pes[k]).collect();
+            if let Some(pe) = pes
+                .iter()
+                .enumerate()
+                .find_map(|(i, pe)| pes[..i].contains(pe).then_some(pe))
+            {
+                return Err(HostError::new(format!(
+                    "`{}` across ranks: two ranks' tensors are on PE {pe:?}; each rank runs on PEs of its own",
+                    kernel.name()
+                )));
+            }
+            groups.push(Communicator::new(pes));
+            args.extend(ranks.iter().map(|a| a.per_pe[k].clone()));
+        }
+        let tensors: Vec<&Tensor> = ranks.iter().flat_map(|a| a.tensors.iter().copied()).collect();
+        let device = one_device(&groups, &tensors);
+        self.pending.push(Pending {
+            kernel: kernel.clone(),
+            grid: [per_rank.len() as u32, 1, 1],
+            grid_per_pe: false,
+            groups,
+            args,
+            ipcq,
+            packet_bytes: None,
+            touches: ranks.iter().flat_map(|a| a.touches.iter().copied()).collect(),
+            owner: None,
+            device,
+        });
+        Ok(())
+    }
+
+    /// The PEs a launch with `args` runs on (those of the first tensor on
+    /// several, else of the first tensor, else PE 0 of the device) and
+    /// each one's argument values. Every tensor argument must be on the
+    /// same PEs as the first (shard k of each on PE k), or on one PE (the
+    /// same pointer for every PE).
+    fn pe_args<'t>(&self, kernel: &Kernel, args: &[Arg<'t>]) -> Result<PeArgs<'t>> {
         let func = &kernel.func;
         if args.len() != func.params.len() {
             let names: Vec<String> = func.params.iter().map(|p| format!("{}: {}", p.name, p.ty)).collect();
@@ -876,6 +1010,7 @@ impl Runtime {
             });
         let mut per_pe: Vec<Vec<RtValue>> = vec![Vec::with_capacity(args.len()); pes.len()];
         let mut touches = Vec::new();
+        let mut tensors = Vec::new();
         for (p, a) in func.params.iter().zip(args) {
             match (p.ty.elem(), a) {
                 (Elem::Ptr(d), Arg::Tensor(t)) => {
@@ -899,6 +1034,7 @@ impl Runtime {
                         v.push(RtValue::Scalar(t.shards[if on_same { k } else { 0 }].base));
                     }
                     touches.push(t.id);
+                    tensors.push(*t);
                 }
                 (Elem::Ptr(d), _) => {
                     return Err(HostError::new(format!(
@@ -918,28 +1054,12 @@ impl Runtime {
                 }
             }
         }
-        let comm = Communicator::new(pes);
-        let tensors: Vec<&Tensor> = args
-            .iter()
-            .filter_map(|a| match a {
-                Arg::Tensor(t) => Some(*t),
-                _ => None,
-            })
-            .collect();
-        let device = one_device(std::slice::from_ref(&comm), &tensors);
-        self.pending.push(Pending {
-            kernel: kernel.clone(),
-            groups: vec![comm],
-            args: per_pe,
-            grid: grid.unwrap_or([1, 1, 1]),
-            grid_per_pe: true,
-            ipcq: None,
-            packet_bytes: None,
+        Ok(PeArgs {
+            pes,
+            per_pe,
             touches,
-            owner: self.serving_rank,
-            device,
-        });
-        Ok(())
+            tensors,
+        })
     }
 
     /// The collective registry: the stdlib's `ccl.yaml`, with `user`

@@ -15,13 +15,15 @@
 //! caught only where panics unwind: a binary built with `panic = "abort"`
 //! (this workspace's `release` profile) stops at the first one.
 
-use super::{Arg, DpPolicy, Element, HostError, Kernel, Result, Runtime, Tensor};
+use super::{Arg, DpPolicy, Element, HostError, Kernel, QueueSlots, Result, Runtime, Tensor};
 use crate::ccl::{Collective, ReduceOp};
+use kernbench_compiler::ir::print_function;
 use kernbench_compiler::sema::{DType, Konst};
 use ndarray::{ArrayD, IxDyn};
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
 
 /// What the ranks of a failed `spawn` reported.
 #[derive(Clone, Debug)]
@@ -85,6 +87,13 @@ enum Request {
         /// [`Runtime::all_gather_per_shard`]).
         per_shard: bool,
     },
+    /// One launch of a kernel across every rank
+    /// ([`Ctx::launch_across_ranks`]).
+    LaunchAcross {
+        kernel: Kernel,
+        args: Vec<OwnedArg>,
+        slots: Option<QueueSlots>,
+    },
     Barrier,
     Send {
         tensor: Tensor,
@@ -102,13 +111,18 @@ impl Request {
     fn is_group(&self) -> bool {
         matches!(
             self,
-            Request::Collective { .. } | Request::Barrier | Request::Send { .. } | Request::Recv { .. }
+            Request::Collective { .. }
+                | Request::LaunchAcross { .. }
+                | Request::Barrier
+                | Request::Send { .. }
+                | Request::Recv { .. }
         )
     }
 
     fn describe(&self) -> String {
         match self {
             Request::Collective { c, .. } => c.key().to_string(),
+            Request::LaunchAcross { kernel, .. } => format!("a launch of `{}` across ranks", kernel.name()),
             Request::Barrier => "barrier".into(),
             Request::Send { dst, .. } => format!("send to rank {dst}"),
             Request::Recv { src, .. } => format!("recv from rank {src}"),
@@ -232,20 +246,27 @@ impl Ctx {
     }
 
     pub fn launch(&self, kernel: &Kernel, grid: Option<[u32; 3]>, args: &[Arg]) -> Result<()> {
-        let args = args
-            .iter()
-            .map(|a| match a {
-                Arg::Tensor(t) => OwnedArg::Tensor((*t).clone()),
-                Arg::I32(x) => OwnedArg::I32(*x),
-                Arg::I64(x) => OwnedArg::I64(*x),
-                Arg::F32(x) => OwnedArg::F32(*x),
-                Arg::Bool(x) => OwnedArg::Bool(*x),
-            })
-            .collect();
         self.call(Request::Launch {
             kernel: kernel.clone(),
             grid,
-            args,
+            args: owned(args),
+        })
+        .map(|_| ())
+    }
+
+    /// One launch of `kernel` across all ranks, for kernels that compute
+    /// and communicate together (the async-TP GEMMs of [`crate::tp`]):
+    /// every rank calls it with the same kernel and its own arguments
+    /// (its tensors on as many PEs as the other ranks'), and the launch
+    /// runs once all have. PE k of each rank runs one program; the ranks'
+    /// PEs k are its communicator, `tl.rank()` the rank (see
+    /// [`Runtime::launch_across`]). `slots`: the queues' slots, else the
+    /// topology's.
+    pub fn launch_across_ranks(&self, kernel: &Kernel, args: &[Arg], slots: Option<QueueSlots>) -> Result<()> {
+        self.call(Request::LaunchAcross {
+            kernel: kernel.clone(),
+            args: owned(args),
+            slots,
         })
         .map(|_| ())
     }
@@ -541,19 +562,7 @@ fn serve_local(rt: &mut Runtime, q: Request) -> Result<Response> {
             let c: Vec<(&str, Konst)> = constexprs.iter().map(|(n, k)| (n.as_str(), k.clone())).collect();
             rt.compile(&file, &kernel, &c).map(Response::Kernel)
         }
-        Request::Launch { kernel, grid, args } => {
-            let args: Vec<Arg> = args
-                .iter()
-                .map(|a| match a {
-                    OwnedArg::Tensor(t) => Arg::Tensor(t),
-                    OwnedArg::I32(x) => Arg::I32(*x),
-                    OwnedArg::I64(x) => Arg::I64(*x),
-                    OwnedArg::F32(x) => Arg::F32(*x),
-                    OwnedArg::Bool(x) => Arg::Bool(*x),
-                })
-                .collect();
-            rt.launch(&kernel, grid, &args).map(|_| Response::Unit)
-        }
+        Request::Launch { kernel, grid, args } => rt.launch(&kernel, grid, &borrowed(&args)).map(|_| Response::Unit),
         Request::Synchronize => rt.synchronize().map(|_| Response::Unit),
         _ => Err(HostError::new("internal: not a local request")),
     }
@@ -626,6 +635,34 @@ fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usiz
         Some(Request::Barrier) => rt
             .barrier_across(&(0..n as u32).collect::<Vec<_>>())
             .map(|_| Response::Unit),
+        Some(Request::LaunchAcross { kernel, slots, .. }) => {
+            let mut per_rank = Vec::with_capacity(n);
+            let mut mismatch = None;
+            for r in 0..n {
+                if let Some(Request::LaunchAcross {
+                    kernel: k2,
+                    args,
+                    slots: s2,
+                }) = req(r)
+                {
+                    // The same specialization: the same IR (each rank
+                    // compiles its own copy).
+                    let same = Arc::ptr_eq(&k2.func, &kernel.func)
+                        || print_function(&k2.func, &k2.sources) == print_function(&kernel.func, &kernel.sources);
+                    if !same || s2 != slots {
+                        mismatch = Some(r);
+                    }
+                    per_rank.push(borrowed(args));
+                }
+            }
+            match mismatch {
+                Some(r) => Err(HostError::new(format!(
+                    "rank {r} launched another kernel (or other queue parameters) across ranks than rank 0's `{}`",
+                    kernel.name()
+                ))),
+                None => rt.launch_across(kernel, &per_rank, *slots).map(|_| Response::Unit),
+            }
+        }
         Some(Request::Collective {
             c,
             algorithm,
@@ -671,4 +708,29 @@ fn serve_group(rt: &mut Runtime, state: &mut [RankState], n: usize) -> Vec<(usiz
         _ => Err(HostError::new("internal: not a group request")),
     };
     (0..n).map(|r| (r, res.clone())).collect()
+}
+
+/// Arguments as a request carries them to the thread that serves it.
+fn owned(args: &[Arg]) -> Vec<OwnedArg> {
+    args.iter()
+        .map(|a| match a {
+            Arg::Tensor(t) => OwnedArg::Tensor((*t).clone()),
+            Arg::I32(x) => OwnedArg::I32(*x),
+            Arg::I64(x) => OwnedArg::I64(*x),
+            Arg::F32(x) => OwnedArg::F32(*x),
+            Arg::Bool(x) => OwnedArg::Bool(*x),
+        })
+        .collect()
+}
+
+fn borrowed(args: &[OwnedArg]) -> Vec<Arg<'_>> {
+    args.iter()
+        .map(|a| match a {
+            OwnedArg::Tensor(t) => Arg::Tensor(t),
+            OwnedArg::I32(x) => Arg::I32(*x),
+            OwnedArg::I64(x) => Arg::I64(*x),
+            OwnedArg::F32(x) => Arg::F32(*x),
+            OwnedArg::Bool(x) => Arg::Bool(*x),
+        })
+        .collect()
 }

@@ -19,7 +19,10 @@
 //! [`DpPolicy`], and each of those PEs holds the rank's whole weight
 //! partition.
 
+mod async_tp;
 pub mod bench;
+
+pub use async_tp::{fused_all_gather_matmul, fused_matmul_reduce_scatter};
 
 use crate::ccl::ReduceOp;
 use crate::host::{default_stdlib, Arg, Ctx, Dist, DpPolicy, HostError, Kernel, Result, Tensor};
