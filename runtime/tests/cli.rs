@@ -1471,6 +1471,22 @@ fn bench_tp_times_and_checks_every_layer_at_every_size() {
     // Two ranks halve each rank's GEMM work: rank 0's GEMMs take less.
     let gemm = |k: usize| rows[k]["gemm_ps"].as_u64().unwrap_or(0);
     assert!(gemm(1) < gemm(0) && gemm(3) < gemm(2) && gemm(5) < gemm(4), "{v}");
+    // The async-TP kernels at two ranks, each against the same work
+    // unfused, which contains the GEMM.
+    let fused = v["async"].as_array().expect("async");
+    let ops: Vec<(&str, u64)> = fused
+        .iter()
+        .map(|r| (r["op"].as_str().unwrap_or(""), r["tp"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(ops, [("ag+gemm", 2), ("gemm+rs", 2)]);
+    for r in fused {
+        assert_eq!(r["ok"], true, "{r}");
+        let ps = |k: &str| r[k].as_u64().unwrap_or(0);
+        assert!(
+            ps("fused_ps") > 0 && ps("unfused_ps") > ps("gemm_ps") && ps("gemm_ps") > 0,
+            "{r}"
+        );
+    }
     let text =
         String::from_utf8_lossy(&tlc(&["bench", "tp", "--tokens", "32", "--hidden", "64", "--ffn", "128"]).stdout)
             .to_string();
@@ -1478,7 +1494,11 @@ fn bench_tp_times_and_checks_every_layer_at_every_size() {
         text.contains("  layer  tp   total(us)    gemm(us)    comm(us)   other(us)   TFLOP/s  err/bound  check"),
         "{text}"
     );
-    assert_eq!(text.lines().filter(|l| l.ends_with("  OK")).count(), 6, "{text}");
+    assert!(
+        text.contains("     op  tp   fused(us)  unfused(us)    gemm(us)   saved  err/bound  check"),
+        "{text}"
+    );
+    assert_eq!(text.lines().filter(|l| l.ends_with("  OK")).count(), 8, "{text}");
     assert_eq!(
         tlc(&["bench", "tp", "--pes", "3", "--tokens", "64"]).status.code(),
         Some(2)

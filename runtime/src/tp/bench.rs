@@ -1,11 +1,14 @@
 //! `tlc bench tp`: the tensor-parallel layers' forward pass at every
 //! tensor-parallel size the machine has SIPs for, each checked against an
 //! ndarray reference, with the simulated time split into GEMM,
-//! communication and the rest.
+//! communication and the rest; and the async-TP kernels against the same
+//! work unfused.
 
 use super::{initialize_model_parallel, ColumnParallelLinear, LinearOptions, ParallelMlp, RowParallelLinear};
+use crate::ccl::ReduceOp;
 use crate::host::{spawn, DpPolicy, HostError, LaunchRecord, Result, Runtime};
 use crate::topology::Topology;
+use kernbench_compiler::sema::DType;
 use ndarray::{Array1, Array2, ArrayD, Ix2};
 use std::sync::Mutex;
 
@@ -216,6 +219,186 @@ pub fn run(topo: &Topology, shape: Shape, mut progress: impl FnMut()) -> Result<
     for layer in Layer::ALL {
         for tp in sizes(topo, shape) {
             rows.push(run_layer(topo, shape, layer, tp)?);
+            progress();
+        }
+    }
+    Ok(rows)
+}
+
+/// An async-TP kernel of [`super::async_tp`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fused {
+    /// `fused_all_gather_matmul`: the sequence-parallel input of a column
+    /// layer (hidden → ffn) gathered under its GEMM.
+    AllGatherMatmul,
+    /// `fused_matmul_reduce_scatter`: a row layer's (ffn → hidden)
+    /// partial products reduce-scattered to the sequence shards under its
+    /// GEMM.
+    MatmulReduceScatter,
+}
+
+impl Fused {
+    pub const ALL: [Fused; 2] = [Fused::AllGatherMatmul, Fused::MatmulReduceScatter];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Fused::AllGatherMatmul => "ag+gemm",
+            Fused::MatmulReduceScatter => "gemm+rs",
+        }
+    }
+}
+
+/// One async-TP kernel at one tensor-parallel size, against the same work
+/// unfused (the registry's collective and `linear`, one after the other).
+#[derive(Clone, Debug)]
+pub struct AsyncRow {
+    pub op: Fused,
+    pub tp: u32,
+    /// The fused launch.
+    pub fused_ps: u64,
+    /// The collective and the GEMMs, from the first start to the last end.
+    pub unfused_ps: u64,
+    /// Rank 0's GEMM in the unfused run.
+    pub gemm_ps: u64,
+    /// As [`TpRow::err_ratio`], the worse of the two runs'.
+    pub err_ratio: f64,
+}
+
+impl AsyncRow {
+    pub fn correct(&self) -> bool {
+        self.err_ratio <= 1.0
+    }
+}
+
+/// A reference output and its error bound (see [`reference`]).
+type Wanted = (Array2<f64>, Array2<f64>);
+
+/// Runs `op` fused and unfused at tensor-parallel size `tp` (each on a
+/// fresh machine, one PE per rank): `tokens / tp` rows per rank, `hidden`
+/// and `ffn / tp` features.
+pub fn run_fused(topo: &Topology, shape: Shape, op: Fused, tp: u32) -> Result<AsyncRow> {
+    let Shape {
+        tokens, hidden, ffn, ..
+    } = shape;
+    let world = tp as usize;
+    if tokens % world != 0 || ffn % world != 0 {
+        return Err(HostError::new(format!(
+            "{}: {tokens} tokens and ffn {ffn} must split evenly over {tp} ranks",
+            op.name()
+        )));
+    }
+    let (rows, part) = (tokens / world, ffn / world);
+    let one_pe = DpPolicy::row_wise(1, 1);
+    let zero = |n: usize| Array1::zeros(n);
+    // Rank r's operands, and rank r's wanted output with its bound.
+    let (inputs, weights, wants): (Vec<Array2<f32>>, Vec<Array2<f32>>, Vec<Wanted>) = match op {
+        Fused::AllGatherMatmul => {
+            let x = matrix(tokens, hidden, 11);
+            let ws: Vec<_> = (0..world).map(|r| matrix(hidden, part, 12 + r as u64)).collect();
+            let shards = (0..world)
+                .map(|r| x.slice(ndarray::s![r * rows..(r + 1) * rows, ..]).to_owned())
+                .collect();
+            let wants = ws.iter().map(|w| reference(&x, w, &zero(part))).collect();
+            (shards, ws, wants)
+        }
+        Fused::MatmulReduceScatter => {
+            let xs: Vec<_> = (0..world).map(|r| matrix(tokens, part, 13 + r as u64)).collect();
+            let ws: Vec<_> = (0..world).map(|r| matrix(part, hidden, 14 + r as u64)).collect();
+            // The sum over ranks of x_j @ w_j, rows of rank r; its bound the
+            // sum of the ranks' bounds, plus one rounding per added rank.
+            let parts: Vec<_> = xs
+                .iter()
+                .zip(&ws)
+                .map(|(x, w)| reference(x, w, &zero(hidden)))
+                .collect();
+            let wants = (0..world)
+                .map(|r| {
+                    let rows_of = |a: &Array2<f64>| a.slice(ndarray::s![r * rows..(r + 1) * rows, ..]).to_owned();
+                    let sum = |of: &dyn Fn(&Wanted) -> Array2<f64>| -> Array2<f64> {
+                        parts.iter().map(of).fold(Array2::zeros((rows, hidden)), |s, p| s + p)
+                    };
+                    let want = sum(&|(p, _)| rows_of(p));
+                    let size = sum(&|(p, _)| rows_of(p).mapv(f64::abs));
+                    let bound = sum(&|(_, b)| rows_of(b)) + size * (world as f64 * 2f64.powi(-24));
+                    (want, bound)
+                })
+                .collect();
+            (xs, ws, wants)
+        }
+    };
+    let run = |fused: bool| -> Result<(Runtime, f64)> {
+        let mut rt = Runtime::new(topo);
+        let outs = Mutex::new(Vec::new());
+        spawn(&mut rt, tp, |rank, ctx| {
+            let r = rank as usize;
+            let f16 = |a: &Array2<f32>| a.mapv(half::f16::from_f32).into_dyn();
+            let x = ctx.from_ndarray(&f16(&inputs[r]), one_pe)?;
+            let w = ctx.from_ndarray(&f16(&weights[r]), one_pe)?;
+            let linear = || super::compile(ctx, "linear", &[]);
+            let y = match (op, fused) {
+                (Fused::AllGatherMatmul, true) => super::fused_all_gather_matmul(ctx, &x, &w)?.1,
+                (Fused::AllGatherMatmul, false) => {
+                    let ag = ctx.empty(&[tokens, hidden], DType::F16, one_pe)?;
+                    let y = ctx.empty(&[tokens, part], DType::F32, one_pe)?;
+                    ctx.all_gather(&ag, &x)?;
+                    super::launch_linear(ctx, &linear()?, &ag, &w, &y, tokens, part, hidden, 0)?;
+                    y
+                }
+                (Fused::MatmulReduceScatter, true) => super::fused_matmul_reduce_scatter(ctx, &x, &w)?,
+                (Fused::MatmulReduceScatter, false) => {
+                    let y = ctx.empty(&[tokens, hidden], DType::F32, one_pe)?;
+                    let out = ctx.empty(&[rows, hidden], DType::F32, one_pe)?;
+                    super::launch_linear(ctx, &linear()?, &x, &w, &y, tokens, hidden, part, 0)?;
+                    ctx.reduce_scatter(&out, &y, ReduceOp::Sum)?;
+                    out
+                }
+            };
+            let got = ctx.to_ndarray::<f32>(&y)?;
+            outs.lock()
+                .map_err(|_| HostError::new("internal: a rank panicked"))?
+                .push((r, got));
+            Ok(())
+        })
+        .map_err(|e| HostError::new(e.to_string()))?;
+        let outs = outs
+            .into_inner()
+            .map_err(|_| HostError::new("internal: a rank panicked"))?;
+        let err = outs
+            .iter()
+            .map(|(r, g)| err_ratio(g, &wants[*r].0, &wants[*r].1))
+            .fold(0.0, f64::max);
+        Ok((rt, err))
+    };
+    let (fused_rt, fused_err) = run(true)?;
+    let (unfused_rt, unfused_err) = run(false)?;
+    let (unfused_ps, gemm_ps, _) = split_time(unfused_rt.history());
+    Ok(AsyncRow {
+        op,
+        tp,
+        fused_ps: split_time(fused_rt.history()).0,
+        unfused_ps,
+        gemm_ps,
+        err_ratio: fused_err.max(unfused_err),
+    })
+}
+
+/// The tensor-parallel sizes the async-TP kernels run at: those of
+/// [`sizes`] from 2 (one rank has nothing to communicate) that split the
+/// tokens evenly.
+pub fn async_sizes(topo: &Topology, shape: Shape) -> Vec<u32> {
+    sizes(topo, shape)
+        .into_iter()
+        .filter(|tp| *tp >= 2 && shape.tokens % *tp as usize == 0)
+        .collect()
+}
+
+/// Every async-TP kernel at every size of [`async_sizes`]; `progress`
+/// after each.
+pub fn run_async(topo: &Topology, shape: Shape, mut progress: impl FnMut()) -> Result<Vec<AsyncRow>> {
+    let mut rows = Vec::new();
+    for op in Fused::ALL {
+        for tp in async_sizes(topo, shape) {
+            rows.push(run_fused(topo, shape, op, tp)?);
             progress();
         }
     }

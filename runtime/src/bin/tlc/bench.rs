@@ -524,10 +524,12 @@ pub fn tp(a: TpArgs) -> ExitCode {
         pes: a.pes,
     };
     let sizes = tp_bench::sizes(&topo, shape);
-    let progress = ProgressBar::new(3 * sizes.len() as u64);
-    let rows = tp_bench::run(&topo, shape, || progress.inc(1));
+    let async_sizes = tp_bench::async_sizes(&topo, shape);
+    let progress = ProgressBar::new((3 * sizes.len() + 2 * async_sizes.len()) as u64);
+    let rows = tp_bench::run(&topo, shape, || progress.inc(1))
+        .and_then(|rows| Ok((rows, tp_bench::run_async(&topo, shape, || progress.inc(1))?)));
     progress.finish_and_clear();
-    let rows = match rows {
+    let (rows, async_rows) = match rows {
         Ok(r) => r,
         Err(e) => {
             errln!("error: {e}");
@@ -535,7 +537,7 @@ pub fn tp(a: TpArgs) -> ExitCode {
         }
     };
     let us = |ps: u64| ps as f64 / 1e6;
-    let wrong = rows.iter().filter(|r| !r.correct()).count();
+    let wrong = rows.iter().filter(|r| !r.correct()).count() + async_rows.iter().filter(|r| !r.correct()).count();
     match a.format {
         Format::Human => {
             outln!(
@@ -590,6 +592,38 @@ pub fn tp(a: TpArgs) -> ExitCode {
                 "# gemm: rank 0's GEMMs; comm: the collectives; other: bias, activation, re-assembly, launch latency"
             );
             outln!("# err/bound: the largest error over what f32 accumulation may lose (at most 1 when right)");
+            if !async_rows.is_empty() {
+                outln!();
+                outln!(
+                    "# async TP, one PE per rank: ag+gemm gathers a sequence-parallel [tokens/tp, hidden] input under the column GEMM (hidden -> ffn/tp); gemm+rs reduce-scatters the row GEMM's (ffn/tp -> hidden) partial sums under it"
+                );
+                outln!(
+                    "{:>7} {:>3} {:>11} {:>12} {:>11} {:>7} {:>10}  check",
+                    "op",
+                    "tp",
+                    "fused(us)",
+                    "unfused(us)",
+                    "gemm(us)",
+                    "saved",
+                    "err/bound"
+                );
+                for r in &async_rows {
+                    outln!(
+                        "{:>7} {:>3} {:>11.3} {:>12.3} {:>11.3} {:>6.1}% {:>10.2e}  {}",
+                        r.op.name(),
+                        r.tp,
+                        us(r.fused_ps),
+                        us(r.unfused_ps),
+                        us(r.gemm_ps),
+                        100.0 * (1.0 - r.fused_ps as f64 / r.unfused_ps.max(1) as f64),
+                        r.err_ratio,
+                        if r.correct() { "OK" } else { "WRONG" }
+                    );
+                }
+                outln!(
+                    "# unfused: the registry's collective and the GEMM one after the other; gemm: rank 0's GEMM in it"
+                );
+            }
         }
         Format::Json => {
             let v: Vec<_> = rows
@@ -607,16 +641,31 @@ pub fn tp(a: TpArgs) -> ExitCode {
                     })
                 })
                 .collect();
+            let a: Vec<_> = async_rows
+                .iter()
+                .map(|r| {
+                    json!({
+                        "op": r.op.name(),
+                        "tp": r.tp,
+                        "fused_ps": r.fused_ps,
+                        "unfused_ps": r.unfused_ps,
+                        "gemm_ps": r.gemm_ps,
+                        "err_over_bound": r.err_ratio,
+                        "ok": r.correct(),
+                    })
+                })
+                .collect();
             outln!(
                 "{}",
-                serde_json::to_string_pretty(&json!({ "topology": topo.spec.name, "rows": v })).unwrap_or_default()
+                serde_json::to_string_pretty(&json!({ "topology": topo.spec.name, "rows": v, "async": a }))
+                    .unwrap_or_default()
             );
         }
     }
     if wrong == 0 {
         ExitCode::SUCCESS
     } else {
-        errln!("error: {wrong} layer(s) gave wrong results");
+        errln!("error: {wrong} layer(s) or async-TP kernel(s) gave wrong results");
         ExitCode::from(1)
     }
 }
