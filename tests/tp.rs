@@ -410,6 +410,42 @@ fn misuse_is_an_error_that_says_what_is_wrong() {
         e.contains("`add_bias` across ranks: two ranks' tensors are on PE"),
         "{e}"
     );
+    let y1 = one
+        .zeros(
+            &[4, 8],
+            DType::F32,
+            DpPolicy {
+                pe: 1,
+                ..DpPolicy::default()
+            },
+        )
+        .unwrap();
+    let b1 = one
+        .zeros(
+            &[4],
+            DType::F32,
+            DpPolicy {
+                pe: 1,
+                ..DpPolicy::default()
+            },
+        )
+        .unwrap();
+    let other = vec![Arg::Tensor(&y1), Arg::Tensor(&b1), Arg::I32(4), Arg::I32(4)];
+    let args = vec![Arg::Tensor(&y), Arg::Tensor(&b), Arg::I32(4), Arg::I32(4)];
+    let e = one.launch_across(&k, &[args, other], None).unwrap_err().to_string();
+    assert!(
+        e.contains("rank 1's tensor is f32[4, 8] on 1 PE(s), rank 0's f32[4, 4] on 1; every rank passes tensors alike"),
+        "{e}"
+    );
+    let e = err(&|ctx| {
+        let x = ctx.zeros(&[8, 16], DType::F16, DpPolicy::row_wise(1, 2))?;
+        let w = ctx.zeros(&[16, 8], DType::F16, DpPolicy::row_wise(1, 2))?;
+        fused_all_gather_matmul(ctx, &x, &w).map(|_| ())
+    });
+    assert!(
+        e.contains("the weight must be whole on each of the operand's 2 PE(s) (replicated) or on one PE; it is RowWise over 2 PE(s)"),
+        "{e}"
+    );
     // One rank is fine on its own.
     on_ranks(&mut rt, 1, |ctx| initialize_model_parallel(ctx, 1).map(|_| ()));
 }
@@ -463,7 +499,7 @@ fn fused_all_gather_matmul_gathers_exactly_and_multiplies_within_f32_rounding() 
 
 #[test]
 fn fused_matmul_reduce_scatter_sums_each_ranks_rows_within_f32_rounding() {
-    let (rows, k, n) = (40, 96, 80);
+    let (rows, k, n) = (40, 100, 80);
     for (ranks, pes) in [(1u32, 1usize), (2, 1), (2, 2)] {
         let world = ranks as usize;
         let x: Vec<Array2<f32>> = (0..ranks).map(|r| matrix(world * rows, k, 60 + u64::from(r))).collect();
@@ -610,4 +646,93 @@ fn the_fused_gemms_hide_their_collective_under_the_gemm() {
         fused_ps < unfused_ps && fused_ps >= gemm_ps,
         "reduce-scatter: fused {fused_ps} ps against GEMM + reduce-scatter {unfused_ps} ps (GEMM {gemm_ps} ps)"
     );
+}
+
+#[test]
+fn the_fused_kernels_ring_over_three_and_four_ranks() {
+    // `Runtime::launch_across` with one "rank" per PE of one SIP: rings of
+    // three and four steps, which `spawn` on the default machine's two
+    // SIPs cannot give. Ragged sizes: 40 rows per rank, k = 100, n = 72.
+    use kernbench_runtime::host::{Arg, QueueSlots};
+    let (rows, k, n) = (40, 100, 72);
+    let file = kernbench_runtime::host::default_stdlib()
+        .unwrap()
+        .join("kernels/async_tp.tl");
+    let slots = Some(QueueSlots {
+        n_slots: 4,
+        slot_size_bytes: 128 * 128 * 4,
+    });
+    let on = |r: usize| DpPolicy {
+        pe: r as u32,
+        ..DpPolicy::row_wise(1, 1)
+    };
+    for world in [3usize, 4] {
+        let mut rt = machine();
+        let seeds = |base: u64| (0..world).map(move |r| base + r as u64);
+        let a: Vec<_> = seeds(100).map(|s| matrix(rows, k, s)).collect();
+        let xs: Vec<_> = seeds(110).map(|s| matrix(world * rows, k, s)).collect();
+        let w: Vec<_> = seeds(120).map(|s| matrix(k, n, s)).collect();
+        let mut put = |m: &Array2<f32>, r: usize| rt.from_ndarray(&f16s(m), on(r)).unwrap();
+        let (at, xt, wt): (Vec<_>, Vec<_>, Vec<_>) = (
+            (0..world).map(|r| put(&a[r], r)).collect(),
+            (0..world).map(|r| put(&xs[r], r)).collect(),
+            (0..world).map(|r| put(&w[r], r)).collect(),
+        );
+        let mut new = |shape: &[usize], dtype: DType, r: usize| rt.zeros(shape, dtype, on(r)).unwrap();
+        let ag: Vec<_> = (0..world).map(|r| new(&[world * rows, k], DType::F16, r)).collect();
+        let y: Vec<_> = (0..world).map(|r| new(&[world * rows, n], DType::F32, r)).collect();
+        let out: Vec<_> = (0..world).map(|r| new(&[rows, n], DType::F32, r)).collect();
+        let stage: Vec<_> = (0..world).map(|r| new(&[2 * rows, n], DType::F32, r)).collect();
+        let dims = [Arg::I32(rows as i32), Arg::I32(n as i32), Arg::I32(k as i32)];
+        let gather = rt.compile(&file, "fused_all_gather_matmul", &[]).unwrap();
+        let args: Vec<Vec<Arg>> = (0..world)
+            .map(|r| {
+                [
+                    Arg::Tensor(&at[r]),
+                    Arg::Tensor(&ag[r]),
+                    Arg::Tensor(&wt[r]),
+                    Arg::Tensor(&y[r]),
+                ]
+                .into_iter()
+                .chain(dims.clone())
+                .collect()
+            })
+            .collect();
+        rt.launch_across(&gather, &args, slots).unwrap();
+        let scatter = rt.compile(&file, "fused_matmul_reduce_scatter", &[]).unwrap();
+        let args: Vec<Vec<Arg>> = (0..world)
+            .map(|r| {
+                [
+                    Arg::Tensor(&xt[r]),
+                    Arg::Tensor(&wt[r]),
+                    Arg::Tensor(&out[r]),
+                    Arg::Tensor(&stage[r]),
+                ]
+                .into_iter()
+                .chain(dims.clone())
+                .collect()
+            })
+            .collect();
+        rt.launch_across(&scatter, &args, slots).unwrap();
+        let want_ag = gathered_rows(&a, 1);
+        let partial: Vec<Array2<f64>> = (0..world).map(|j| linear_ref(&xs[j], &w[j], None)).collect();
+        for r in 0..world {
+            let got = rt.to_ndarray::<half::f16>(&ag[r]).unwrap().mapv(half::f16::to_f32);
+            assert_eq!(
+                got.into_dimensionality::<Ix2>().unwrap(),
+                want_ag,
+                "{world} ranks, rank {r}: the gather"
+            );
+            let e = max_rel_err(
+                &rt.to_ndarray::<f32>(&y[r]).unwrap(),
+                &linear_ref(&want_ag, &w[r], None),
+            );
+            assert!(e < 1e-5, "{world} ranks, rank {r}: y off by {e}");
+            let want = partial.iter().fold(Array2::<f64>::zeros((rows, n)), |s, p| {
+                s + p.slice(ndarray::s![r * rows..(r + 1) * rows, ..])
+            });
+            let e = max_rel_err(&rt.to_ndarray::<f32>(&out[r]).unwrap(), &want);
+            assert!(e < 1e-5, "{world} ranks, rank {r}: the reduce-scatter off by {e}");
+        }
+    }
 }

@@ -296,7 +296,8 @@ struct Pending {
 }
 
 /// The IPCQ slots of a launch across ranks (buffer space and backpressure
-/// stay the topology's): a message must fit in one slot.
+/// stay the topology's): a message takes as many slots as it needs, at
+/// most `n_slots`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueSlots {
     pub n_slots: u64,
@@ -893,7 +894,8 @@ impl Runtime {
     /// each rank runs one program, and the ranks' PEs k form a
     /// communicator of their own (`tl.rank()` is the rank, `tl.NEXT` the
     /// next rank's PE k), as the host's collectives do shard by shard.
-    /// `slots`: the queues' slots, else the topology's (its buffer space
+    /// The ranks' tensors must be alike (shape, dtype, number of PEs),
+    /// argument by argument; scalars may differ. `slots`: the queues' slots, else the topology's (its buffer space
     /// and backpressure either way).
     pub fn launch_across(&mut self, kernel: &Kernel, per_rank: &[Vec<Arg>], slots: Option<QueueSlots>) -> Result<()> {
         let ipcq = match slots {
@@ -901,12 +903,18 @@ impl Runtime {
             Some(q) => {
                 let bad = || {
                     HostError::new(format!(
-                        "`{}` across ranks: {} slots of {} bytes is not a queue",
+                        "`{}` across ranks: {} slots of {} bytes is not a queue a PE can hold",
                         kernel.name(),
                         q.n_slots,
                         q.slot_size_bytes
                     ))
                 };
+                // The launch checks that the slots fit in TCM; bound them
+                // first so that their product cannot overflow.
+                let total = u128::from(q.n_slots) * u128::from(q.slot_size_bytes);
+                if total > u128::from(self.topo.hbm_slice_bytes()) {
+                    return Err(bad());
+                }
                 Some(crate::topology::schema::Ipcq {
                     n_slots: Positive::new(q.n_slots).ok_or_else(bad)?,
                     slot_size_bytes: Positive::new(q.slot_size_bytes).ok_or_else(bad)?,
@@ -938,6 +946,29 @@ impl Runtime {
         let Some(first) = ranks.first() else {
             return Err(HostError::new(format!("`{}` across ranks: no ranks", kernel.name())));
         };
+        // Every rank's tensors alike, argument by argument, as a
+        // collective's: a kernel that walks its ring by its own shapes
+        // would otherwise exchange blocks the other ranks do not expect.
+        for (r, a) in ranks.iter().enumerate().skip(1) {
+            if let Some((t0, t)) = first
+                .tensors
+                .iter()
+                .zip(&a.tensors)
+                .find(|(t0, t)| t0.shape != t.shape || t0.dtype != t.dtype || t0.shards.len() != t.shards.len())
+            {
+                return Err(HostError::new(format!(
+                    "`{}` across ranks: rank {r}'s tensor is {}{:?} on {} PE(s), rank 0's {}{:?} on {}; every rank \
+                     passes tensors alike",
+                    kernel.name(),
+                    t.dtype,
+                    t.shape,
+                    t.shards.len(),
+                    t0.dtype,
+                    t0.shape,
+                    t0.shards.len()
+                )));
+            }
+        }
         let mut groups = Vec::new();
         let mut args = Vec::new();
         for k in 0..first.pes.len() {

@@ -13,7 +13,7 @@
 //! are dropped, and `spawn` returns the root-cause errors (those of ranks
 //! that failed by themselves, not because they were stopped). A panic is
 //! caught only where panics unwind: a binary built with `panic = "abort"`
-//! (this workspace's `release` profile) stops at the first one.
+//! (this workspace's `dist` profile) stops at the first one.
 
 use super::{Arg, DpPolicy, Element, HostError, Kernel, QueueSlots, Result, Runtime, Tensor};
 use crate::ccl::{Collective, ReduceOp};

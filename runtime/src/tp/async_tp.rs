@@ -56,8 +56,9 @@ fn rows_per_pe(what: &str, t: &Tensor, dtype: DType) -> Result<usize> {
     Ok(rows)
 }
 
-/// Checks the weight `[k, n]` f16 against the operand's `k`; returns `n`.
-fn weight_cols(what: &str, w: &Tensor, k: usize) -> Result<usize> {
+/// Checks the weight `[k, n]` f16 against the operand `x`'s `k`: whole
+/// on each of `x`'s PEs (replicated over them), or on one PE; returns `n`.
+fn weight_cols(what: &str, w: &Tensor, x: &Tensor, k: usize) -> Result<usize> {
     let shape = w.shape();
     if shape.len() != 2 || w.dtype() != DType::F16 || shape[0] != k || shape[1] == 0 {
         return Err(HostError::new(format!(
@@ -65,24 +66,39 @@ fn weight_cols(what: &str, w: &Tensor, k: usize) -> Result<usize> {
             w.dtype()
         )));
     }
-    Ok(shape[1])
+    let n = shape[1];
+    let (ws, xs) = (w.placement(), x.placement());
+    let whole = ws.iter().all(|s| s.rows.len() == k && s.cols.len() == n);
+    let on_x = ws.len() == 1 || (ws.len() == xs.len() && ws.iter().zip(xs).all(|(a, b)| a.pe == b.pe));
+    if !whole || !on_x {
+        return Err(HostError::new(format!(
+            "{what}: the weight must be whole on each of the operand's {} PE(s) (replicated) or on one PE; it is {:?} over {} PE(s)",
+            xs.len(),
+            w.policy().dist,
+            ws.len()
+        )));
+    }
+    Ok(n)
 }
 
 /// `ag = all_gather(a)` along the rows and `y = ag @ w`, with the gather
 /// under the GEMM: each rank multiplies the chunk it has while it passes
 /// it on to the next rank. `a`: this rank's `[rows, k]` f16; `w`: `[k, n]`
-/// f16 on the PEs of `a`. Returns `ag` (`[world · rows, k]` f16, rank j's
-/// block at rows `j · rows`) and `y` (`[world · rows, n]` f32, accumulated
-/// in f32). Every rank calls it.
+/// f16, whole on each PE of `a`. Returns `ag` (`[world · rows, k]` f16)
+/// and `y` (`[world · rows, n]` f32, accumulated in f32). With one PE per
+/// rank, rank j's block of `ag` is at rows `j · rows`; with P PEs, PE p
+/// holds the ranks' blocks of its `m = rows / P` rows one after another
+/// (rows `p · world · m + j · m ..` of `ag`). Every rank calls it, with
+/// operands of the same shapes.
 pub fn fused_all_gather_matmul(ctx: &Ctx, a: &Tensor, w: &Tensor) -> Result<(Tensor, Tensor)> {
     const WHAT: &str = "fused_all_gather_matmul";
     let m = rows_per_pe(WHAT, a, DType::F16)?;
     let k = a.shape()[1];
-    let n = weight_cols(WHAT, w, k)?;
+    let n = weight_cols(WHAT, w, a, k)?;
     let world = ctx.get_world_size() as usize;
     let rows = a.shape()[0];
     // The kernel's offsets are i32.
-    i32_arg("the gathered elements", world * rows * k.max(n))?;
+    i32_arg("the gathered elements per PE", world * m * k.max(n))?;
     let ag = ctx.empty(&[world * rows, k], DType::F16, a.policy())?;
     let y = ctx.empty(&[world * rows, n], DType::F32, a.policy())?;
     let kernel = compile(ctx, WHAT)?;
@@ -105,9 +121,11 @@ pub fn fused_all_gather_matmul(ctx: &Ctx, a: &Tensor, w: &Tensor) -> Result<(Ten
 /// `reduce_scatter(x @ w)` (a sum) along the rows, with the reduction
 /// under the GEMM: each rank multiplies the chunk whose partial sum it
 /// receives next, adds that and passes it on. `x`: this rank's `[world ·
-/// rows, k]` f16 (rows `j · rows ..` go to rank j); `w`: `[k, n]` f16 on
-/// the PEs of `x`. Returns this rank's `[rows, n]` f32. Every rank calls
-/// it.
+/// rows, k]` f16; `w`: `[k, n]` f16, whole on each PE of `x`. Returns this
+/// rank's `[rows, n]` f32. With one PE per rank, rows `j · rows ..` of
+/// `x` go to rank j; with P PEs, PE p's `world · m` rows (`m = rows / P`)
+/// are the ranks' blocks of its `m` output rows, rank after rank. Every
+/// rank calls it, with operands of the same shapes.
 pub fn fused_matmul_reduce_scatter(ctx: &Ctx, x: &Tensor, w: &Tensor) -> Result<Tensor> {
     const WHAT: &str = "fused_matmul_reduce_scatter";
     let world = ctx.get_world_size() as usize;
@@ -119,9 +137,9 @@ pub fn fused_matmul_reduce_scatter(ctx: &Ctx, x: &Tensor, w: &Tensor) -> Result<
     }
     let m = pe_rows / world;
     let k = x.shape()[1];
-    let n = weight_cols(WHAT, w, k)?;
+    let n = weight_cols(WHAT, w, x, k)?;
     let rows = x.shape()[0] / world;
-    i32_arg("the elements of x", world * rows * k.max(2 * n))?;
+    i32_arg("the elements of x per PE", world * m * k.max(2 * n))?;
     let out = ctx.empty(&[rows, n], DType::F32, x.policy())?;
     // Two halves: the partial sums received in a step, read in the next.
     let stage = ctx.empty(&[2 * rows, n], DType::F32, x.policy())?;

@@ -597,6 +597,18 @@ pub fn tp(a: TpArgs) -> ExitCode {
                 outln!(
                     "# async TP, one PE per rank: ag+gemm gathers a sequence-parallel [tokens/tp, hidden] input under the column GEMM (hidden -> ffn/tp); gemm+rs reduce-scatters the row GEMM's (ffn/tp -> hidden) partial sums under it"
                 );
+                let skipped: Vec<String> = sizes
+                    .iter()
+                    .filter(|tp| **tp >= 2 && !async_sizes.contains(tp))
+                    .map(|tp| tp.to_string())
+                    .collect();
+                if !skipped.is_empty() {
+                    outln!(
+                        "# tp {} skipped: {} tokens do not split evenly over them",
+                        skipped.join(", "),
+                        a.tokens
+                    );
+                }
                 outln!(
                     "{:>7} {:>3} {:>11} {:>12} {:>11} {:>7} {:>10}  check",
                     "op",
