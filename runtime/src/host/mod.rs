@@ -895,8 +895,9 @@ impl Runtime {
     /// communicator of their own (`tl.rank()` is the rank, `tl.NEXT` the
     /// next rank's PE k), as the host's collectives do shard by shard.
     /// The ranks' tensors must be alike (shape, dtype, number of PEs),
-    /// argument by argument; scalars may differ. `slots`: the queues' slots, else the topology's (its buffer space
-    /// and backpressure either way).
+    /// argument by argument; scalars may differ. `slots`: the queues'
+    /// slots, else the topology's (its buffer space and backpressure
+    /// either way).
     pub fn launch_across(&mut self, kernel: &Kernel, per_rank: &[Vec<Arg>], slots: Option<QueueSlots>) -> Result<()> {
         let ipcq = match slots {
             None => None,

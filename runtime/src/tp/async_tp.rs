@@ -18,8 +18,8 @@ use kernbench_compiler::sema::DType;
 
 /// The queues of a fused kernel whose messages are `message_bytes` (one
 /// tile: 128 × 32 f16 in the all-gather, 128 × 128 f32 in the
-/// reduce-scatter, `async_tp.tl`'s defaults). The ranks run in step, at
-/// most two messages apart, so four slots leave room to spare.
+/// reduce-scatter, `async_tp.tl`'s defaults). The ranks run nearly in
+/// step; the slots let a sender run a few tiles ahead of its successor.
 fn slots(message_bytes: u64) -> QueueSlots {
     QueueSlots {
         n_slots: 4,
