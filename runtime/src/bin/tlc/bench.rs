@@ -635,6 +635,9 @@ pub fn tp(a: TpArgs) -> ExitCode {
                 outln!(
                     "# unfused: the registry's collective and the GEMM one after the other; gemm: rank 0's GEMM in it"
                 );
+                outln!(
+                    "# the fused kernels multiply chunk by chunk: below 128 rows per rank (one GEMM tile) each chunk loads the weight again, which can cost more than the overlap saves"
+                );
             }
         }
         Format::Json => {
