@@ -141,9 +141,7 @@ pub fn run_layer(topo: &Topology, shape: Shape, layer: Layer, tp: u32) -> Result
             (want, bound + 4.0 * step, x, 4 * tokens * hidden * ffn)
         }
     };
-    let mut rt = Runtime::new(topo);
-    let outs = Mutex::new(Vec::new());
-    spawn(&mut rt, tp, |rank, ctx| {
+    let (rt, outs) = rank_outputs(topo, tp, |_, ctx| {
         let state = initialize_model_parallel(ctx, tp)?;
         let xt = ctx.from_ndarray(&input.mapv(half::f16::from_f32).into_dyn(), policy)?;
         let opts = LinearOptions {
@@ -165,20 +163,9 @@ pub fn run_layer(topo: &Topology, shape: Shape, layer: Layer, tp: u32) -> Result
                 ParallelMlp::new(ctx, &state, &w1, Some(&b1), &w2, Some(&b2), true, policy)?.forward(ctx, &xt)?
             }
         };
-        let got = ctx.to_ndarray::<f32>(&y)?;
-        outs.lock()
-            .map_err(|_| HostError::new("internal: a rank panicked"))?
-            .push((rank, got));
-        Ok(())
-    })
-    .map_err(|e| HostError::new(e.to_string()))?;
-    let outs = outs
-        .into_inner()
-        .map_err(|_| HostError::new("internal: a rank panicked"))?;
-    let err_ratio = outs
-        .iter()
-        .map(|(_, g)| err_ratio(g, &want, &bound))
-        .fold(0.0, f64::max);
+        Ok(y)
+    })?;
+    let err_ratio = outs.iter().map(|g| err_ratio(g, &want, &bound)).fold(0.0, f64::max);
     let (total_ps, gemm_ps, comm_ps) = split_time(rt.history());
     Ok(TpRow {
         layer,
@@ -189,6 +176,31 @@ pub fn run_layer(topo: &Topology, shape: Shape, layer: Layer, tp: u32) -> Result
         flops: flops as u64,
         err_ratio,
     })
+}
+
+/// Runs `f` on `tp` ranks of a fresh machine and reads back the f32
+/// tensor each rank returns: the machine (for its history) and the
+/// outputs in rank order.
+fn rank_outputs(
+    topo: &Topology,
+    tp: u32,
+    f: impl Fn(u32, &crate::host::Ctx) -> Result<crate::host::Tensor> + Sync,
+) -> Result<(Runtime, Vec<ArrayD<f32>>)> {
+    let mut rt = Runtime::new(topo);
+    let outs = Mutex::new(Vec::new());
+    spawn(&mut rt, tp, |rank, ctx| {
+        let got = ctx.to_ndarray::<f32>(&f(rank, ctx)?)?;
+        outs.lock()
+            .map_err(|_| HostError::new("internal: a rank panicked"))?
+            .push((rank, got));
+        Ok(())
+    })
+    .map_err(|e| HostError::new(e.to_string()))?;
+    let mut outs = outs
+        .into_inner()
+        .map_err(|_| HostError::new("internal: a rank panicked"))?;
+    outs.sort_by_key(|(rank, _)| *rank);
+    Ok((rt, outs.into_iter().map(|(_, g)| g).collect()))
 }
 
 /// (total, GEMM, communication) of the launches: GEMMs on SIP 0, and the
@@ -327,9 +339,7 @@ pub fn run_fused(topo: &Topology, shape: Shape, op: Fused, tp: u32) -> Result<As
         }
     };
     let run = |fused: bool| -> Result<(Runtime, f64)> {
-        let mut rt = Runtime::new(topo);
-        let outs = Mutex::new(Vec::new());
-        spawn(&mut rt, tp, |rank, ctx| {
+        let (rt, outs) = rank_outputs(topo, tp, |rank, ctx| {
             let r = rank as usize;
             let f16 = |a: &Array2<f32>| a.mapv(half::f16::from_f32).into_dyn();
             let x = ctx.from_ndarray(&f16(&inputs[r]), one_pe)?;
@@ -353,19 +363,12 @@ pub fn run_fused(topo: &Topology, shape: Shape, op: Fused, tp: u32) -> Result<As
                     out
                 }
             };
-            let got = ctx.to_ndarray::<f32>(&y)?;
-            outs.lock()
-                .map_err(|_| HostError::new("internal: a rank panicked"))?
-                .push((r, got));
-            Ok(())
-        })
-        .map_err(|e| HostError::new(e.to_string()))?;
-        let outs = outs
-            .into_inner()
-            .map_err(|_| HostError::new("internal: a rank panicked"))?;
+            Ok(y)
+        })?;
         let err = outs
             .iter()
-            .map(|(r, g)| err_ratio(g, &wants[*r].0, &wants[*r].1))
+            .zip(&wants)
+            .map(|(g, (want, bound))| err_ratio(g, want, bound))
             .fold(0.0, f64::max);
         Ok((rt, err))
     };
