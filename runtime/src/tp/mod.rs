@@ -2,6 +2,9 @@
 //! [`spawn`](crate::host::spawn): the parallel state
 //! ([`initialize_model_parallel`]), [`ColumnParallelLinear`],
 //! [`RowParallelLinear`] and the [`ParallelMlp`] built of the two.
+//! Beside them: the async-TP fused GEMMs ([`fused_all_gather_matmul`],
+//! [`fused_matmul_reduce_scatter`]) and sequence-parallel
+//! [`ring_attention`].
 //!
 //! Each rank (one SIP) holds its partition of a layer's weights and runs
 //! the layer's GEMM on its own PEs (`stdlib/kernels/tp.tl`); the
@@ -20,9 +23,11 @@
 //! partition.
 
 mod async_tp;
+mod attention;
 pub mod bench;
 
 pub use async_tp::{fused_all_gather_matmul, fused_matmul_reduce_scatter};
+pub use attention::ring_attention;
 
 use crate::ccl::ReduceOp;
 use crate::host::{default_stdlib, Arg, Ctx, Dist, DpPolicy, HostError, Kernel, Result, Tensor};
