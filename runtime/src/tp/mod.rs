@@ -3,7 +3,9 @@
 //! ([`initialize_model_parallel`]), [`ColumnParallelLinear`],
 //! [`RowParallelLinear`] and the [`ParallelMlp`] built of the two.
 //! Beside them: the async-TP fused GEMMs ([`fused_all_gather_matmul`],
-//! [`fused_matmul_reduce_scatter`]) and sequence-parallel
+//! [`fused_matmul_reduce_scatter`]), which the layers run under
+//! Megatron's sequence parallelism
+//! ([`LinearOptions::sequence_parallel`]), and sequence-parallel
 //! [`ring_attention`].
 //!
 //! Each rank (one SIP) holds its partition of a layer's weights and runs
@@ -103,6 +105,18 @@ pub struct LinearOptions {
     /// The PEs of each rank's SIP that hold the activations (split by
     /// rows) and a copy each of the weights.
     pub policy: DpPolicy,
+    /// Megatron's sequence parallelism, with the collective under the
+    /// GEMM (async TP). Column-parallel: the input is this rank's block of
+    /// the tokens, `[tokens / world, in_features]`, all-gathered along the
+    /// tokens inside the GEMM ([`fused_all_gather_matmul`]); the output is
+    /// `[tokens, out_features / world]`, and `gather_output` must be off.
+    /// Row-parallel: `input_is_parallel` must be on, and the output is
+    /// reduce-scattered along the tokens inside the GEMM
+    /// ([`fused_matmul_reduce_scatter`]): this rank's `[tokens / world,
+    /// out_features]`. With P PEs per rank, the gathered tokens are in the
+    /// fused kernels' per-PE order (each PE gathers the ranks' blocks of
+    /// its own rows), which the row-parallel layer's scatter undoes.
+    pub sequence_parallel: bool,
 }
 
 impl Default for LinearOptions {
@@ -115,6 +129,7 @@ impl Default for LinearOptions {
             input_is_parallel: false,
             skip_bias_add: false,
             policy: DpPolicy::row_wise(1, 1),
+            sequence_parallel: false,
         }
     }
 }
@@ -282,6 +297,11 @@ impl ColumnParallelLinear {
         bias: Option<&Array1<f32>>,
         opts: LinearOptions,
     ) -> Result<ColumnParallelLinear> {
+        if opts.sequence_parallel && opts.gather_output {
+            return Err(HostError::new(
+                "ColumnParallelLinear: `sequence_parallel` needs `gather_output` off (the output keeps this rank's columns of every token)",
+            ));
+        }
         let (in_features, out_features) = weight.dim();
         let part = state.part("ColumnParallelLinear: out_features", out_features)?;
         let c0 = state.rank as usize * part;
@@ -304,14 +324,30 @@ impl ColumnParallelLinear {
     /// The output (`[tokens, out_features]` f32 with `gather_output`, else
     /// this rank's `[tokens, out_features / world]`) and, with
     /// `skip_bias_add`, the bias still to add. `x`: `[tokens,
-    /// in_features]` f16, the same on every rank.
+    /// in_features]` f16, the same on every rank (with
+    /// `sequence_parallel`: this rank's `[tokens / world, in_features]`).
     pub fn forward(&self, ctx: &Ctx, x: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
         let o = &self.opts;
-        let rows = check_activation("ColumnParallelLinear", x, self.in_features, DType::F16, o)?;
-        let tokens = x.shape()[0];
-        let part = self.weight.shape()[1];
-        let y = ctx.empty(&[tokens, part], DType::F32, o.activations())?;
-        launch_linear(ctx, &self.linear, x, &self.weight, &y, rows, part, self.in_features, 0)?;
+        let mut rows = check_activation("ColumnParallelLinear", x, self.in_features, DType::F16, o)?;
+        let y = if o.sequence_parallel {
+            rows *= self.state.world as usize;
+            fused_all_gather_matmul(ctx, x, &self.weight)?.1
+        } else {
+            let y = ctx.empty(&[x.shape()[0], self.weight.shape()[1]], DType::F32, o.activations())?;
+            launch_linear(
+                ctx,
+                &self.linear,
+                x,
+                &self.weight,
+                &y,
+                rows,
+                y.shape()[1],
+                self.in_features,
+                0,
+            )?;
+            y
+        };
+        let (tokens, part) = (y.shape()[0], y.shape()[1]);
         if let (Some(b), false) = (&self.bias, o.skip_bias_add) {
             launch_add_bias(ctx, &self.add_bias, &y, b, rows)?;
         }
@@ -391,6 +427,11 @@ impl RowParallelLinear {
         bias: Option<&Array1<f32>>,
         opts: LinearOptions,
     ) -> Result<RowParallelLinear> {
+        if opts.sequence_parallel && !opts.input_is_parallel {
+            return Err(HostError::new(
+                "RowParallelLinear: `sequence_parallel` needs `input_is_parallel` on (the input is this rank's columns of every token)",
+            ));
+        }
         let (in_features, out_features) = weight.dim();
         let part = state.part("RowParallelLinear: in_features", in_features)?;
         let r0 = state.rank as usize * part;
@@ -408,10 +449,11 @@ impl RowParallelLinear {
         })
     }
 
-    /// The output `[tokens, out_features]` f32, the same on every rank,
-    /// and with `skip_bias_add` the bias still to add. `x`: `[tokens,
-    /// in_features / world]` f16 with `input_is_parallel`, else `[tokens,
-    /// in_features]` (the same on every rank).
+    /// The output `[tokens, out_features]` f32, the same on every rank
+    /// (with `sequence_parallel`: this rank's `[tokens / world,
+    /// out_features]`), and with `skip_bias_add` the bias still to add.
+    /// `x`: `[tokens, in_features / world]` f16 with `input_is_parallel`,
+    /// else `[tokens, in_features]` (the same on every rank).
     pub fn forward(&self, ctx: &Ctx, x: &Tensor) -> Result<(Tensor, Option<Tensor>)> {
         let o = &self.opts;
         let part = self.weight.shape()[0];
@@ -419,13 +461,19 @@ impl RowParallelLinear {
             true => (part, 0),
             false => (self.in_features, self.state.rank as usize * part),
         };
-        let rows = check_activation("RowParallelLinear", x, features, DType::F16, o)?;
-        let out_features = self.weight.shape()[1];
-        let y = ctx.empty(&[x.shape()[0], out_features], DType::F32, o.activations())?;
-        launch_linear(ctx, &self.linear, x, &self.weight, &y, rows, out_features, part, col0)?;
-        if self.state.world > 1 {
-            ctx.all_reduce(&y, ReduceOp::Sum)?;
-        }
+        let mut rows = check_activation("RowParallelLinear", x, features, DType::F16, o)?;
+        let y = if o.sequence_parallel {
+            let y = fused_matmul_reduce_scatter(ctx, x, &self.weight)?;
+            rows /= self.state.world as usize;
+            y
+        } else {
+            let y = ctx.empty(&[x.shape()[0], self.weight.shape()[1]], DType::F32, o.activations())?;
+            launch_linear(ctx, &self.linear, x, &self.weight, &y, rows, y.shape()[1], part, col0)?;
+            if self.state.world > 1 {
+                ctx.all_reduce(&y, ReduceOp::Sum)?;
+            }
+            y
+        };
         match (&self.bias, o.skip_bias_add) {
             (Some(b), false) => {
                 launch_add_bias(ctx, &self.add_bias, &y, b, rows)?;
@@ -438,12 +486,35 @@ impl RowParallelLinear {
 
 /// Megatron's `ParallelMLP`: `h = gelu(x @ w1 + b1)` column-parallel (the
 /// bias and GELU fused, in f16), then `y = h @ w2 + b2` row-parallel. The
-/// only communication is the all-reduce of the second layer. GELU is the
-/// sigmoid form, `x · σ(1.702 x)`.
+/// only communication is the all-reduce of the second layer (with
+/// sequence parallelism: the all-gather inside the first GEMM and the
+/// reduce-scatter inside the second). GELU is the sigmoid form,
+/// `x · σ(1.702 x)`.
 pub struct ParallelMlp {
     fc1: ColumnParallelLinear,
     fc2: RowParallelLinear,
     bias_gelu: Kernel,
+}
+
+/// How a [`ParallelMlp`] is built: biases, the PEs of each rank, and
+/// sequence parallelism (see [`LinearOptions::sequence_parallel`]: the
+/// input and the output are then this rank's block of the tokens).
+#[derive(Clone, Copy, Debug)]
+pub struct MlpOptions {
+    pub bias: bool,
+    pub policy: DpPolicy,
+    pub sequence_parallel: bool,
+}
+
+impl Default for MlpOptions {
+    /// Biases, one PE, no sequence parallelism.
+    fn default() -> Self {
+        MlpOptions {
+            bias: true,
+            policy: DpPolicy::row_wise(1, 1),
+            sequence_parallel: false,
+        }
+    }
 }
 
 impl ParallelMlp {
@@ -460,6 +531,29 @@ impl ParallelMlp {
         bias: bool,
         policy: DpPolicy,
     ) -> Result<ParallelMlp> {
+        let opts = MlpOptions {
+            bias,
+            policy,
+            sequence_parallel: false,
+        };
+        ParallelMlp::with_options(ctx, state, w1, b1, w2, b2, opts)
+    }
+
+    /// [`ParallelMlp::new`] with every option.
+    pub fn with_options(
+        ctx: &Ctx,
+        state: &ParallelState,
+        w1: &Array2<f32>,
+        b1: Option<&Array1<f32>>,
+        w2: &Array2<f32>,
+        b2: Option<&Array1<f32>>,
+        opts: MlpOptions,
+    ) -> Result<ParallelMlp> {
+        let MlpOptions {
+            bias,
+            policy,
+            sequence_parallel,
+        } = opts;
         if w1.dim().1 != w2.dim().0 || w1.dim().0 != w2.dim().1 {
             return Err(HostError::new(format!(
                 "ParallelMlp: w1 is {:?} and w2 {:?}; they must be [hidden, ffn] and [ffn, hidden]",
@@ -477,6 +571,7 @@ impl ParallelMlp {
                 gather_output: false,
                 skip_bias_add: true,
                 policy,
+                sequence_parallel,
                 ..LinearOptions::default()
             },
         )?;
@@ -489,6 +584,7 @@ impl ParallelMlp {
                 bias,
                 input_is_parallel: true,
                 policy,
+                sequence_parallel,
                 ..LinearOptions::default()
             },
         )?;
@@ -497,7 +593,8 @@ impl ParallelMlp {
     }
 
     /// `[tokens, hidden]` f32 on every rank, from `x` `[tokens, hidden]`
-    /// f16 (the same on every rank).
+    /// f16 (the same on every rank); with `sequence_parallel`, this rank's
+    /// `[tokens / world, hidden]` from its `[tokens / world, hidden]`.
     pub fn forward(&self, ctx: &Ctx, x: &Tensor) -> Result<Tensor> {
         let (h32, b1) = self.fc1.forward(ctx, x)?;
         let o = &self.fc1.opts;
