@@ -1487,6 +1487,19 @@ fn bench_tp_times_and_checks_every_layer_at_every_size() {
             "{r}"
         );
     }
+    // Ring attention, full then causal, at one and two ranks, right. (At
+    // 64 positions two ranks take longer than one: the SIP link's 500 ns
+    // per step outweighs half a block of work; tests/attention.rs checks
+    // the speedup at a size where it shows.)
+    let att = v["attention"].as_array().expect("attention");
+    let runs: Vec<(bool, u64)> = att
+        .iter()
+        .map(|r| (r["causal"].as_bool().unwrap_or(false), r["tp"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(runs, [(false, 1), (false, 2), (true, 1), (true, 2)]);
+    let time = |k: usize| att[k]["time_ps"].as_u64().unwrap_or(0);
+    assert!(att.iter().all(|r| r["ok"] == true), "{v}");
+    assert!((0..4).all(|k| time(k) > 0), "{v}");
     let text =
         String::from_utf8_lossy(&tlc(&["bench", "tp", "--tokens", "32", "--hidden", "64", "--ffn", "128"]).stdout)
             .to_string();
@@ -1498,7 +1511,11 @@ fn bench_tp_times_and_checks_every_layer_at_every_size() {
         text.contains("     op  tp   fused(us)  unfused(us)    gemm(us)   saved  err/bound  check"),
         "{text}"
     );
-    assert_eq!(text.lines().filter(|l| l.ends_with("  OK")).count(), 8, "{text}");
+    assert!(
+        text.contains("   attn  tp    time(us)   TFLOP/s  speedup  err/bound  check"),
+        "{text}"
+    );
+    assert_eq!(text.lines().filter(|l| l.ends_with("  OK")).count(), 12, "{text}");
     assert_eq!(
         tlc(&["bench", "tp", "--pes", "3", "--tokens", "64"]).status.code(),
         Some(2)

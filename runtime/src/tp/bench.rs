@@ -1,8 +1,8 @@
 //! `tlc bench tp`: the tensor-parallel layers' forward pass at every
 //! tensor-parallel size the machine has SIPs for, each checked against an
 //! ndarray reference, with the simulated time split into GEMM,
-//! communication and the rest; and the async-TP kernels against the same
-//! work unfused.
+//! communication and the rest; the async-TP kernels against the same
+//! work unfused; and sequence-parallel (ring) attention.
 
 use super::{initialize_model_parallel, ColumnParallelLinear, LinearOptions, ParallelMlp, RowParallelLinear};
 use crate::ccl::ReduceOp;
@@ -402,6 +402,141 @@ pub fn run_async(topo: &Topology, shape: Shape, mut progress: impl FnMut()) -> R
     for op in Fused::ALL {
         for tp in async_sizes(topo, shape) {
             rows.push(run_fused(topo, shape, op, tp)?);
+            progress();
+        }
+    }
+    Ok(rows)
+}
+
+/// Sequence-parallel attention ([`super::ring_attention`]) at one size.
+#[derive(Clone, Debug)]
+pub struct AttentionRow {
+    pub causal: bool,
+    pub tp: u32,
+    /// The launch, from its start to its end.
+    pub time_ps: u64,
+    /// 2 × the multiply-adds of q kᵀ and p v over the scores that count
+    /// (all ranks').
+    pub flops: u64,
+    /// Largest |got − want| / bound over every rank's output, the bound
+    /// being what rounding the probabilities to f16 may cost (see
+    /// [`run_attention`]): at most 1 when the output is right.
+    pub err_ratio: f64,
+}
+
+impl AttentionRow {
+    pub fn correct(&self) -> bool {
+        self.err_ratio <= 1.0
+    }
+}
+
+/// Head size of the attention rows; the query heads are `hidden / 128`
+/// and the key/value heads an eighth of those (at least one), the ratio
+/// of grouped-query Llama-2/3-70B (64 and 8).
+pub const HEAD_DIM: usize = 128;
+
+/// The attention rows' heads: (query heads, key/value heads).
+pub fn attention_heads(shape: Shape) -> (usize, usize) {
+    let h = (shape.hidden / HEAD_DIM).max(1);
+    (h, (h / 8).max(1))
+}
+
+/// `ring_attention` over `tp` ranks (one PE each, one rank per SIP), the
+/// sequence of `tokens` positions split evenly, against an f64 softmax
+/// reference. The kernel rounds the probabilities to f16 for the product
+/// with v: each output is Σ p̃ⱼ vⱼ / Σ pⱼ with p̃ⱼ = pⱼ(1 + δⱼ), |δⱼ| ≤
+/// 2⁻¹¹, off by at most 2⁻¹¹ · max |v|; the bound is twice that, for the
+/// f32 arithmetic besides.
+pub fn run_attention(topo: &Topology, shape: Shape, causal: bool, tp: u32) -> Result<AttentionRow> {
+    let world = tp as usize;
+    let s = shape.tokens;
+    if s % world != 0 {
+        return Err(HostError::new(format!(
+            "attention: {s} tokens must split evenly over {tp} ranks"
+        )));
+    }
+    let (h, h_kv) = attention_heads(shape);
+    let d = HEAD_DIM;
+    let heads = |n: usize, seed: u64| ndarray::Array3::from_shape_vec((n, s, d), values(n * s * d, seed));
+    let (q, k, v) = (
+        heads(h, 21).map_err(|e| HostError::new(e.to_string()))?,
+        heads(h_kv, 22).map_err(|e| HostError::new(e.to_string()))?,
+        heads(h_kv, 23).map_err(|e| HostError::new(e.to_string()))?,
+    );
+    let rows = s / world;
+    let one_pe = DpPolicy::row_wise(1, 1);
+    let (rt, outs) = rank_outputs(topo, tp, |rank, ctx| {
+        let r0 = rank as usize * rows;
+        let part = |a: &ndarray::Array3<f32>| {
+            a.slice(ndarray::s![.., r0..r0 + rows, ..])
+                .mapv(half::f16::from_f32)
+                .into_dyn()
+        };
+        let (qt, kt, vt) = (
+            ctx.from_ndarray(&part(&q), one_pe)?,
+            ctx.from_ndarray(&part(&k), one_pe)?,
+            ctx.from_ndarray(&part(&v), one_pe)?,
+        );
+        super::ring_attention(ctx, &qt, &kt, &vt, causal)
+    })?;
+    // The reference, rank by rank.
+    let scale = 1.0 / (d as f64).sqrt();
+    let bound = 2.0 * 2f64.powi(-11) * v.iter().fold(0f64, |m, x| m.max(f64::from(x.abs())));
+    let mut err = 0f64;
+    for (rank, got) in outs.iter().enumerate() {
+        let Ok(got) = got.view().into_dimensionality::<ndarray::Ix3>() else {
+            err = f64::INFINITY;
+            continue;
+        };
+        for hq in 0..h {
+            let g = hq / (h / h_kv);
+            for i in 0..rows {
+                let pos = rank * rows + i;
+                let keys = if causal { pos + 1 } else { s };
+                let scores: Vec<f64> = (0..keys)
+                    .map(|j| {
+                        (0..d)
+                            .map(|x| f64::from(q[[hq, pos, x]]) * f64::from(k[[g, j, x]]))
+                            .sum::<f64>()
+                            * scale
+                    })
+                    .collect();
+                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let p: Vec<f64> = scores.iter().map(|sc| (sc - max).exp()).collect();
+                let sum: f64 = p.iter().sum();
+                for x in 0..d {
+                    let want = (0..keys).map(|j| p[j] * f64::from(v[[g, j, x]])).sum::<f64>() / sum;
+                    let e = (f64::from(got.get([hq, i, x]).copied().unwrap_or(f32::NAN)) - want).abs();
+                    err = err.max(if e.is_nan() { f64::INFINITY } else { e / bound });
+                }
+            }
+        }
+    }
+    let pairs = if causal { s * (s + 1) / 2 } else { s * s };
+    Ok(AttentionRow {
+        causal,
+        tp,
+        time_ps: split_time(rt.history()).0,
+        flops: (4 * h * d * pairs) as u64,
+        err_ratio: err,
+    })
+}
+
+/// The sizes the attention rows run at: 1 up to the machine's SIPs, those
+/// that split the tokens evenly.
+pub fn attention_sizes(topo: &Topology, shape: Shape) -> Vec<u32> {
+    (1..=topo.sips())
+        .filter(|tp| shape.tokens % *tp as usize == 0)
+        .collect()
+}
+
+/// Attention, not causal then causal, at every size of
+/// [`attention_sizes`]; `progress` after each.
+pub fn run_attention_all(topo: &Topology, shape: Shape, mut progress: impl FnMut()) -> Result<Vec<AttentionRow>> {
+    let mut rows = Vec::new();
+    for causal in [false, true] {
+        for tp in attention_sizes(topo, shape) {
+            rows.push(run_attention(topo, shape, causal, tp)?);
             progress();
         }
     }

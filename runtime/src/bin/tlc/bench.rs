@@ -525,11 +525,15 @@ pub fn tp(a: TpArgs) -> ExitCode {
     };
     let sizes = tp_bench::sizes(&topo, shape);
     let async_sizes = tp_bench::async_sizes(&topo, shape);
-    let progress = ProgressBar::new((3 * sizes.len() + 2 * async_sizes.len()) as u64);
-    let rows = tp_bench::run(&topo, shape, || progress.inc(1))
-        .and_then(|rows| Ok((rows, tp_bench::run_async(&topo, shape, || progress.inc(1))?)));
+    let attention_sizes = tp_bench::attention_sizes(&topo, shape);
+    let progress = ProgressBar::new((3 * sizes.len() + 2 * async_sizes.len() + 2 * attention_sizes.len()) as u64);
+    let rows = tp_bench::run(&topo, shape, || progress.inc(1)).and_then(|rows| {
+        let async_rows = tp_bench::run_async(&topo, shape, || progress.inc(1))?;
+        let attention_rows = tp_bench::run_attention_all(&topo, shape, || progress.inc(1))?;
+        Ok((rows, async_rows, attention_rows))
+    });
     progress.finish_and_clear();
-    let (rows, async_rows) = match rows {
+    let (rows, async_rows, attention_rows) = match rows {
         Ok(r) => r,
         Err(e) => {
             errln!("error: {e}");
@@ -537,7 +541,9 @@ pub fn tp(a: TpArgs) -> ExitCode {
         }
     };
     let us = |ps: u64| ps as f64 / 1e6;
-    let wrong = rows.iter().filter(|r| !r.correct()).count() + async_rows.iter().filter(|r| !r.correct()).count();
+    let wrong = rows.iter().filter(|r| !r.correct()).count()
+        + async_rows.iter().filter(|r| !r.correct()).count()
+        + attention_rows.iter().filter(|r| !r.correct()).count();
     match a.format {
         Format::Human => {
             outln!(
@@ -639,6 +645,42 @@ pub fn tp(a: TpArgs) -> ExitCode {
                     "# the fused kernels multiply chunk by chunk: below 128 rows per rank (one GEMM tile) each chunk loads the weight again, which can cost more than the overlap saves"
                 );
             }
+            if !attention_rows.is_empty() {
+                let (h, h_kv) = tp_bench::attention_heads(shape);
+                outln!();
+                outln!(
+                    "# sequence-parallel attention (tp::ring_attention), one PE per rank: {} positions split over the ranks, {h} query and {h_kv} key/value head(s) of {}; keys and values pass round the ranks' ring under a flash-style attention",
+                    a.tokens,
+                    tp_bench::HEAD_DIM
+                );
+                outln!(
+                    "{:>7} {:>3} {:>11} {:>9} {:>8} {:>10}  check",
+                    "attn",
+                    "tp",
+                    "time(us)",
+                    "TFLOP/s",
+                    "speedup",
+                    "err/bound"
+                );
+                for r in &attention_rows {
+                    let one = attention_rows
+                        .iter()
+                        .find(|o| o.causal == r.causal && o.tp == 1)
+                        .map_or(r.time_ps, |o| o.time_ps);
+                    outln!(
+                        "{:>7} {:>3} {:>11.3} {:>9.2} {:>7.2}x {:>10.2e}  {}",
+                        if r.causal { "causal" } else { "full" },
+                        r.tp,
+                        us(r.time_ps),
+                        r.flops as f64 / r.time_ps.max(1) as f64,
+                        one as f64 / r.time_ps.max(1) as f64,
+                        r.err_ratio,
+                        if r.correct() { "OK" } else { "WRONG" }
+                    );
+                }
+                outln!("# speedup: over the same attention on one rank; causal: later ranks' keys are masked whole, so the last rank does the most work (not balanced)");
+                outln!("# err/bound: the largest error over what rounding the probabilities to f16 may cost (at most 1 when right)");
+            }
         }
         Format::Json => {
             let v: Vec<_> = rows
@@ -670,17 +712,32 @@ pub fn tp(a: TpArgs) -> ExitCode {
                     })
                 })
                 .collect();
+            let att: Vec<_> = attention_rows
+                .iter()
+                .map(|r| {
+                    json!({
+                        "causal": r.causal,
+                        "tp": r.tp,
+                        "time_ps": r.time_ps,
+                        "flops": r.flops,
+                        "err_over_bound": r.err_ratio,
+                        "ok": r.correct(),
+                    })
+                })
+                .collect();
             outln!(
                 "{}",
-                serde_json::to_string_pretty(&json!({ "topology": topo.spec.name, "rows": v, "async": a }))
-                    .unwrap_or_default()
+                serde_json::to_string_pretty(
+                    &json!({ "topology": topo.spec.name, "rows": v, "async": a, "attention": att })
+                )
+                .unwrap_or_default()
             );
         }
     }
     if wrong == 0 {
         ExitCode::SUCCESS
     } else {
-        errln!("error: {wrong} layer(s) or async-TP kernel(s) gave wrong results");
+        errln!("error: {wrong} layer(s), async-TP or attention kernel(s) gave wrong results");
         ExitCode::from(1)
     }
 }
