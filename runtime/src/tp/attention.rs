@@ -73,6 +73,7 @@ pub fn ring_attention(ctx: &Ctx, q: &Tensor, k: &Tensor, v: &Tensor, causal: boo
     }
     // The kernel's offsets are i32.
     i32_arg("the elements of q", h * s * d)?;
+    i32_arg("the elements of the stage", 4 * s * d)?;
     let out = ctx.empty(&[h, s, d], DType::F32, q.policy())?;
     // The chunk being computed and the next one (keys, values); the running
     // row maxima and sums.
@@ -97,8 +98,8 @@ pub fn ring_attention(ctx: &Ctx, q: &Tensor, k: &Tensor, v: &Tensor, causal: boo
             i32_arg("head dim", d)?,
             Arg::F32(1.0 / (d as f32).sqrt()),
         ],
-        // At least 3 slots (the kernel's deadlock argument); 4 let a rank
-        // run a block ahead of its successor.
+        // At least 2 slots (the kernel's deadlock argument); 4 let a rank
+        // run further ahead of its successor.
         Some(QueueSlots {
             n_slots: 4,
             slot_size_bytes: BLOCK_M * BLOCK_D as u64 * 2,
