@@ -1201,6 +1201,50 @@ fn a_receive_of_another_element_type_is_an_error() {
     assert!(text.contains("case.tl:10:"), "{text}");
 }
 
+/// A run raises `Launch::progress_ps` to the simulated time it has reached
+/// every `PROGRESS_EVERY_EVENTS` events (what `tlc run`'s spinner shows):
+/// after a run of many events, over two SIPs on two threads and on one, it
+/// is past zero and within the run; a run of fewer events reports nothing.
+#[test]
+fn a_run_reports_the_simulated_time_it_has_reached() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let topo = Topology::default_machine();
+    let (func, _) = kernbench_tests::exec::lower_path(
+        &repo_root().join("stdlib/ccl/ring_allreduce.tl"),
+        "ring_allreduce",
+        &[("T", Konst::DType(DType::I32))],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    for (pes, n_elem, threads) in [("all", 32768usize, 2usize), ("all", 32768, 1), ("4", 64, 1)] {
+        let pes = sim::select_pes(&topo, pes).expect("enough PEs");
+        let world = pes.len();
+        let reached = AtomicU64::new(0);
+        let mut launch = TestLaunch::new(
+            &topo,
+            pes,
+            &func,
+            vec![
+                tensor("buf", i32s(&[world, n_elem], |k| k as i32), &["shard"]),
+                scalar_i32(n_elem as i64),
+            ],
+        );
+        launch.threads = threads;
+        launch.progress_ps = Some(&reached);
+        let run = launch.run().expect("runs");
+        let (r, events) = (&run.report, run.report.events);
+        let got = reached.load(Ordering::Relaxed);
+        if events >= kernbench_runtime::sim::PROGRESS_EVERY_EVENTS {
+            assert!(
+                got > 0 && got <= r.end_ps - r.start_ps,
+                "{world} PEs, {threads} thread(s), {events} events: reached {got} ps of {} ps",
+                r.end_ps - r.start_ps
+            );
+        } else {
+            assert_eq!(got, 0, "{world} PEs: {events} events");
+        }
+    }
+}
+
 #[test]
 fn same_inputs_give_same_bits_and_times() {
     let topo = Topology::default_machine();

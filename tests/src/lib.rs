@@ -349,6 +349,8 @@ pub mod sim {
         pub data_path: Box<dyn DataPath>,
         /// `Launch::time_limit_ps`.
         pub time_limit_ps: Option<u64>,
+        /// `Launch::progress_ps`.
+        pub progress_ps: Option<&'a std::sync::atomic::AtomicU64>,
     }
 
     impl<'a> TestLaunch<'a> {
@@ -363,6 +365,7 @@ pub mod sim {
                 threads: 1,
                 data_path: Box::new(Jit::verifying()),
                 time_limit_ps: None,
+                progress_ps: None,
             }
         }
 
@@ -376,6 +379,7 @@ pub mod sim {
             launch.grid = self.grid.unwrap_or(launch.grid);
             launch.trace = self.trace;
             launch.time_limit_ps = self.time_limit_ps;
+            launch.progress_ps = self.progress_ps;
             let report = machine.run(&launch, &mut *self.data_path)?;
             let tensors = placed.iter().map(|t| place::gather(&machine, t)).collect();
             Ok(SimRun {

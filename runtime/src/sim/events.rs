@@ -445,6 +445,8 @@ pub(super) struct Sim<'a> {
     pub stop_ps: u64,
     /// The one SIP the launch may reach, when the caller said so.
     pub device: Option<u32>,
+    /// See [`super::Launch::progress_ps`].
+    pub progress_ps: Option<&'a std::sync::atomic::AtomicU64>,
 }
 
 pub(super) fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, address: &HashSet<Value>) -> GroupInfo {
@@ -546,6 +548,7 @@ impl<'a> Sim<'a> {
             start_ps: sh.start_ps,
             stop_ps: sh.stop_ps,
             device: sh.device,
+            progress_ps: sh.progress_ps,
         }
     }
 }
@@ -829,6 +832,11 @@ impl Sim<'_> {
         while let Some((t, ev)) = self.lps[lp].events.pop_before(until.min(self.stop_ps)) {
             self.now = t;
             self.events_run += 1;
+            if self.events_run % super::PROGRESS_EVERY_EVENTS == 0 {
+                if let Some(p) = self.progress_ps {
+                    p.fetch_max(t - self.start_ps, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
             self.prefetch_next();
             match ev {
                 Ev::Issue(p) => {

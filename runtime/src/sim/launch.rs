@@ -37,6 +37,8 @@ use std::sync::{Condvar, Mutex};
 /// shard reads it.
 pub(super) struct Shared<'a> {
     pub func: &'a Function,
+    /// See [`super::Launch::progress_ps`].
+    pub progress_ps: Option<&'a std::sync::atomic::AtomicU64>,
     pub comms: &'a [Communicator],
     pub grid: [u32; 3],
     pub trace: bool,
@@ -226,6 +228,7 @@ impl<'a> Shared<'a> {
         let lp_of = coords.iter().map(|c| lp_of_sip[c.sip as usize]).collect();
         let t = &m.topo;
         Ok(Shared {
+            progress_ps: l.progress_ps,
             func,
             comms: l.groups,
             grid: l.grid,

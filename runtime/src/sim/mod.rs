@@ -206,7 +206,17 @@ pub struct Launch<'a> {
     /// SIPs' work (see [`Machine`]). `None`: it may reach any SIP, and
     /// starts when every SIP is done.
     pub device: Option<u32>,
+    /// Where the run reports how far it has got, for a progress display:
+    /// the simulated time reached since the launch's start, raised every
+    /// [`PROGRESS_EVERY_EVENTS`] events (by each shard; read it with any
+    /// ordering).
+    pub progress_ps: Option<&'a std::sync::atomic::AtomicU64>,
 }
+
+/// How often a run updates [`Launch::progress_ps`]: rarely enough to cost
+/// nothing in the event loop, often enough for a display (tens of
+/// milliseconds of wall time).
+pub const PROGRESS_EVERY_EVENTS: u64 = 1 << 16;
 
 impl<'a> Launch<'a> {
     /// A launch on one communicator with the topology's IPCQ, one program
@@ -223,6 +233,7 @@ impl<'a> Launch<'a> {
             trace: false,
             time_limit_ps: None,
             device: None,
+            progress_ps: None,
         }
     }
 }

@@ -44,6 +44,7 @@ macro_rules! out {
 }
 
 mod bench;
+mod progress;
 mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -353,7 +353,9 @@ pub fn run(a: RunArgs) -> ExitCode {
             comm.world(),
         );
     }
+    let reached_ps = std::sync::atomic::AtomicU64::new(0);
     let mut launch = Launch::new(&func, &comm, rank_args);
+    launch.progress_ps = Some(&reached_ps);
     launch.grid = grid;
     launch.trace = a.trace.is_some();
     launch.time_limit_ps = a.time_limit_ps;
@@ -380,7 +382,8 @@ pub fn run(a: RunArgs) -> ExitCode {
         None => None,
     };
     let t0 = Instant::now();
-    let result = machine.run(&launch, dp.as_mut());
+    let what = format!("`{}` on {} PEs", func.name, comm.world());
+    let result = super::progress::simulating(&what, &reached_ps, || machine.run(&launch, dp.as_mut()));
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
     let report = match result {
         Ok(r) => r,
