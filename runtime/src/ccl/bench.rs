@@ -345,7 +345,7 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
         .collect();
     let mut launch = Launch::new(func, &comm, args);
     launch.ipcq = Some(reg.ipcq(a, topo));
-    launch.packet_bytes = reg.defaults.packet_bytes.map(|b| b.0);
+    launch.packet_bytes = reg.packet_bytes(a);
     launch.time_limit_ps = time_limit_ps;
     let t0 = std::time::Instant::now();
     let result = m.run(&launch, jit);

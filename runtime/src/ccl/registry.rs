@@ -59,8 +59,11 @@ struct AlgorithmFile {
     kernel: String,
     topology: TopologyClass,
     buffer_space: Option<Space>,
+    backpressure: Option<Backpressure>,
     n_slots: Option<Count>,
     slot_size_bytes: Option<Bytes>,
+    packet_bytes: Option<Bytes>,
+    poll_interval_ns: Option<IntervalNs>,
     #[serde(default)]
     constexprs: BTreeMap<String, serde_yaml::Value>,
     world_size: Option<Count>,
@@ -84,9 +87,14 @@ pub struct Algorithm {
     pub module: PathBuf,
     pub kernel: String,
     pub topology: TopologyClass,
+    /// This algorithm's IPCQ and packet settings, over the registry's
+    /// defaults (see [`Registry::ipcq`], [`Registry::packet_bytes`]).
     pub buffer_space: Option<Space>,
+    pub backpressure: Option<Backpressure>,
     pub n_slots: Option<Count>,
     pub slot_size_bytes: Option<Bytes>,
+    pub packet_bytes: Option<Bytes>,
+    pub poll_interval_ns: Option<IntervalNs>,
     pub constexprs: BTreeMap<String, Konst>,
     /// Run on this many PEs (the first of the PE set) instead of all.
     pub world_size: Option<u32>,
@@ -238,8 +246,11 @@ impl Registry {
                     kernel: a.kernel,
                     topology: a.topology,
                     buffer_space: a.buffer_space,
+                    backpressure: a.backpressure,
                     n_slots: a.n_slots,
                     slot_size_bytes: a.slot_size_bytes,
+                    packet_bytes: a.packet_bytes,
+                    poll_interval_ns: a.poll_interval_ns,
                     constexprs,
                     world_size: a.world_size.map(|x| x.0 as u32),
                     origin,
@@ -320,7 +331,7 @@ impl Registry {
         if let Some(s) = a.buffer_space.or(d.buffer_space) {
             q.buffer_space = s;
         }
-        if let Some(b) = d.backpressure {
+        if let Some(b) = a.backpressure.or(d.backpressure) {
             q.backpressure = b;
         }
         if let Some(n) = a.n_slots.or(d.n_slots) {
@@ -329,10 +340,16 @@ impl Registry {
         if let Some(s) = a.slot_size_bytes.or(d.slot_size_bytes) {
             q.slot_size_bytes = s;
         }
-        if let Some(p) = d.poll_interval_ns {
+        if let Some(p) = a.poll_interval_ns.or(d.poll_interval_ns) {
             q.poll_interval_ns = p;
         }
         q
+    }
+
+    /// The fabric packet size an algorithm runs with: its own, else the
+    /// registry's default; `None`: the topology's.
+    pub fn packet_bytes(&self, a: &Algorithm) -> Option<u64> {
+        a.packet_bytes.or(self.defaults.packet_bytes).map(|b| b.0)
     }
 
     /// Lowers an algorithm for a run on `topo`: [`Registry::compile`] with

@@ -239,7 +239,7 @@ impl Runtime {
             groups,
             args,
             ipcq: Some(reg.ipcq(&alg, &topo)),
-            packet_bytes: reg.defaults.packet_bytes.map(|b| b.0),
+            packet_bytes: reg.packet_bytes(&alg),
             touches,
             owner: None,
             device,
