@@ -1522,3 +1522,40 @@ fn bench_tp_times_and_checks_every_layer_at_every_size() {
     );
     assert_eq!(tlc(&["bench", "tp", "--hidden", "0"]).status.code(), Some(2));
 }
+
+#[test]
+fn emit_ir_binds_the_layout_constexprs_to_the_topology() {
+    // hierarchical_allreduce declares CUBE_PES and SIP_CUBES (defaults: the
+    // default machine's 8 and 16); --topology binds the machine's own, as
+    // the runtime does for registered collectives, and -D still wins.
+    // (`tlc run` binds them with the same helper, `bind_layout`.)
+    let hierarchical = "stdlib/ccl/hierarchical_allreduce.tl";
+    let constexprs = |file: &str, extra: &[&str]| {
+        let mut args = vec!["emit-ir", file];
+        args.extend(extra);
+        let o = tlc(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout).to_string();
+        text.lines()
+            .find(|l| l.contains("// constexprs:"))
+            .map(|l| l.trim().to_string())
+            .unwrap_or(text)
+    };
+    assert_eq!(
+        constexprs(hierarchical, &[]),
+        "// constexprs: T=f32, OP=0, CUBE_PES=8, SIP_CUBES=16, CHUNK=4096, WINDOW=3"
+    );
+    assert_eq!(
+        constexprs(hierarchical, &["--topology", "tiny"]),
+        "// constexprs: T=f32, OP=0, CUBE_PES=4, SIP_CUBES=1, CHUNK=4096, WINDOW=3"
+    );
+    assert_eq!(
+        constexprs(hierarchical, &["--topology", "tiny", "-D", "CUBE_PES=2"]),
+        "// constexprs: T=f32, OP=0, CUBE_PES=2, SIP_CUBES=1, CHUNK=4096, WINDOW=3"
+    );
+    // A kernel without them is unaffected (no "-D matches nothing" error).
+    assert_eq!(
+        constexprs("stdlib/kernels/add.tl", &["--topology", "tiny"]),
+        "// constexprs: BLOCK=1024"
+    );
+}

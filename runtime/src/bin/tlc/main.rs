@@ -196,19 +196,27 @@ enum Command {
         format: Format,
     },
     /// Print the per-PE IR of a kernel (all kernels when --kernel is absent).
-    EmitIr {
-        file: PathBuf,
-        /// The kernel to lower.
-        #[arg(long, short = 'k')]
-        kernel: Option<String>,
-        /// Bind a constexpr: -D BLOCK=128.
-        #[arg(short = 'D', value_name = "NAME=VALUE")]
-        define: Vec<String>,
-        #[arg(long, value_enum, default_value = "auto")]
-        color: Color,
-        #[arg(long, value_name = "DIR")]
-        stdlib: Option<PathBuf>,
-    },
+    EmitIr(EmitIrArgs),
+}
+
+#[derive(clap::Args)]
+struct EmitIrArgs {
+    file: PathBuf,
+    /// The kernel to lower.
+    #[arg(long, short = 'k')]
+    kernel: Option<String>,
+    /// Bind a constexpr: -D BLOCK=128.
+    #[arg(short = 'D', value_name = "NAME=VALUE")]
+    define: Vec<String>,
+    #[arg(long, value_enum, default_value = "auto")]
+    color: Color,
+    #[arg(long, value_name = "DIR")]
+    stdlib: Option<PathBuf>,
+    /// A topology file or preset whose layout binds the kernels'
+    /// CUBE_PES, SIP_CUBES, CUBE_W and CUBE_H unless -D does (default: the
+    /// embedded default machine).
+    #[arg(long, value_name = "FILE")]
+    topology: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -235,13 +243,7 @@ fn main() -> ExitCode {
             format,
             stdlib,
         } => check(&paths, &define, color, format, stdlib),
-        Command::EmitIr {
-            file,
-            kernel,
-            define,
-            color,
-            stdlib,
-        } => emit_ir(&file, kernel.as_deref(), &define, color, stdlib),
+        Command::EmitIr(a) => emit_ir(a),
         Command::Topology { file, format } => topology(file.as_deref(), format),
         Command::Bench {
             what: BenchCommand::Ccl(args),
@@ -425,15 +427,40 @@ pub(crate) fn read_source(file: &Path) -> Result<String, String> {
 /// The names of the `@kernel`s `file` defines, in order, and whether the
 /// file has errors.
 pub(crate) fn kernels_of(file: &Path, source: &str, options: &sema::Options) -> (Vec<String>, bool) {
+    let out = summarize(file, source, options);
+    let errors = out.has_errors();
+    (out.kernels.into_iter().map(|k| k.name).collect(), errors)
+}
+
+/// Checks `file` alone: its kernels and diagnostics.
+fn summarize(file: &Path, source: &str, options: &sema::Options) -> sema::CheckOutput {
     let mut s = sema::Session::new(options.clone());
     s.add_file(
         &file.display().to_string(),
         Some(file.to_path_buf()),
         source.to_string(),
     );
-    let out = s.finish();
-    let errors = out.has_errors();
-    (out.kernels.into_iter().map(|k| k.name).collect(), errors)
+    s.finish()
+}
+
+/// Binds the machine-layout constexprs (`CUBE_PES`, `SIP_CUBES`, `CUBE_W`,
+/// `CUBE_H`) to `topo`'s values where `file`'s kernels declare them and
+/// `-D` does not give them, as the runtime does for a registered
+/// collective: a layout-aware kernel then fits the machine it runs on
+/// instead of its defaults' (the default machine's).
+pub(crate) fn bind_layout(
+    file: &Path,
+    source: &str,
+    options: &mut sema::Options,
+    topo: &kernbench_runtime::topology::Topology,
+) {
+    let out = summarize(file, source, options);
+    let declared = |name: &str| out.kernels.iter().any(|k| k.constexprs.iter().any(|(n, _)| n == name));
+    for (name, value) in kernbench_runtime::ccl::layout_constexprs(topo) {
+        if declared(name) {
+            options.defines.entry(name.to_string()).or_insert(Konst::Int(value));
+        }
+    }
 }
 
 /// Checks `file` and lowers kernel `name`: the IR, or the exit code after
@@ -557,8 +584,17 @@ fn topology(file: Option<&str>, format: Format) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn emit_ir(file: &Path, kernel: Option<&str>, define: &[String], color: Color, stdlib: Option<PathBuf>) -> ExitCode {
-    let defines = match parse_defines(define) {
+fn emit_ir(a: EmitIrArgs) -> ExitCode {
+    let EmitIrArgs {
+        file,
+        kernel,
+        define,
+        color,
+        stdlib,
+        topology,
+    } = a;
+    let (file, kernel) = (file.as_path(), kernel.as_deref());
+    let defines = match parse_defines(&define) {
         Ok(d) => d,
         Err(e) => return usage_error(&e),
     };
@@ -566,10 +602,15 @@ fn emit_ir(file: &Path, kernel: Option<&str>, define: &[String], color: Color, s
         Ok(s) => s,
         Err(e) => return usage_error(&e),
     };
-    let options = sema::Options {
+    let topo = match load_topology(topology.as_deref()) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let mut options = sema::Options {
         defines,
         stdlib_root: stdlib.or_else(default_stdlib),
     };
+    bind_layout(file, &source, &mut options, &topo);
     let names: Vec<String> = match kernel {
         Some(k) => vec![k.to_string()],
         None => kernels_of(file, &source, &options).0,

@@ -244,10 +244,11 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return usage_error(&e),
     };
-    let options = sema::Options {
+    let mut options = sema::Options {
         defines,
         stdlib_root: a.stdlib.clone().or_else(default_stdlib),
     };
+    super::bind_layout(&a.file, &source, &mut options, &topo);
     let kernel = match &a.kernel {
         Some(k) => k.clone(),
         None => match kernels_of(&a.file, &source, &options) {
