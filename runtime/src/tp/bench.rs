@@ -431,14 +431,17 @@ impl AttentionRow {
 }
 
 /// Head size of the attention rows; the query heads are `hidden / 128`
-/// and the key/value heads an eighth of those (at least one), the ratio
-/// of grouped-query Llama-2/3-70B (64 and 8).
+/// and the key/value heads about an eighth of those (see
+/// [`attention_heads`]), the ratio of grouped-query Llama-2/3-70B (64 and
+/// 8).
 pub const HEAD_DIM: usize = 128;
 
-/// The attention rows' heads: (query heads, key/value heads).
+/// The attention rows' heads: (query heads, key/value heads), the latter
+/// the largest divisor of the former up to an eighth of it.
 pub fn attention_heads(shape: Shape) -> (usize, usize) {
     let h = (shape.hidden / HEAD_DIM).max(1);
-    (h, (h / 8).max(1))
+    let h_kv = (1..=(h / 8).max(1)).rev().find(|d| h % d == 0).unwrap_or(1);
+    (h, h_kv)
 }
 
 /// `ring_attention` over `tp` ranks (one PE each, one rank per SIP), the

@@ -16,7 +16,7 @@ pub fn simulating<T>(what: &str, reached_ps: &AtomicU64, run: impl FnOnce() -> T
             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
     );
     let out = std::thread::scope(|s| {
-        s.spawn(|| {
+        let ticker = s.spawn(|| {
             while !done.load(Ordering::Relaxed) {
                 let us = reached_ps.load(Ordering::Relaxed) as f64 / 1e6;
                 spinner.set_message(format!("{what}: {us:.3} us simulated"));
@@ -26,6 +26,8 @@ pub fn simulating<T>(what: &str, reached_ps: &AtomicU64, run: impl FnOnce() -> T
         });
         let out = run();
         done.store(true, Ordering::Relaxed);
+        // A short run ends now, not at the ticker's next wake-up.
+        ticker.thread().unpark();
         out
     });
     spinner.finish_and_clear();
