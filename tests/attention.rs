@@ -9,60 +9,18 @@ use kernbench_compiler::sema::types::Konst;
 use kernbench_compiler::sema::DType;
 use kernbench_runtime::host::{spawn, Arg, DpPolicy, Kernel, QueueSlots, Runtime, Tensor};
 use kernbench_runtime::topology::Topology;
+use kernbench_runtime::tp::bench::attention_reference;
 use kernbench_runtime::tp::ring_attention;
+use kernbench_tests::f16_values;
 use ndarray::{Array3, ArrayD, Ix3};
 use std::sync::Mutex;
 
-/// Deterministic values in [-1, 1), exactly representable in f16 (so the
-/// reference sees what the machine reads).
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-            half::f16::from_f32(v).to_f32()
-        })
-        .collect()
-}
-
 fn heads(h: usize, s: usize, d: usize, seed: u64) -> Array3<f32> {
-    Array3::from_shape_vec((h, s, d), values(h * s * d, seed)).unwrap()
+    Array3::from_shape_vec((h, s, d), f16_values(h * s * d, seed)).unwrap()
 }
 
 fn f16s(a: &Array3<f32>) -> ArrayD<half::f16> {
     a.mapv(half::f16::from_f32).into_dyn()
-}
-
-/// softmax(q k^T * scale) v per query head in f64, query head h using
-/// key/value head h / (H / H_KV); causal: query i sees keys j <= i.
-fn attention_ref(q: &Array3<f32>, k: &Array3<f32>, v: &Array3<f32>, scale: f64, causal: bool) -> Array3<f64> {
-    let (h, s, d) = q.dim();
-    let (h_kv, s_kv, _) = k.dim();
-    assert_eq!(s, s_kv);
-    let group = h / h_kv;
-    let mut out = Array3::<f64>::zeros((h, s, d));
-    for hq in 0..h {
-        let g = hq / group;
-        for i in 0..s {
-            let keys = if causal { i + 1 } else { s };
-            let scores: Vec<f64> = (0..keys)
-                .map(|j| {
-                    (0..d)
-                        .map(|x| f64::from(q[[hq, i, x]]) * f64::from(k[[g, j, x]]))
-                        .sum::<f64>()
-                        * scale
-                })
-                .collect();
-            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let p: Vec<f64> = scores.iter().map(|sc| (sc - max).exp()).collect();
-            let sum: f64 = p.iter().sum();
-            for x in 0..d {
-                out[[hq, i, x]] = (0..keys).map(|j| p[j] * f64::from(v[[g, j, x]])).sum::<f64>() / sum;
-            }
-        }
-    }
-    out
 }
 
 /// The largest |got - want|. Outputs are weighted means of values in
@@ -215,7 +173,7 @@ fn flash_attention_matches_the_softmax_reference() {
         let p = Problem { h, h_kv, s: 100, d: 48 };
         let inputs = p.inputs(10 * h as u64 + h_kv as u64);
         for causal in [false, true] {
-            let want = attention_ref(&inputs[0], &inputs[1], &inputs[2], p.scale(), causal);
+            let want = attention_reference(&inputs[0], &inputs[1], &inputs[2], p.scale(), causal);
             for (programs, block_n) in [(1, None), (3, None), (1, Some(32))] {
                 let got = run_flash(&p, causal, &inputs, programs, block_n);
                 let e = max_abs_err(&got, &want);
@@ -246,7 +204,7 @@ fn ring_attention_matches_attention_over_the_whole_sequence() {
         };
         let inputs = p.inputs(50 + world as u64);
         for causal in [false, true] {
-            let want = attention_ref(&inputs[0], &inputs[1], &inputs[2], p.scale(), causal);
+            let want = attention_reference(&inputs[0], &inputs[1], &inputs[2], p.scale(), causal);
             let (got, _) = run_ring(&p, causal, &inputs, world);
             let e = max_abs_err(&got.into_dyn(), &want);
             assert!(e < TOLERANCE, "{world} ranks, causal={causal}: off by {e}");
@@ -270,7 +228,7 @@ fn ring_attention_time_shrinks_with_the_ranks() {
         d: 128,
     };
     let inputs = p.inputs(7);
-    let want = attention_ref(&inputs[0], &inputs[1], &inputs[2], p.scale(), false);
+    let want = attention_reference(&inputs[0], &inputs[1], &inputs[2], p.scale(), false);
     let run = |world: usize| {
         let (got, time) = run_ring(&p, false, &inputs, world);
         let e = max_abs_err(&got.into_dyn(), &want);
@@ -293,7 +251,7 @@ fn tp_ring_attention_runs_across_the_ranks_of_a_spawn() {
         d: 128,
     };
     let inputs = p.inputs(31);
-    let want = attention_ref(&inputs[0], &inputs[1], &inputs[2], p.scale(), true);
+    let want = attention_reference(&inputs[0], &inputs[1], &inputs[2], p.scale(), true);
     let rows = p.s / 2;
     let got = Mutex::new(Array3::<f32>::zeros((p.h, p.s, p.d)));
     let mut rt = machine();

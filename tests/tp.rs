@@ -9,30 +9,18 @@ use kernbench_runtime::host::{spawn, Ctx, DpPolicy, Runtime};
 use kernbench_runtime::topology::Topology;
 use kernbench_runtime::tp::{
     fused_all_gather_matmul, fused_matmul_reduce_scatter, initialize_model_parallel, ColumnParallelLinear,
-    LinearOptions, MlpOptions, ParallelMlp, RowParallelLinear,
+    LinearOptions, MlpOptions, ParallelMlp, ParallelState, RowParallelLinear,
 };
+use kernbench_tests::f16_values;
 use ndarray::{Array1, Array2, ArrayD, Ix2};
 use std::sync::Mutex;
 
-/// Deterministic values in [-1, 1) from a seed (a small LCG), exactly
-/// representable in f16 so that the reference sees what the machine does.
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-            half::f16::from_f32(v).to_f32()
-        })
-        .collect()
-}
-
 fn matrix(rows: usize, cols: usize, seed: u64) -> Array2<f32> {
-    Array2::from_shape_vec((rows, cols), values(rows * cols, seed)).unwrap()
+    Array2::from_shape_vec((rows, cols), f16_values(rows * cols, seed)).unwrap()
 }
 
 fn vector(n: usize, seed: u64) -> Array1<f32> {
-    Array1::from_vec(values(n, seed))
+    Array1::from_vec(f16_values(n, seed))
 }
 
 fn f16s(a: &Array2<f32>) -> ArrayD<half::f16> {
@@ -194,46 +182,76 @@ fn column_parallel_without_gather_keeps_this_ranks_columns_and_the_bias() {
     }
 }
 
+/// An MLP's input `[tokens, hidden]` and whole weights and biases, from
+/// consecutive seeds.
+struct Mlp {
+    x: Array2<f32>,
+    w1: Array2<f32>,
+    b1: Array1<f32>,
+    w2: Array2<f32>,
+    b2: Array1<f32>,
+}
+
+impl Mlp {
+    fn new(tokens: usize, hidden: usize, ffn: usize, seed: u64) -> Mlp {
+        Mlp {
+            x: matrix(tokens, hidden, seed),
+            w1: matrix(hidden, ffn, seed + 1),
+            b1: vector(ffn, seed + 2),
+            w2: matrix(ffn, hidden, seed + 3),
+            b2: vector(hidden, seed + 4),
+        }
+    }
+
+    /// The reference output, the activation rounded to f16 as the kernel
+    /// does.
+    fn reference(&self) -> Array2<f64> {
+        let h = linear_ref(&self.x, &self.w1, Some(&self.b1)).mapv(gelu_f16);
+        linear_ref(&h, &self.w2, Some(&self.b2))
+    }
+
+    /// The layer on this rank, with `opts`.
+    fn layer(&self, ctx: &Ctx, tp: &ParallelState, opts: MlpOptions) -> kernbench_runtime::host::Result<ParallelMlp> {
+        ParallelMlp::with_options(ctx, tp, &self.w1, Some(&self.b1), &self.w2, Some(&self.b2), opts)
+    }
+}
+
+/// Checks an MLP output against its reference. Where the f32 and f64 sums
+/// straddle a rounding boundary of the f16 activation, it rounds the other
+/// way: one f16 step (2^-8 for the activations here, below 8) times a
+/// weight below 1, in a few of the output's terms. Anything systematic (a
+/// bias missed, a wrong column) shows in the mean: about 0.5 for those, a
+/// few 1e-5 from the rounding (f32 sums are good to about 1e-7, so some
+/// 1e-4 of the activations round the other way).
+fn assert_mlp_output(y: &ArrayD<f32>, want: &Array2<f64>, what: &str) {
+    let e = max_rel_err(y, want);
+    assert!(e < 2.0 * 2f64.powi(-8), "{what}: the MLP is off by {e}");
+    let mean = y
+        .iter()
+        .zip(want.iter())
+        .map(|(g, w)| (f64::from(*g) - w).abs())
+        .sum::<f64>()
+        / want.len() as f64;
+    assert!(mean < 5e-4, "{what}: the MLP is off by {mean} on average");
+}
+
 #[test]
 fn the_mlp_matches_the_reference_on_several_pes_per_rank() {
-    let (tokens, hidden, ffn) = (128, 64, 256);
-    let x = matrix(tokens, hidden, 21);
-    let (w1, b1, w2, b2) = (
-        matrix(hidden, ffn, 22),
-        vector(ffn, 23),
-        matrix(ffn, hidden, 24),
-        vector(hidden, 25),
-    );
-    // The reference rounds the activation to f16 as the kernel does.
-    let h = linear_ref(&x, &w1, Some(&b1)).mapv(gelu_f16);
-    let want = linear_ref(&h, &w2, Some(&b2));
+    let m = Mlp::new(128, 64, 256, 21);
+    let (x, w1, b1, w2, b2) = (&m.x, &m.w1, &m.b1, &m.w2, &m.b2);
+    let want = m.reference();
     let mut rt = machine();
     let policy = DpPolicy::row_wise(1, 4);
     let got = on_ranks(&mut rt, 2, |ctx| {
         let tp = initialize_model_parallel(ctx, 2)?;
-        let xt = ctx.from_ndarray(&f16s(&x), policy)?;
-        let mlp = ParallelMlp::new(ctx, &tp, &w1, Some(&b1), &w2, Some(&b2), true, policy)?;
+        let xt = ctx.from_ndarray(&f16s(x), policy)?;
+        let mlp = ParallelMlp::new(ctx, &tp, w1, Some(b1), w2, Some(b2), true, policy)?;
         let y = mlp.forward(ctx, &xt)?;
         assert_eq!(y.placement().len(), 4, "the output stays on the layer's 4 PEs");
         ctx.to_ndarray::<f32>(&y)
     });
     for (rank, y) in got.iter().enumerate() {
-        // Where the f32 and f64 sums straddle a rounding boundary of the
-        // f16 activation, it rounds the other way: one f16 step (2^-8 for
-        // the activations here, below 8) times a weight below 1, in a few
-        // of the output's 256 terms. Anything systematic (a bias missed,
-        // a wrong column) shows in the mean: about 0.5 for those, a few
-        // 1e-5 from the rounding (f32 sums are good to about 1e-7, so
-        // some 1e-4 of the activations round the other way).
-        let e = max_rel_err(y, &want);
-        assert!(e < 2.0 * 2f64.powi(-8), "rank {rank}: the MLP is off by {e}");
-        let mean = y
-            .iter()
-            .zip(want.iter())
-            .map(|(g, w)| (f64::from(*g) - w).abs())
-            .sum::<f64>()
-            / want.len() as f64;
-        assert!(mean < 5e-4, "rank {rank}: the MLP is off by {mean} on average");
+        assert_mlp_output(y, &want, &format!("rank {rank}"));
     }
 }
 
@@ -244,16 +262,9 @@ fn the_sequence_parallel_mlp_matches_the_reference() {
     // the second reduce-scatters its output inside. Rank r's output must
     // be rows r * tokens / world .. of the whole MLP's, on one and on two
     // PEs per rank (the fused kernels' per-PE order must cancel out).
-    let (tokens, hidden, ffn) = (128, 64, 256);
-    let x = matrix(tokens, hidden, 41);
-    let (w1, b1, w2, b2) = (
-        matrix(hidden, ffn, 42),
-        vector(ffn, 43),
-        matrix(ffn, hidden, 44),
-        vector(hidden, 45),
-    );
-    let h = linear_ref(&x, &w1, Some(&b1)).mapv(gelu_f16);
-    let want = linear_ref(&h, &w2, Some(&b2));
+    let (tokens, hidden) = (128, 64);
+    let m = Mlp::new(tokens, hidden, 256, 41);
+    let want = m.reference();
     for (ranks, pes) in [(1u32, 1u32), (2, 1), (2, 2)] {
         let mut rt = machine();
         let policy = DpPolicy::row_wise(1, pes);
@@ -261,36 +272,20 @@ fn the_sequence_parallel_mlp_matches_the_reference() {
         let got = on_ranks(&mut rt, ranks, |ctx| {
             let tp = initialize_model_parallel(ctx, ranks)?;
             let r0 = ctx.get_rank() as usize * block;
-            let mine = x.slice(ndarray::s![r0..r0 + block, ..]).to_owned();
+            let mine = m.x.slice(ndarray::s![r0..r0 + block, ..]).to_owned();
             let xt = ctx.from_ndarray(&f16s(&mine), policy)?;
             let opts = MlpOptions {
                 policy,
                 sequence_parallel: true,
                 ..MlpOptions::default()
             };
-            let mlp = ParallelMlp::with_options(ctx, &tp, &w1, Some(&b1), &w2, Some(&b2), opts)?;
-            let y = mlp.forward(ctx, &xt)?;
+            let y = m.layer(ctx, &tp, opts)?.forward(ctx, &xt)?;
             assert_eq!(y.shape(), [block, hidden], "this rank's block of the tokens");
             ctx.to_ndarray::<f32>(&y)
         });
         for (rank, y) in got.iter().enumerate() {
             let rows = want.slice(ndarray::s![rank * block..(rank + 1) * block, ..]).to_owned();
-            // The bound of the test above (one f16 step of the activation).
-            let e = max_rel_err(y, &rows);
-            assert!(
-                e < 2.0 * 2f64.powi(-8),
-                "{ranks} ranks x {pes} PEs, rank {rank}: off by {e}"
-            );
-            let mean = y
-                .iter()
-                .zip(rows.iter())
-                .map(|(g, w)| (f64::from(*g) - w).abs())
-                .sum::<f64>()
-                / rows.len() as f64;
-            assert!(
-                mean < 5e-4,
-                "{ranks} ranks x {pes} PEs, rank {rank}: off by {mean} on average"
-            );
+            assert_mlp_output(y, &rows, &format!("{ranks} ranks x {pes} PEs, rank {rank}"));
         }
     }
 }
@@ -832,14 +827,8 @@ fn the_sequence_parallel_mlp_is_faster_with_256_tokens_per_rank() {
     // rank it is the slower (131.1 against 110.7 us at 128 x 512 x 1024):
     // below one GEMM tile of rows per rank each chunk loads the weight
     // again (docs/architecture.md, async TP).
-    let (tokens, hidden, ffn) = (512, 512, 1024);
-    let x = matrix(tokens, hidden, 51);
-    let (w1, b1, w2, b2) = (
-        matrix(hidden, ffn, 52),
-        vector(ffn, 53),
-        matrix(ffn, hidden, 54),
-        vector(hidden, 55),
-    );
+    let tokens = 512;
+    let m = Mlp::new(tokens, 512, 1024, 51);
     let span = |sequence_parallel: bool| {
         let mut rt = machine();
         let policy = DpPolicy::row_wise(1, 1);
@@ -851,7 +840,7 @@ fn the_sequence_parallel_mlp_is_faster_with_256_tokens_per_rank() {
             } else {
                 0
             };
-            let mine = x.slice(ndarray::s![r0..r0 + block, ..]).to_owned();
+            let mine = m.x.slice(ndarray::s![r0..r0 + block, ..]).to_owned();
             let xt = ctx.from_ndarray(&f16s(&mine), policy)?;
             ctx.synchronize()?;
             let opts = MlpOptions {
@@ -859,8 +848,7 @@ fn the_sequence_parallel_mlp_is_faster_with_256_tokens_per_rank() {
                 sequence_parallel,
                 ..MlpOptions::default()
             };
-            let mlp = ParallelMlp::with_options(ctx, &tp, &w1, Some(&b1), &w2, Some(&b2), opts)?;
-            ctx.to_ndarray::<f32>(&mlp.forward(ctx, &xt)?)
+            ctx.to_ndarray::<f32>(&m.layer(ctx, &tp, opts)?.forward(ctx, &xt)?)
         });
         span_and_gemm(&rt).0
     };

@@ -482,37 +482,19 @@ pub fn run_attention(topo: &Topology, shape: Shape, causal: bool, tp: u32) -> Re
         );
         super::ring_attention(ctx, &qt, &kt, &vt, causal)
     })?;
-    // The reference, rank by rank.
-    let scale = 1.0 / (d as f64).sqrt();
+    let want = attention_reference(&q, &k, &v, 1.0 / (d as f64).sqrt(), causal);
     let bound = 2.0 * 2f64.powi(-11) * v.iter().fold(0f64, |m, x| m.max(f64::from(x.abs())));
     let mut err = 0f64;
     for (rank, got) in outs.iter().enumerate() {
-        let Ok(got) = got.view().into_dimensionality::<ndarray::Ix3>() else {
-            err = f64::INFINITY;
-            continue;
-        };
-        for hq in 0..h {
-            let g = hq / (h / h_kv);
-            for i in 0..rows {
-                let pos = rank * rows + i;
-                let keys = if causal { pos + 1 } else { s };
-                let scores: Vec<f64> = (0..keys)
-                    .map(|j| {
-                        (0..d)
-                            .map(|x| f64::from(q[[hq, pos, x]]) * f64::from(k[[g, j, x]]))
-                            .sum::<f64>()
-                            * scale
-                    })
-                    .collect();
-                let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let p: Vec<f64> = scores.iter().map(|sc| (sc - max).exp()).collect();
-                let sum: f64 = p.iter().sum();
-                for x in 0..d {
-                    let want = (0..keys).map(|j| p[j] * f64::from(v[[g, j, x]])).sum::<f64>() / sum;
-                    let e = (f64::from(got.get([hq, i, x]).copied().unwrap_or(f32::NAN)) - want).abs();
+        let want = want.slice(ndarray::s![.., rank * rows..(rank + 1) * rows, ..]);
+        match got.view().into_dimensionality::<ndarray::Ix3>() {
+            Ok(got) if got.dim() == want.dim() => {
+                for (g, w) in got.iter().zip(want.iter()) {
+                    let e = (f64::from(*g) - w).abs();
                     err = err.max(if e.is_nan() { f64::INFINITY } else { e / bound });
                 }
             }
+            _ => err = f64::INFINITY,
         }
     }
     let pairs = if causal { s * (s + 1) / 2 } else { s * s };
@@ -523,6 +505,43 @@ pub fn run_attention(topo: &Topology, shape: Shape, causal: bool, tp: u32) -> Re
         flops: (4 * h * d * pairs) as u64,
         err_ratio: err,
     })
+}
+
+/// `softmax(q kᵀ · scale) v` per query head in f64: `q` `[H, S, D]`, `k`
+/// and `v` `[H_KV, S, D]`, query head h using key/value head
+/// `h / (H / H_KV)`; with `causal`, position i attends to positions ≤ i.
+/// The reference of the attention rows (and of `tests/attention.rs`).
+pub fn attention_reference(
+    q: &ndarray::Array3<f32>,
+    k: &ndarray::Array3<f32>,
+    v: &ndarray::Array3<f32>,
+    scale: f64,
+    causal: bool,
+) -> ndarray::Array3<f64> {
+    let (h, s, d) = q.dim();
+    let group = h / k.dim().0.max(1);
+    let mut out = ndarray::Array3::<f64>::zeros((h, s, d));
+    for hq in 0..h {
+        let g = hq / group.max(1);
+        for i in 0..s {
+            let keys = if causal { i + 1 } else { s };
+            let scores: Vec<f64> = (0..keys)
+                .map(|j| {
+                    (0..d)
+                        .map(|x| f64::from(q[[hq, i, x]]) * f64::from(k[[g, j, x]]))
+                        .sum::<f64>()
+                        * scale
+                })
+                .collect();
+            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let p: Vec<f64> = scores.iter().map(|sc| (sc - max).exp()).collect();
+            let sum: f64 = p.iter().sum();
+            for x in 0..d {
+                out[[hq, i, x]] = (0..keys).map(|j| p[j] * f64::from(v[[g, j, x]])).sum::<f64>() / sum;
+            }
+        }
+    }
+    out
 }
 
 /// The sizes the attention rows run at: 1 up to the machine's SIPs, those
