@@ -5,7 +5,7 @@
 //!
 //! CI runs the default number of cases; `PROPTEST_CASES=100000` runs longer.
 
-use kernbench_compiler::diag::{render_human, render_json, ColorMode};
+use kernbench_compiler::diag::{check_locations, render_human, render_json, ColorMode};
 use kernbench_compiler::sema::{check_source, Options};
 use proptest::prelude::*;
 
@@ -30,23 +30,8 @@ fn check_never_panics(src: &str) {
         ..Options::default()
     };
     let out = check_source("fuzz.tl", src, &options);
-    for d in &out.diagnostics {
-        for label in std::iter::once(&d.primary).chain(&d.secondary) {
-            let text = out.sources.source(label.loc.file);
-            let (lo, hi) = (label.loc.span.lo as usize, label.loc.span.hi as usize);
-            assert!(
-                lo <= hi && hi <= text.len(),
-                "{}: span {lo}..{hi} outside a file of {} bytes",
-                d.code.as_str(),
-                text.len()
-            );
-            assert!(
-                text.is_char_boundary(lo) && text.is_char_boundary(hi),
-                "{}: span not on char boundaries",
-                d.code.as_str()
-            );
-        }
-        assert!(!d.message.is_empty());
+    if let Err(e) = check_locations(&out.diagnostics, &out.sources) {
+        panic!("{e}");
     }
     let _ = render_human(&out.diagnostics, &out.sources, ColorMode::Never);
     let _ = render_json(&out.diagnostics, &out.sources);

@@ -1559,3 +1559,30 @@ fn emit_ir_binds_the_layout_constexprs_to_the_topology() {
         "// constexprs: BLOCK=1024"
     );
 }
+
+#[test]
+fn check_binds_the_layout_constexprs_to_the_topology() {
+    // A kernel written for cubes of 8 PEs: `tlc check` checks it as it
+    // would run on the machine (default: the default machine's 8), and
+    // --topology tiny (4 PEs per cube) makes its assertion fail; -D wins
+    // over the topology, and files without layout constexprs are unaffected.
+    let dir = temp_dir("check_layout");
+    let file = write_kernel(
+        &dir,
+        "eight.tl",
+        "@kernel\ndef k(x: ptr[f32], CUBE_PES: constexpr = 8):\n    \
+         tl.static_assert(CUBE_PES == 8, \"written for cubes of 8 PEs\")\n    \
+         tl.store(x + tl.arange(0, CUBE_PES), tl.zeros([CUBE_PES], f32))\n",
+    );
+    let check = |extra: &[&str]| {
+        let mut args = vec!["check", &file, "--color", "never"];
+        args.extend(extra);
+        tlc(&args)
+    };
+    assert_exit(&check(&[]), 0, "");
+    assert_exit(&check(&["--topology", "tiny"]), 1, "written for cubes of 8 PEs");
+    assert_exit(&check(&["--topology", "tiny", "-D", "CUBE_PES=8"]), 0, "");
+    assert_exit(&tlc(&["check", "stdlib/kernels/add.tl", "--topology", "tiny"]), 0, "");
+    assert_exit(&check(&["--topology", "nope.yaml"]), 2, "nope.yaml");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -15,6 +15,7 @@ pub mod affine;
 pub mod elem;
 pub mod fuse;
 pub mod interp;
+#[cfg(feature = "jit")]
 pub mod jit;
 mod tensor;
 

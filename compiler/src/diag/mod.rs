@@ -139,6 +139,43 @@ impl Diagnostics {
     }
 }
 
+/// Checks what every diagnostic must satisfy to be rendered: each label
+/// lies inside its file and on character boundaries, and the message is
+/// not empty. The fuzzers (`fuzz/`, `tests/fuzz_frontend.rs`) hold the
+/// front end to it on arbitrary input; `Err` names the first violation.
+pub fn check_locations(diagnostics: &[Diagnostic], sources: &SourceMap) -> Result<(), String> {
+    for d in diagnostics {
+        if d.message.is_empty() {
+            return Err(format!("{}: empty message", d.code.as_str()));
+        }
+        for label in std::iter::once(&d.primary).chain(&d.secondary) {
+            let Some(file) = sources.files.get(label.loc.file.0 as usize) else {
+                return Err(format!(
+                    "{}: label in unknown file {}",
+                    d.code.as_str(),
+                    label.loc.file.0
+                ));
+            };
+            let text = file.source();
+            let (lo, hi) = (label.loc.span.lo as usize, label.loc.span.hi as usize);
+            if lo > hi || hi > text.len() {
+                return Err(format!(
+                    "{}: span {lo}..{hi} outside a file of {} bytes",
+                    d.code.as_str(),
+                    text.len()
+                ));
+            }
+            if !text.is_char_boundary(lo) || !text.is_char_boundary(hi) {
+                return Err(format!(
+                    "{}: span {lo}..{hi} not on character boundaries",
+                    d.code.as_str()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The source files a run has read, by [`FileId`].
 #[derive(Default)]
 pub struct SourceMap {

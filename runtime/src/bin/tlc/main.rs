@@ -106,6 +106,11 @@ enum Command {
         /// with tlc, or $KERNBENCH_STDLIB).
         #[arg(long, value_name = "DIR")]
         stdlib: Option<PathBuf>,
+        /// A topology file or preset whose layout binds the kernels'
+        /// CUBE_PES, SIP_CUBES, CUBE_W and CUBE_H unless -D does (default:
+        /// the embedded default machine), as `tlc run` binds them.
+        #[arg(long, value_name = "FILE")]
+        topology: Option<String>,
     },
     /// Run a kernel on the simulated machine: real data and simulated time.
     Run {
@@ -242,7 +247,8 @@ fn main() -> ExitCode {
             color,
             format,
             stdlib,
-        } => check(&paths, &define, color, format, stdlib),
+            topology,
+        } => check(&paths, &define, color, format, stdlib, topology.as_deref()),
         Command::EmitIr(a) => emit_ir(a),
         Command::Topology { file, format } => topology(file.as_deref(), format),
         Command::Bench {
@@ -455,12 +461,24 @@ pub(crate) fn bind_layout(
     topo: &kernbench_runtime::topology::Topology,
 ) {
     let out = summarize(file, source, options);
-    let declared = |name: &str| out.kernels.iter().any(|k| k.constexprs.iter().any(|(n, _)| n == name));
+    bind_layout_of(&out.kernels, options, topo);
+}
+
+/// [`bind_layout`] for checked `kernels`; true when it bound any.
+fn bind_layout_of(
+    kernels: &[sema::KernelSummary],
+    options: &mut sema::Options,
+    topo: &kernbench_runtime::topology::Topology,
+) -> bool {
+    let declared = |name: &str| kernels.iter().any(|k| k.constexprs.iter().any(|(n, _)| n == name));
+    let mut bound = false;
     for (name, value) in kernbench_runtime::ccl::layout_constexprs(topo) {
-        if declared(name) {
-            options.defines.entry(name.to_string()).or_insert(Konst::Int(value));
+        if declared(name) && !options.defines.contains_key(name) {
+            options.defines.insert(name.to_string(), Konst::Int(value));
+            bound = true;
         }
     }
+    bound
 }
 
 /// Checks `file` and lowers kernel `name`: the IR, or the exit code after
@@ -631,7 +649,14 @@ fn emit_ir(a: EmitIrArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn check(paths: &[PathBuf], define: &[String], color: Color, format: Format, stdlib: Option<PathBuf>) -> ExitCode {
+fn check(
+    paths: &[PathBuf],
+    define: &[String],
+    color: Color,
+    format: Format,
+    stdlib: Option<PathBuf>,
+    topology: Option<&str>,
+) -> ExitCode {
     let defines = match parse_defines(define) {
         Ok(d) => d,
         Err(e) => return usage_error(&e),
@@ -640,22 +665,34 @@ fn check(paths: &[PathBuf], define: &[String], color: Color, format: Format, std
         Ok(f) => f,
         Err(e) => return usage_error(&e),
     };
-    let options = sema::Options {
+    let topo = match load_topology(topology) {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let mut options = sema::Options {
         defines,
         stdlib_root: stdlib.or_else(default_stdlib),
     };
-    let mut session = sema::Session::new(options);
+    let mut sources = Vec::with_capacity(files.len());
     for file in &files {
-        let source = match std::fs::read(file) {
-            Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(s) => s,
-                Err(_) => return usage_error(&format!("`{}` is not UTF-8 text", file.display())),
-            },
-            Err(e) => return usage_error(&format!("cannot read `{}`: {e}", file.display())),
-        };
-        session.add_file(&file.display().to_string(), Some(file.clone()), source);
+        match read_source(file) {
+            Ok(s) => sources.push(s),
+            Err(e) => return usage_error(&e),
+        }
     }
-    let out = session.finish();
+    let check_all = |options: &sema::Options| {
+        let mut session = sema::Session::new(options.clone());
+        for (file, source) in files.iter().zip(&sources) {
+            session.add_file(&file.display().to_string(), Some(file.clone()), source.clone());
+        }
+        session.finish()
+    };
+    let mut out = check_all(&options);
+    // Kernels that declare layout constexprs are checked again with the
+    // machine's values, as `tlc run` would run them.
+    if bind_layout_of(&out.kernels, &mut options, &topo) {
+        out = check_all(&options);
+    }
     if format == Format::Json {
         out!("{}", render_json(&out.diagnostics, &out.sources));
         let _ = std::io::stdout().flush();
