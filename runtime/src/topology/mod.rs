@@ -219,6 +219,21 @@ impl Topology {
                 ),
             ));
         }
+        // A slice interleaves over its controller's pseudo-channels: one
+        // smaller than a round of them leaves channels no address maps to,
+        // and the controller's bandwidth could never be reached.
+        let round = c.interleave_bytes.0 as u128 * c.pseudo_channels.0 as u128;
+        if ((hbm / pes) as u128) < round {
+            return Err(err(
+                "pe.hbm_controller.interleave_bytes",
+                format!(
+                    "a PE's HBM slice ({} bytes) is smaller than one interleave round ({} pseudo-channels × {} bytes)",
+                    hbm / pes,
+                    c.pseudo_channels.0,
+                    c.interleave_bytes.0
+                ),
+            ));
+        }
         Ok(())
     }
 
@@ -419,6 +434,12 @@ mod tests {
                 "hbm_capacity_bytes: 17179869185",
                 "cube.hbm_capacity_bytes",
                 "17179869185 bytes do not split into 8 equal PE slices",
+            ),
+            (
+                "interleave_bytes: 256",
+                "interleave_bytes: 536870912",
+                "pe.hbm_controller.interleave_bytes",
+                "a PE's HBM slice (2147483648 bytes) is smaller than one interleave round (8 pseudo-channels × 536870912 bytes)",
             ),
             (
                 "slot_size_bytes: 4096\n    buffer_space: tcm",

@@ -284,7 +284,7 @@ pub struct Math {
     pub op_cycles: BTreeMap<String, Cycles>,
 }
 
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Ipcq {
     pub n_slots: Count,

@@ -51,7 +51,7 @@ pub struct CclArgs {
     /// Simulated time one size may take (ps, ns, us, ms, s), or `none`; a
     /// size still running then is an error (an algorithm that never
     /// ends).
-    #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = super::time_limit)]
+    #[arg(long, value_name = "TIME", default_value = super::DEFAULT_TIME_LIMIT, value_parser = super::time_limit)]
     pub time_limit: super::TimeLimit,
     #[arg(long, value_enum, default_value = "human")]
     pub format: Format,

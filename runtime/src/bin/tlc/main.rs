@@ -151,7 +151,7 @@ enum Command {
         format: Format,
         /// Simulated time the run may take (ps, ns, us, ms, s: `500us`), or
         /// `none`; a run still going then stops with where each PE is.
-        #[arg(long, value_name = "TIME", default_value = "100ms", value_parser = time_limit)]
+        #[arg(long, value_name = "TIME", default_value = DEFAULT_TIME_LIMIT, value_parser = time_limit)]
         time_limit: TimeLimit,
         /// Run every program in turn on the untimed executor (no machine,
         /// no communication): the fastest way to check numbers. The
@@ -312,6 +312,10 @@ pub(crate) struct TimeLimit(pub Option<u64>);
 
 /// Parses `--time-limit`: a simulated time with its unit (`500us`,
 /// `1.5ms`), or `none`.
+/// `--time-limit`'s default: the host API's
+/// (`host::DEFAULT_TIME_LIMIT_PS`), as the option is written.
+pub(crate) const DEFAULT_TIME_LIMIT: &str = "100ms";
+
 pub(crate) fn time_limit(arg: &str) -> Result<TimeLimit, String> {
     if arg == "none" {
         return Ok(TimeLimit(None));
@@ -704,5 +708,16 @@ fn check(
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_time_limit_is_the_host_apis() {
+        let parsed = time_limit(DEFAULT_TIME_LIMIT).map(|t| t.0);
+        assert_eq!(parsed, Ok(Some(kernbench_runtime::host::DEFAULT_TIME_LIMIT_PS)));
     }
 }
