@@ -34,14 +34,30 @@ fn run(
     op: ReduceOp,
 ) -> bench::Row {
     let a = reg.get(algo).expect("registered").clone();
-    let (func, sources) = reg.compile_for(&a, topo, dtype, op).unwrap_or_else(|e| panic!("{e}"));
+    let compiled = reg.compile_for(&a, topo, dtype, op).unwrap_or_else(|e| panic!("{e}"));
+    run_compiled(topo, reg, algo, &compiled, world, bytes, dtype, op)
+}
+
+/// Runs `algo` as [`run`] does, as compiled here (`compiled`).
+#[allow(clippy::too_many_arguments)]
+fn run_compiled(
+    topo: &Topology,
+    reg: &Registry,
+    algo: &str,
+    (func, sources): &(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap),
+    world: usize,
+    bytes: u64,
+    dtype: DType,
+    op: ReduceOp,
+) -> bench::Row {
+    let a = reg.get(algo).expect("registered").clone();
     let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
     let case = Case {
         topo,
         reg,
         algorithm: &a,
-        func: &func,
-        sources: &sources,
+        func,
+        sources,
         pes: &pes,
         dtype,
         op,
@@ -137,6 +153,84 @@ fn all_reduce_algorithms_on_a_whole_sip_and_both_sips() {
             let n = wrong(&topo, &reg, &a.name, world, 4 * 4099, DType::I32, ReduceOp::Sum);
             assert_eq!(n, 0, "{} on {world} PEs", a.name);
         }
+    }
+}
+
+/// A machine of `sips` SIPs on `grid` (`sip_topology` `kind`), each of
+/// two cubes of four PEs: small enough to run every PE.
+fn sip_grid_machine(kind: &str, sips: u32, grid: [u32; 2]) -> Topology {
+    let y = DEFAULT_YAML
+        .replace("sips: 2", &format!("sips: {sips}"))
+        .replace("sip_topology: ring ", &format!("sip_topology: {kind} "))
+        .replace("sip_grid: [2, 1]", &format!("sip_grid: [{}, {}]", grid[0], grid[1]))
+        .replace("cube_grid: [4, 4]", "cube_grid: [2, 1]")
+        .replace("pe_per_corner: 2 ", "pe_per_corner: 1 ");
+    let topo = Topology::parse("grid.yaml", &y).expect("valid");
+    assert_eq!(
+        (topo.sips(), topo.spec.system.sip_grid[1].0),
+        (sips, u64::from(grid[1]))
+    );
+    topo
+}
+
+/// On a 2-D grid of SIPs (torus or mesh), lrab's exchange between SIPs
+/// runs along the grid's rows and columns (reduce-scatter, all-reduce,
+/// all-gather): exact with the whole grid (the last SIP full or partial)
+/// and with the ring it falls back to when SIPs are missing; and faster
+/// than the ring in SIP order it replaced (the same kernel told the grid
+/// is one row, `SIP_H = 1`).
+#[test]
+fn lrab_exchanges_over_a_2d_grid_of_sips() {
+    let reg = registry();
+    for (kind, sips, grid) in [("torus_2d", 4, [2, 2]), ("mesh_2d", 6, [3, 2])] {
+        let topo = sip_grid_machine(kind, sips, grid);
+        let all = (sips * 8) as usize;
+        for world in [all, all - 3, 24] {
+            for count in [1u64, 5, 1003, 4099] {
+                let n = wrong(
+                    &topo,
+                    &reg,
+                    "lrab_allreduce",
+                    world,
+                    4 * count,
+                    DType::I32,
+                    ReduceOp::Sum,
+                );
+                assert_eq!(n, 0, "{kind} {grid:?}, {world} PEs, {count} i32: {n} wrong elements");
+            }
+        }
+        for op in [ReduceOp::Avg, ReduceOp::Max] {
+            let n = wrong(&topo, &reg, "lrab_allreduce", all, 4 * 2000, DType::I32, op);
+            assert_eq!(n, 0, "{kind} {grid:?} {op:?}");
+        }
+        let a = reg.get("lrab_allreduce").expect("registered");
+        let layout: Vec<(&str, i64)> = kernbench_runtime::ccl::layout_constexprs(&topo)
+            .into_iter()
+            .map(|(k, v)| match k {
+                "SIP_W" => (k, i64::from(sips)),
+                "SIP_H" => (k, 1),
+                _ => (k, v),
+            })
+            .collect();
+        let ring = reg.compile(a, DType::I32, ReduceOp::Sum, &layout).expect("compiles");
+        let ring = run_compiled(
+            &topo,
+            &reg,
+            "lrab_allreduce",
+            &ring,
+            all,
+            1 << 20,
+            DType::I32,
+            ReduceOp::Sum,
+        );
+        let grid_row = run(&topo, &reg, "lrab_allreduce", all, 1 << 20, DType::I32, ReduceOp::Sum);
+        assert_eq!(ring.wrong + grid_row.wrong, 0);
+        assert!(
+            grid_row.time_ps * 5 < ring.time_ps * 4,
+            "{kind} {grid:?}, 1 MiB: grid exchange {} ps, ring {} ps",
+            grid_row.time_ps,
+            ring.time_ps
+        );
     }
 }
 

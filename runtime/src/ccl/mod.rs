@@ -163,13 +163,14 @@ pub fn order_pes(topo: &Topology, class: TopologyClass, pes: &[PeCoord]) -> Vec<
 /// The constexprs the runtime binds for every run of an algorithm that
 /// declares them: the element type, the reduction, and the layout
 /// ([`layout_constexprs`]). A registry entry cannot set them.
-pub const RUNTIME_CONSTEXPRS: [&str; 6] = ["T", "OP", "CUBE_PES", "SIP_CUBES", "CUBE_W", "CUBE_H"];
+pub const RUNTIME_CONSTEXPRS: [&str; 8] = ["T", "OP", "CUBE_PES", "SIP_CUBES", "CUBE_W", "CUBE_H", "SIP_W", "SIP_H"];
 
 /// The layout constexprs the runtime binds for algorithms that declare
 /// them.
 pub fn layout_constexprs(topo: &Topology) -> Vec<(&'static str, i64)> {
     let (w, h) = topo.cube_grid();
-    let values = [topo.pes_per_cube(), w * h, w, h];
+    let [sip_w, sip_h] = topo.spec.system.sip_grid.map(|c| c.0 as u32);
+    let values = [topo.pes_per_cube(), w * h, w, h, sip_w, sip_h];
     RUNTIME_CONSTEXPRS[2..]
         .iter()
         .zip(values)

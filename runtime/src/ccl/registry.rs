@@ -224,7 +224,7 @@ impl Registry {
                         format!("algorithms.{name}.constexprs.{k}"),
                         format!(
                             "`{k}` is bound by the runtime for each run (T: the element type, OP: the reduction, \
-                             CUBE_PES, SIP_CUBES, CUBE_W, CUBE_H: the machine's layout); remove it"
+                             CUBE_PES, SIP_CUBES, CUBE_W, CUBE_H, SIP_W, SIP_H: the machine's layout); remove it"
                         ),
                     ));
                 }

@@ -107,7 +107,7 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         stdlib: Option<PathBuf>,
         /// A topology file or preset whose layout binds the kernels'
-        /// CUBE_PES, SIP_CUBES, CUBE_W and CUBE_H unless -D does (default:
+        /// CUBE_PES, SIP_CUBES, CUBE_W, CUBE_H, SIP_W and SIP_H unless -D does (default:
         /// the embedded default machine), as `tlc run` binds them.
         #[arg(long, value_name = "FILE")]
         topology: Option<String>,
@@ -218,7 +218,7 @@ struct EmitIrArgs {
     #[arg(long, value_name = "DIR")]
     stdlib: Option<PathBuf>,
     /// A topology file or preset whose layout binds the kernels'
-    /// CUBE_PES, SIP_CUBES, CUBE_W and CUBE_H unless -D does (default: the
+    /// CUBE_PES, SIP_CUBES, CUBE_W, CUBE_H, SIP_W and SIP_H unless -D does (default: the
     /// embedded default machine).
     #[arg(long, value_name = "FILE")]
     topology: Option<String>,
@@ -454,7 +454,7 @@ fn summarize(file: &Path, source: &str, options: &sema::Options) -> sema::CheckO
 }
 
 /// Binds the machine-layout constexprs (`CUBE_PES`, `SIP_CUBES`, `CUBE_W`,
-/// `CUBE_H`) to `topo`'s values where `file`'s kernels declare them and
+/// `CUBE_H`, `SIP_W`, `SIP_H`) to `topo`'s values where `file`'s kernels declare them and
 /// `-D` does not give them, as the runtime does for a registered
 /// collective: a layout-aware kernel then fits the machine it runs on
 /// instead of its defaults' (the default machine's).
