@@ -69,14 +69,13 @@ pub fn parse_arg(text: &str) -> Result<(String, ArgSpec), String> {
                 None => None,
             };
             if is_rand {
-                let seed = match parts.get(2) {
-                    Some(s) => Some(
-                        s.trim()
-                            .parse::<u64>()
-                            .map_err(|_| format!("`--arg {text}`: seed `{}` is not an integer", s.trim()))?,
-                    ),
-                    None => None,
-                };
+                let seed =
+                    match parts.get(2) {
+                        Some(s) => Some(s.trim().parse::<u64>().map_err(|_| {
+                            format!("`--arg {text}`: seed `{}` is not a non-negative integer", s.trim())
+                        })?),
+                        None => None,
+                    };
                 if parts.len() > 3 {
                     return Err(format!("`--arg {text}`: rand takes (SHAPE, DTYPE[, SEED])"));
                 }
@@ -86,6 +85,15 @@ pub fn parse_arg(text: &str) -> Result<(String, ArgSpec), String> {
                 return Err(format!("`--arg {text}`: zeros takes (SHAPE, DTYPE)"));
             }
             return Ok((name.into(), ArgSpec::Zeros { shape, dtype }));
+        }
+        // `rand(1000,f32` is a call left open, not a value.
+        if spec
+            .strip_prefix(fname)
+            .is_some_and(|r| r.trim_start().starts_with('('))
+        {
+            return Err(format!(
+                "`--arg {text}`: `{fname}(` is not closed: expected `)` at the end"
+            ));
         }
     }
     Ok((name.into(), ArgSpec::Value(spec.to_string())))
@@ -216,7 +224,7 @@ pub fn resolve(name: &str, spec: &ArgSpec, ty: &Type) -> Result<HostArg, String>
         (ArgSpec::Value(_), Some(d)) => Err(format!(
             "parameter `{name}` is ptr[{d}]: pass a tensor, e.g. `{name}=@{name}.npy`, `{name}=rand(1024,{d})` or `{name}=zeros(1024,{d})`"
         )),
-        (_, None) => Err(format!("parameter `{name}` is a {ty} scalar: pass a value, e.g. `{name}=16`")),
+        (_, None) => Err(format!("parameter `{name}` is a scalar of type {ty}: pass a value, e.g. `{name}=16`")),
         (ArgSpec::Npy(path), Some(d)) => read_npy(path, d).map(HostArg::Tensor),
         (ArgSpec::Rand { shape, dtype, seed }, Some(d)) => {
             check_dtype(*dtype, d)?;
@@ -485,6 +493,13 @@ mod tests {
         assert_eq!(parse_arg("n=1024"), Ok(("n".into(), ArgSpec::Value("1024".into()))));
         assert!(parse_arg("x=rand((0,2),f32)").is_err());
         assert!(parse_arg("nonsense").is_err());
+        let open = parse_arg("x=rand(1000,f32").expect_err("unclosed");
+        assert!(open.contains("`rand(` is not closed"), "{open}");
+        let negative = parse_arg("x=rand(1000,f32,-1)").expect_err("negative seed");
+        assert!(
+            negative.contains("seed `-1` is not a non-negative integer"),
+            "{negative}"
+        );
     }
 
     #[test]

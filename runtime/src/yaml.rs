@@ -262,7 +262,12 @@ pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError
     let de = serde_yaml::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let path = if path == "." { String::new() } else { path };
+        // "." is the document; "?" where a syntax error left no key.
+        let path = if path == "." || path == "?" {
+            String::new()
+        } else {
+            path
+        };
         let inner = e.inner();
         let mut message = inner.to_string();
         // serde_yaml appends " at line L column C" and may prefix the path:
@@ -276,7 +281,7 @@ pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError
                 message = rest.to_string();
             }
         }
-        let message = shorten_quoted(&message);
+        let message = plain_types(&shorten_quoted(&message));
         // serde_yaml locates value errors at the enclosing mapping; the
         // key's own line is more useful when the path names a key.
         let line = match key_line(text, &path) {
@@ -291,6 +296,43 @@ pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError
             unreadable: false,
         }
     })
+}
+
+/// `message` with Rust's type names (serde's "expected f64") in the
+/// words of a YAML file's reader: a number, an integer.
+fn plain_types(message: &str) -> String {
+    const NAMES: [(&str, &str); 12] = [
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected i128", "expected an integer"),
+        ("expected u128", "expected a non-negative integer"),
+        ("expected i64", "expected an integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected i32", "expected an integer"),
+        ("expected u32", "expected a non-negative integer"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected u16", "expected a non-negative integer"),
+        ("expected u8", "expected a non-negative integer"),
+        ("invalid type: string", "got the string"),
+    ];
+    let mut out = message.to_string();
+    // "expected struct File": a mapping of keys is what the file lacks.
+    if let Some(at) = out.find("expected struct ") {
+        let name_end = out[at + 16..]
+            .find(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .map_or(out.len(), |k| at + 16 + k);
+        out.replace_range(at..name_end, "expected a mapping of keys");
+    }
+    for (rust, plain) in NAMES {
+        if let Some(at) = out.find(rust) {
+            // Whole words only: `expected u8` is not `expected u8x`.
+            let end = at + rust.len();
+            if !out[end..].starts_with(|c: char| c.is_ascii_alphanumeric()) {
+                out.replace_range(at..end, plain);
+            }
+        }
+    }
+    out
 }
 
 /// The longest quoted value an error message repeats whole, in
@@ -412,6 +454,24 @@ mod tests {
         }
     }
 
+    /// Errors name YAML's kinds of values, not Rust's types, and a
+    /// syntax error has no "?" for a key path.
+    #[test]
+    fn type_errors_are_in_the_files_words() {
+        let text = crate::topology::DEFAULT_YAML;
+        let unit = text.replacen("latency_ns: 500", "latency_ns: 500ns", 1);
+        let e = parse::<crate::topology::schema::File>("t.yaml", &unit).expect_err("a string");
+        assert_eq!(e.path, "system.sip_link.latency_ns");
+        assert_eq!(e.message, "got the string \"500ns\", expected a number", "{e}");
+        let float = text.replacen("capacity_bytes: 67108864", "capacity_bytes: 1.5e6", 1);
+        let e = parse::<crate::topology::schema::File>("t.yaml", &float).expect_err("a float");
+        assert!(e.message.ends_with("expected an integer"), "{e}");
+        let syntax = text.replacen("name: default", "name: default: x", 1);
+        let e = parse::<crate::topology::schema::File>("t.yaml", &syntax).expect_err("syntax");
+        assert_eq!(e.path, "", "{e}");
+        assert_eq!(plain_types("expected u8x"), "expected u8x");
+    }
+
     #[test]
     fn long_quoted_values_are_cut_short_ones_kept() {
         let long = "ab\\\"c".repeat(30); // 150 characters, escaped quotes inside
@@ -437,10 +497,10 @@ mod tests {
         let e = parse::<crate::topology::schema::File>("notes.txt", &text).expect_err("not a topology");
         let shown = e.to_string();
         assert!(
-            shown.starts_with("notes.txt:1: invalid type: string \"line 0 of some notes line 1"),
+            shown.starts_with("notes.txt:1: got the string \"line 0 of some notes line 1"),
             "{shown}"
         );
-        assert!(shown.contains("characters), expected struct File"), "{shown}");
+        assert!(shown.ends_with("characters), expected a mapping of keys"), "{shown}");
         assert!(shown.len() < 160, "{} characters: {shown}", shown.len());
     }
 }

@@ -201,7 +201,12 @@ fn run_summaries_count_nan() {
          tl.store(x + offs, tl.where(offs < 2, v * 0.0 / 0.0, v + offs))\n",
     );
     let o = tlc(&["run", &path, "--functional", "--arg", "x=zeros(4,f32)"]);
-    assert_exit(&o, 0, "  x: f32[4]  sum NaN  min 2.000000  max 3.000000  NaN 2");
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        out.contains("  x: f32[4]  sum NaN  min 2.000000  max 3.000000  NaN 2"),
+        "{out}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1278,7 +1283,15 @@ fn run_threads_give_the_same_results() {
         (o.stdout, data, trace, err)
     };
     let (one, two) = (run("1"), run("2"));
-    assert_eq!(one.0, two.0, "the JSON summary");
+    // The same summary but for where each run wrote its outputs.
+    let summary = |stdout: &[u8]| {
+        let mut v: serde_json::Value = serde_json::from_slice(stdout).expect("JSON");
+        for o in v["outputs"].as_array_mut().expect("outputs") {
+            o["file"] = serde_json::Value::Null;
+        }
+        v
+    };
+    assert_eq!(summary(&one.0), summary(&two.0), "the JSON summary");
     assert_eq!(one.1, two.1, "the data");
     assert!(one.2 == two.2, "the trace");
     assert!(
@@ -1584,5 +1597,83 @@ fn check_binds_the_layout_constexprs_to_the_topology() {
     assert_exit(&check(&["--topology", "tiny", "-D", "CUBE_PES=8"]), 0, "");
     assert_exit(&tlc(&["check", "stdlib/kernels/add.tl", "--topology", "tiny"]), 0, "");
     assert_exit(&check(&["--topology", "nope.yaml"]), 2, "nope.yaml");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What a user found: outputs are results (stdout, and in the JSON), a
+/// trace may go into `--out`'s directory, one unreadable file does not
+/// hide the others' diagnostics, a negative value reaches its option's
+/// parser, and `bench ccl` says when it rounds a size and what one rank
+/// means.
+#[test]
+fn run_and_bench_outputs_are_where_users_look() {
+    let dir = temp_dir("outputs");
+    let add = "stdlib/kernels/add.tl";
+    let args = [
+        "--arg",
+        "x=rand(100,f32)",
+        "--arg",
+        "y=zeros(100,f32)",
+        "--arg",
+        "out=zeros(100,f32)",
+        "--arg",
+        "n=100",
+    ];
+    let run = |extra: &[&str]| {
+        let mut v = vec!["run", add];
+        v.extend(args);
+        v.extend(extra);
+        tlc(&v)
+    };
+    let o = run(&[]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(out.contains("  out: f32[100]  sum "), "{out}");
+    let o = run(&["--format", "json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
+    let outs = v["outputs"].as_array().expect("outputs");
+    assert_eq!(outs.len(), 3, "{v}");
+    assert_eq!(outs[2]["name"], "out");
+    assert_eq!(outs[2]["shape"], serde_json::json!([100]));
+    // out = x + 0: the same sum as x.
+    assert_eq!(outs[2]["sum"], outs[0]["sum"], "{v}");
+    let o_dir = dir.join("o");
+    let trace = o_dir.join("t.json");
+    let (o_dir, trace) = (o_dir.to_string_lossy(), trace.to_string_lossy());
+    assert_exit(&run(&["--out", &o_dir, "--trace", &trace]), 0, "t.json");
+    assert!(dir.join("o/out.npy").exists() && dir.join("o/t.json").exists());
+    assert_exit(&run(&["--pes", "-1"]), 2, "--pes `-1`");
+
+    let d1 = dir.join("d1");
+    std::fs::create_dir_all(&d1).expect("d1");
+    write_kernel(&d1, "a.tl", "@kernel\ndef k(x: ptr[f32]):\n    tl.lood(x)\n");
+    std::fs::write(d1.join("zz.tl"), [0xffu8, 0xfe]).expect("binary file");
+    let o = tlc(&["check", &d1.to_string_lossy(), "--color", "never"]);
+    assert_exit(&o, 1, "zz.tl` is not UTF-8 text");
+    assert!(
+        stderr(&o).contains("`tl` has no built-in named `lood`"),
+        "{}",
+        stderr(&o)
+    );
+
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--algo",
+        "ring_allreduce",
+        "--pes",
+        "1",
+        "--sizes",
+        "4K,3001",
+        "--dtype",
+        "f32",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(out.contains("on 1 PE of `default`, float sum"), "{out}");
+    assert!(out.contains("# reference: one rank, no ring"), "{out}");
+    assert!(
+        out.contains("# Rounded sizes        : 3001 → 3000 (bytes: whole float elements)"),
+        "{out}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

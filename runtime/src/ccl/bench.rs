@@ -357,10 +357,12 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
                 crate::sim::ranks_in(&blocked)
             )
         }
-        other => format!(
-            "failed on {n} PEs:\n{}",
-            crate::sim::render_sim_error(func, sources, &other, ColorMode::Never).trim_end()
-        ),
+        other => {
+            // The diagnostic's own "error: " would follow the caller's.
+            let shown = crate::sim::render_sim_error(func, sources, &other, ColorMode::Never);
+            let shown = shown.trim_end();
+            format!("failed on {n} PEs: {}", shown.strip_prefix("error: ").unwrap_or(shown))
+        }
     })?;
     // A collective that leaves messages behind is wrong even when its
     // data is right (a later collective would receive them).

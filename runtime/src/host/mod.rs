@@ -1076,7 +1076,7 @@ impl Runtime {
                 }
                 (Elem::Num(d), Arg::Tensor(_)) => {
                     return Err(HostError::new(format!(
-                        "argument `{}` is a {d} scalar, not a tensor",
+                        "argument `{}` is a scalar of type {d}, not a tensor",
                         p.name
                     )))
                 }

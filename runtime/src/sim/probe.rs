@@ -125,8 +125,9 @@ pub fn cases(topo: &Topology) -> Vec<Case> {
         v.push(Case {
             name: ["hbm-1-issuer", "hbm-2-issuers", "hbm-3-issuers"][k as usize - 1],
             what: format!(
-                "{k} PE{} of the cube read one PE's HBM slice",
-                if k == 1 { "" } else { "s" }
+                "{k} PE{} of the cube read{} one PE's HBM slice",
+                if k == 1 { "" } else { "s" },
+                if k == 1 { "s" } else { "" }
             ),
             flows: (1..=k).map(|i| read(me, pe(0, 0, i))).collect(),
         });

@@ -134,6 +134,9 @@ fn us(ps: u64) -> String {
 /// `--time-limit 1ps` was "0.000 us").
 fn duration(ps: u64) -> String {
     match ps {
+        // Whole milliseconds and seconds as written (a time limit).
+        1_000_000_000_000.. if ps % 1_000_000_000_000 == 0 => format!("{} s", ps / 1_000_000_000_000),
+        1_000_000_000.. if ps % 1_000_000_000 == 0 => format!("{} ms", ps / 1_000_000_000),
         1_000_000.. => format!("{} us", us(ps)),
         _ if ps % 1000 == 0 => format!("{} ns", ps / 1000),
         _ => format!("{ps} ps"),
@@ -573,6 +576,9 @@ mod tests {
         assert_eq!(us(305_499), "0.305");
         assert_eq!(us(1_999_999_500), "2000.000");
         assert_eq!(duration(2_125_664_500), "2125.665 us");
+        assert_eq!(duration(100_000_000_000), "100 ms");
+        assert_eq!(duration(2_000_000_000_000), "2 s");
+        assert_eq!(duration(100_000_001_000), "100000.001 us");
     }
 
     /// The mean busy share lies in [min, max], bit for bit when every PE

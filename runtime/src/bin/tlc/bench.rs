@@ -34,7 +34,7 @@ pub struct CclArgs {
     #[arg(long, default_value = "sum")]
     pub redop: String,
     /// The PEs: 1, N, cube, sip, all, or SIP.CUBE.PE,….
-    #[arg(long, default_value = "cube")]
+    #[arg(long, allow_hyphen_values = true, default_value = "cube")]
     pub pes: String,
     /// Threads a launch over several SIPs runs on (default: every core).
     /// The results do not depend on it.
@@ -51,7 +51,7 @@ pub struct CclArgs {
     /// Simulated time one size may take (ps, ns, us, ms, s), or `none`; a
     /// size still running then is an error (an algorithm that never
     /// ends).
-    #[arg(long, value_name = "TIME", default_value = super::DEFAULT_TIME_LIMIT, value_parser = super::time_limit)]
+    #[arg(long, allow_hyphen_values = true, value_name = "TIME", default_value = super::DEFAULT_TIME_LIMIT, value_parser = super::time_limit)]
     pub time_limit: super::TimeLimit,
     #[arg(long, value_enum, default_value = "human")]
     pub format: Format,
@@ -67,7 +67,7 @@ pub struct SimArgs {
     #[arg(long, default_value = "128K")]
     pub bytes: String,
     /// The PEs: 1, N, cube, sip, all, or SIP.CUBE.PE,….
-    #[arg(long, default_value = "all")]
+    #[arg(long, allow_hyphen_values = true, default_value = "all")]
     pub pes: String,
     /// A topology file or preset (default: the embedded default machine).
     #[arg(long, value_name = "FILE")]
@@ -194,8 +194,9 @@ pub fn sim(a: SimArgs) -> ExitCode {
                 if wrong == 0 { "OK" } else { "FAILED" }
             );
             outln!(
-                "wall per run (s)   min {min:.4}   median {median:.4}   max {max:.4}   ({} runs)",
-                walls.len()
+                "wall per run (s)   min {min:.4}   median {median:.4}   max {max:.4}   ({} run{})",
+                walls.len(),
+                if walls.len() == 1 { "" } else { "s" }
             );
             outln!(
                 "events/s (M)       best {:.3}   median {:.3}",
@@ -322,6 +323,9 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         rows: Vec<Row>,
         /// Sizes that failed (their errors were printed).
         failed_sizes: Vec<u64>,
+        /// Sizes run as another (whole elements; for all-gather and
+        /// reduce-scatter, whole elements per rank): asked, run.
+        rounded: Vec<(u64, u64)>,
     }
     let mut prepared = Vec::new();
     for name in &algos {
@@ -341,6 +345,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                     jit: Jit::new(),
                     rows: Vec::new(),
                     failed_sizes: Vec::new(),
+                    rounded: Vec::new(),
                 });
             }
             Err(e) => {
@@ -368,7 +373,12 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 time_limit_ps: a.time_limit.0,
             };
             match bench::run_one(&case, &mut p.jit, &mut cache, size) {
-                Ok(r) => p.rows.push(r),
+                Ok(r) => {
+                    if r.size_bytes != size {
+                        p.rounded.push((size, r.size_bytes));
+                    }
+                    p.rows.push(r)
+                }
                 Err(e) => {
                     progress.suspend(|| errln!("error: {e}"));
                     p.failed_sizes.push(size);
@@ -396,15 +406,20 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             Format::Human => {
                 let mut o = String::new();
                 o.push_str(&format!(
-                    "# {op} with `{name}` ({}) on {ranks} PEs of `{}`, {} {}\n",
+                    "# {op} with `{name}` ({}) on {ranks} PE{} of `{}`, {}{}\n",
                     shown(&alg.module),
+                    if ranks == 1 { "" } else { "s" },
                     topo.spec.name,
                     bench::type_name(dtype),
-                    if op.reduces() { redop.name() } else { "" }
+                    if op.reduces() { format!(" {}", redop.name()) } else { String::new() }
                 ));
-                o.push_str(&format!(
-                    "# reference: a ring step's bottleneck {bw:.1} GB/s; a ring's latency over its {hops} hops {ring_us:.2} us (mean hop α = {alpha:.1} ns)\n#\n",
-                ));
+                if ranks < 2 {
+                    o.push_str("# reference: one rank, no ring: nothing crosses a link\n#\n");
+                } else {
+                    o.push_str(&format!(
+                        "# reference: a ring step's bottleneck {bw:.1} GB/s; a ring's latency over its {hops} hops {ring_us:.2} us (mean hop α = {alpha:.1} ns)\n#\n",
+                    ));
+                }
                 o.push_str(
                     "#        size         count      type   redop     time(us)   algbw(GB/s)   busbw(GB/s)  #wrong\n",
                 );
@@ -419,6 +434,19 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                         r.algbw_gbps,
                         r.busbw_gbps,
                         r.wrong
+                    ));
+                }
+                if !p.rounded.is_empty() {
+                    let sizes: Vec<String> = p.rounded.iter().map(|(asked, ran)| format!("{asked} → {ran}")).collect();
+                    o.push_str(&format!(
+                        "# Rounded sizes        : {} (bytes: whole {} elements{})\n",
+                        sizes.join(", "),
+                        bench::type_name(dtype),
+                        if matches!(op, Collective::AllGather | Collective::ReduceScatter) {
+                            ", the same number per rank"
+                        } else {
+                            ""
+                        }
                     ));
                 }
                 if !p.failed_sizes.is_empty() {
@@ -440,7 +468,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 "ranks": ranks, "dtype": bench::type_name(dtype), "redop": redop.name(),
                 "reference_bottleneck_gbps": bw, "reference_mean_hop_ns": alpha,
                 "reference_ring_hops": hops, "reference_ring_latency_us": ring_us,
-                "avg_busbw_gbps": avg_bus, "wrong": wrong, "failed_sizes": p.failed_sizes, "ok": ok,
+                "avg_busbw_gbps": avg_bus, "wrong": wrong, "failed_sizes": p.failed_sizes, "rounded_sizes": p.rounded, "ok": ok,
                 "rows": rows.iter().map(|r| json!({
                     "size": r.size_bytes, "count": r.count, "time_us": r.time_ps as f64 / 1e6,
                     "algbw_gbps": r.algbw_gbps, "busbw_gbps": r.busbw_gbps, "wrong": r.wrong, "events": r.events,

@@ -129,7 +129,7 @@ enum Command {
         args: Vec<String>,
         /// The PEs to run on: 1, N (the first N in ring order), cube, sip, all,
         /// or a list SIP.CUBE.PE,….
-        #[arg(long, default_value = "1")]
+        #[arg(long, allow_hyphen_values = true, default_value = "1")]
         pes: String,
         /// Threads a launch over several SIPs runs on, one shard of its
         /// SIPs each (default: every core). The results do not depend on it.
@@ -151,7 +151,7 @@ enum Command {
         format: Format,
         /// Simulated time the run may take (ps, ns, us, ms, s: `500us`), or
         /// `none`; a run still going then stops with where each PE is.
-        #[arg(long, value_name = "TIME", default_value = DEFAULT_TIME_LIMIT, value_parser = time_limit)]
+        #[arg(long, allow_hyphen_values = true, value_name = "TIME", default_value = DEFAULT_TIME_LIMIT, value_parser = time_limit)]
         time_limit: TimeLimit,
         /// Run every program in turn on the untimed executor (no machine,
         /// no communication): the fastest way to check numbers. The
@@ -677,17 +677,23 @@ fn check(
         defines,
         stdlib_root: stdlib.or_else(default_stdlib),
     };
-    let mut sources = Vec::with_capacity(files.len());
+    // A file that cannot be read (not UTF-8, say) is reported and the
+    // others are still checked; the run then fails (exit 1).
+    let mut readable = Vec::with_capacity(files.len());
+    let mut unreadable = 0;
     for file in &files {
         match read_source(file) {
-            Ok(s) => sources.push(s),
-            Err(e) => return usage_error(&e),
+            Ok(s) => readable.push((file, s)),
+            Err(e) => {
+                errln!("error: {e}");
+                unreadable += 1;
+            }
         }
     }
     let check_all = |options: &sema::Options| {
         let mut session = sema::Session::new(options.clone());
-        for (file, source) in files.iter().zip(&sources) {
-            session.add_file(&file.display().to_string(), Some(file.clone()), source.clone());
+        for (file, source) in &readable {
+            session.add_file(&file.display().to_string(), Some(file.to_path_buf()), source.clone());
         }
         session.finish()
     };
@@ -704,7 +710,7 @@ fn check(
         let text = render_human(&out.diagnostics, &out.sources, color_mode(color));
         err!("{text}{}", render_summary(&out.diagnostics));
     }
-    if out.has_errors() {
+    if out.has_errors() || unreadable > 0 {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

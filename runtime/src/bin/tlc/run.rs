@@ -95,8 +95,16 @@ fn pointee_elem(e: Elem) -> Elem {
     }
 }
 
-/// A tensor's one-line summary (sum, min, max).
-fn summary_line(name: &str, t: &Tensor) -> String {
+/// What an output's summary says of it.
+struct Stats {
+    sum: f64,
+    /// Of the values that are not NaN (none when every value is NaN).
+    min_max: Option<(f64, f64)>,
+    nans: usize,
+}
+
+/// A tensor's sum, min, max and NaN count.
+fn stats(t: &Tensor) -> Stats {
     use kernbench_compiler::datapath::elem;
     let d = t.dtype();
     let size = d.size_bytes() as usize;
@@ -137,25 +145,55 @@ fn summary_line(name: &str, t: &Tensor) -> String {
         }
     }
     let values = t.bytes().len() / size.max(1);
-    let range = if nans == values {
-        String::new() // no values, or only NaN
-    } else {
-        format!("  min {lo:.6}  max {hi:.6}")
-    };
+    Stats {
+        sum,
+        // No values, or only NaN: no range.
+        min_max: (nans < values).then_some((lo, hi)),
+        nans,
+    }
+}
+
+/// A tensor's one-line summary (sum, min, max).
+fn summary_line(name: &str, t: &Tensor) -> String {
+    let Stats { sum, min_max, nans } = stats(t);
+    let range = min_max.map_or(String::new(), |(lo, hi)| format!("  min {lo:.6}  max {hi:.6}"));
     let nans = if nans > 0 {
         format!("  NaN {nans}")
     } else {
         String::new()
     };
-    format!("  {name}: {d}{:?}  sum {sum:.6}{range}{nans}", t.shape)
+    format!("  {name}: {}{:?}  sum {sum:.6}{range}{nans}", t.dtype(), t.shape)
 }
 
-/// Writes every tensor to `DIR/NAME.npy`, or prints its summary.
-fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)]) -> Result<(), String> {
+/// The outputs as JSON: name, dtype, shape, sum, min, max, NaN count,
+/// and the file `--out` wrote (JSON has no NaN: a NaN sum is null).
+fn outputs_json(out: Option<&Path>, tensors: &[(String, Tensor)]) -> serde_json::Value {
+    let finite = |v: f64| v.is_finite().then_some(v);
+    tensors
+        .iter()
+        .map(|(name, t)| {
+            let st = stats(t);
+            serde_json::json!({
+                "name": name,
+                "dtype": t.dtype().to_string(),
+                "shape": t.shape.to_vec(),
+                "sum": finite(st.sum),
+                "min": st.min_max.and_then(|m| finite(m.0)),
+                "max": st.min_max.and_then(|m| finite(m.1)),
+                "nan": st.nans,
+                "file": out.map(|d| d.join(format!("{name}.npy")).display().to_string()),
+            })
+        })
+        .collect()
+}
+
+/// Writes every tensor to `DIR/NAME.npy`, or prints its summary on
+/// stdout (unless `quiet`: the JSON summary has it).
+fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)], quiet: bool) -> Result<(), String> {
     match out {
         None => {
-            for (name, t) in tensors {
-                errln!("{}", summary_line(name, t));
+            for (name, t) in tensors.iter().filter(|_| !quiet) {
+                outln!("{}", summary_line(name, t));
             }
         }
         Some(dir) => {
@@ -364,6 +402,20 @@ pub fn run(a: RunArgs) -> ExitCode {
     // cannot be written is known before minutes of simulation, not after;
     // it is not truncated (nor left behind, if new) unless the run
     // succeeds.
+    // A trace written into --out's directory (`--out o --trace o/t.json`)
+    // needs the directory now.
+    if let (Some(path), Some(out)) = (&a.trace, &a.out) {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.exists() && p.starts_with(out)) {
+            if let Err(e) = out_dir_ready(out).and_then(|()| {
+                let dir = parent.unwrap_or(out);
+                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))
+            }) {
+                errln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        }
+    }
     let trace_file = match &a.trace {
         Some(path) => match std::fs::OpenOptions::new()
             .write(true)
@@ -421,10 +473,15 @@ pub fn run(a: RunArgs) -> ExitCode {
         .iter()
         .filter_map(|t| place::replica_divergence(&machine, t).map(|(rank, elem)| (t.name.as_str(), rank, elem)))
         .collect();
+    let tensors: Vec<(String, Tensor)> = placed
+        .iter()
+        .map(|t| (t.name.clone(), place::gather(&machine, t)))
+        .collect();
     match a.format {
         Format::Human => out!("{}", sim::summary_text(&report)),
         Format::Json => {
             let mut summary = sim::summary_json(&report);
+            summary["outputs"] = outputs_json(a.out.as_deref(), &tensors);
             summary["diverging_replicas"] = diverging
                 .iter()
                 .map(|(name, rank, elem)| serde_json::json!({"tensor": name, "rank": rank, "element": elem}))
@@ -452,11 +509,7 @@ pub fn run(a: RunArgs) -> ExitCode {
              is not rank 0's); the output is rank 0's copy"
         );
     }
-    let tensors: Vec<(String, Tensor)> = placed
-        .iter()
-        .map(|t| (t.name.clone(), place::gather(&machine, t)))
-        .collect();
-    if let Err(e) = emit_tensors(a.out.as_deref(), &tensors) {
+    if let Err(e) = emit_tensors(a.out.as_deref(), &tensors, a.format == Format::Json) {
         errln!("error: {e}");
         return ExitCode::from(1);
     }
@@ -516,7 +569,7 @@ fn functional(
             Some((name.clone(), Tensor::from_bytes(pointee_elem(*elem), shape, &seg.data)?))
         })
         .collect();
-    if let Err(e) = emit_tensors(a.out.as_deref(), &out) {
+    if let Err(e) = emit_tensors(a.out.as_deref(), &out, false) {
         errln!("error: {e}");
         return ExitCode::from(1);
     }
