@@ -330,6 +330,11 @@ fn run_errors_point_at_the_source() {
         e.contains("outside every allocation") && e.contains("kernel `add`") && e.contains("add.tl:9:9"),
         "{e}"
     );
+    // Element 13 of the 13-element `x`: the note names the tensor.
+    assert!(
+        e.contains("= note: the access starts 0 bytes past the end of `x` (52 bytes at 0x"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -241,6 +241,53 @@ impl SimMemory {
         Some((s.base, s.base + s.data.len() as u64, info.placement))
     }
 
+    /// Where an access of `bytes` at `addr` that hit no allocation lies
+    /// against the nearest one (by the gap between them), in words for
+    /// an error: "4 bytes past the end of `buf[0]` (400 bytes at 0x…, in
+    /// the HBM slice of …)". `None` when nothing is allocated.
+    pub fn describe_miss(&self, addr: u64, bytes: u64) -> Option<String> {
+        let segs = self.flat.segments();
+        let k = segs.partition_point(|s| s.base <= addr);
+        let gap = |s: &crate::exec::Segment| {
+            let end = s.base + s.data.len() as u64;
+            if addr >= end {
+                addr - end
+            } else {
+                s.base.saturating_sub(addr + bytes)
+            }
+        };
+        let s = [k.checked_sub(1), Some(k)]
+            .into_iter()
+            .flatten()
+            .filter_map(|i| segs.get(i))
+            .filter(|s| !s.data.is_empty())
+            .min_by_key(|s| gap(s))?;
+        let (len, end) = (s.data.len() as u64, s.base + s.data.len() as u64);
+        if addr >= s.base && addr + bytes <= end {
+            return None; // Inside it: not a miss.
+        }
+        let place = self
+            .info
+            .get(s.tag as usize)
+            .map_or(String::new(), |i| format!(", in the {}", i.placement));
+        let side = if addr >= end {
+            format!("{} bytes past the end of", addr - end)
+        } else if addr < s.base {
+            format!("{} bytes before the start of", s.base - addr)
+        } else {
+            // Starts inside, runs off the end.
+            format!(
+                "{} bytes into (and {} past the end of)",
+                addr - s.base,
+                addr + bytes - end
+            )
+        };
+        Some(format!(
+            "the access starts {side} `{}` ({len} bytes at {:#x}{place})",
+            s.name, s.base
+        ))
+    }
+
     /// `addr` in the same symmetric group's segment of `rank`.
     pub fn symmetric_at(&self, addr: u64, rank: u32) -> Option<u64> {
         let (base, info) = self.lookup(addr)?;
@@ -392,6 +439,23 @@ impl Memory for SimMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A miss is placed against the allocation it is nearest to, on the
+    /// side it is on; an access inside one is no miss.
+    #[test]
+    fn misses_are_described_against_the_nearest_allocation() {
+        let topo = Topology::load("tiny").expect("tiny preset");
+        let mut m = SimMemory::new(&topo);
+        let pe = PeCoord { sip: 0, cube: 0, pe: 0 };
+        assert_eq!(m.describe_miss(0x1000, 4), None);
+        let a = m.alloc("a", Placement::Hbm(pe), vec![0; 400]).expect("fits");
+        let b = m.alloc("b", Placement::Hbm(pe), vec![0; 100]).expect("fits");
+        let said = |addr, bytes| m.describe_miss(addr, bytes).unwrap_or_default();
+        assert!(said(a + 408, 4).starts_with("the access starts 8 bytes past the end of `a` (400 bytes at"));
+        assert!(said(b - 8, 4).starts_with("the access starts 8 bytes before the start of `b`"));
+        assert!(said(a + 398, 4).starts_with("the access starts 398 bytes into (and 2 past the end of) `a`"));
+        assert!(said(a, 4).is_empty());
+    }
 
     #[test]
     fn capacity_and_symmetric_groups() {

@@ -505,6 +505,23 @@ fn wait_note(b: &Blocked) -> String {
     }
 }
 
+/// For an access that hit no allocation, where it lies against the
+/// nearest one ([`super::SimMemory::describe_miss`]): a note to print
+/// after the error, since the address alone tells a user little.
+pub fn miss_note(mem: &super::SimMemory, e: &SimError) -> Option<String> {
+    match e {
+        SimError::Exec {
+            error:
+                kernbench_compiler::datapath::ExecError {
+                    kind: kernbench_compiler::datapath::ExecErrorKind::OutOfBounds(f),
+                    ..
+                },
+            ..
+        } => mem.describe_miss(f.addr, f.bytes).map(|d| format!("  = note: {d}\n")),
+        _ => None,
+    }
+}
+
 /// Any simulation error, rendered for a terminal.
 pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, color: ColorMode) -> String {
     match e {

@@ -441,7 +441,9 @@ pub fn run(a: RunArgs) -> ExitCode {
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            err!("{}", sim::render_sim_error(&func, &sources, &e, color_mode(a.color)));
+            let shown = sim::render_sim_error(&func, &sources, &e, color_mode(a.color));
+            let note = sim::miss_note(&machine.mem, &e).unwrap_or_default();
+            err!("{}{note}", shown.trim_end_matches('\n').to_string() + "\n");
             if let Some((path, _, true)) = trace_file {
                 let _ = std::fs::remove_file(path);
             }
