@@ -527,6 +527,18 @@ fn topology_summarizes_presets_and_reports_bad_files() {
         text.contains("= 256 PEs") && text.contains("ucie") && text.contains("peaks"),
         "{text}"
     );
+    // Link classes as a run names them; the one-cube, one-SIP machine
+    // has no UCIe and no SIP link, and peaks below 1 TB/s are in GB/s.
+    for class in ["router mesh ", "hbm channel ", "sip link ", "tcm read "] {
+        assert!(text.contains(class), "{class}: {text}");
+    }
+    let o = tlc(&["topology", "tiny"]);
+    let tiny = String::from_utf8_lossy(&o.stdout);
+    assert!(!tiny.contains("ucie") && !tiny.contains("sip link"), "{tiny}");
+    assert!(
+        tiny.contains("× 1 cube (1×1 mesh)") && tiny.contains("hbm        819.2 GB/s machine-wide"),
+        "{tiny}"
+    );
     let o = tlc(&["topology", "large", "--format", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert!(v["total_pes"].as_u64().unwrap_or(0) >= 4096);

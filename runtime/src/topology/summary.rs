@@ -20,10 +20,14 @@ fn bytes(n: u64) -> String {
     format!("{n} B")
 }
 
-/// One row per link class: (name, bandwidth GB/s, latency ns, what).
+/// One row per link class the machine has, named as a run's summary
+/// and `tlc probe` name them (`sim::LINK_CLASSES`): (name, bandwidth
+/// GB/s, latency ns, what). A machine of one cube has no UCIe, one of one
+/// SIP no SIP links.
 fn link_classes(t: &Topology) -> Vec<(&'static str, f64, f64, String)> {
     let s = &t.spec;
-    vec![
+    let c = &s.pe.hbm_controller;
+    let mut rows = vec![
         (
             "pe<->router",
             s.cube.router.link_bandwidth_bytes_per_ns.0,
@@ -31,7 +35,7 @@ fn link_classes(t: &Topology) -> Vec<(&'static str, f64, f64, String)> {
             "each PE to its router".into(),
         ),
         (
-            "router mesh hop",
+            "router mesh",
             s.cube.router.link_bandwidth_bytes_per_ns.0,
             s.cube.router.hop_latency_ns.0,
             "between routers inside a cube (XY)".into(),
@@ -52,14 +56,15 @@ fn link_classes(t: &Topology) -> Vec<(&'static str, f64, f64, String)> {
             format!("SIP to SIP ({})", yaml_name(&s.system.sip_topology)),
         ),
         (
-            "hbm controller",
-            t.hbm_bandwidth_bytes_per_ns(),
-            s.pe.hbm_controller.latency_ns.0,
+            "hbm channel",
+            c.channel_bandwidth_bytes_per_ns.0 * c.efficiency.0,
+            c.latency_ns.0,
             format!(
-                "per PE slice: {} pseudo-channels × {} GB/s × {}",
-                s.pe.hbm_controller.pseudo_channels.0,
-                s.pe.hbm_controller.channel_bandwidth_bytes_per_ns.0,
-                s.pe.hbm_controller.efficiency.0
+                "{} GB/s × {} efficiency; {} per PE slice, {:.1} GB/s together",
+                c.channel_bandwidth_bytes_per_ns.0,
+                c.efficiency.0,
+                c.pseudo_channels.0,
+                t.hbm_bandwidth_bytes_per_ns()
             ),
         ),
         (
@@ -69,24 +74,39 @@ fn link_classes(t: &Topology) -> Vec<(&'static str, f64, f64, String)> {
             "per cube, shared".into(),
         ),
         (
-            "tcm read port",
+            "tcm read",
             s.pe.tcm.read_bandwidth_bytes_per_ns.0,
             s.pe.tcm.latency_ns.0,
             "per PE".into(),
         ),
         (
-            "tcm write port",
+            "tcm write",
             s.pe.tcm.write_bandwidth_bytes_per_ns.0,
             s.pe.tcm.latency_ns.0,
             "per PE".into(),
         ),
         (
-            "pcie (host)",
+            "pcie",
             s.host.pcie.bandwidth_bytes_per_ns.0,
             s.host.pcie.latency_ns.0,
             format!("host to IO chiplet at cube {}", s.sip.io_chiplet_cube),
         ),
-    ]
+    ];
+    rows.retain(|(name, ..)| match *name {
+        "ucie" => t.cubes_per_sip() > 1,
+        "sip link" => t.sips() > 1,
+        _ => true,
+    });
+    rows
+}
+
+/// A bandwidth in GB/s, or TB/s from 1000 GB/s up.
+fn bandwidth(gbps: f64) -> String {
+    if gbps >= 1000.0 {
+        format!("{:.1} TB/s", gbps / 1000.0)
+    } else {
+        format!("{gbps:.1} GB/s")
+    }
 }
 
 pub fn summary_text(t: &Topology) -> String {
@@ -103,12 +123,13 @@ pub fn summary_text(t: &Topology) -> String {
         s.name, s.clock_ghz.0, t.cycle_ps
     ));
     o.push_str(&format!(
-        "machine    {} SIP{} ({topo}, {}×{}) × {} cubes ({w}×{h} mesh) × {} PEs ({} corners × {}) = {} PEs\n",
+        "machine    {} SIP{} ({topo}, {}×{}) × {} cube{} ({w}×{h} mesh) × {} PEs ({} corners × {}) = {} PEs\n",
         t.sips(),
         if t.sips() == 1 { "" } else { "s" },
         s.system.sip_grid[0].0,
         s.system.sip_grid[1].0,
         t.cubes_per_sip(),
+        if t.cubes_per_sip() == 1 { "" } else { "s" },
         t.pes_per_cube(),
         s.cube.pe_layout.corners.0,
         s.cube.pe_layout.pe_per_corner.0,
@@ -198,18 +219,22 @@ pub fn summary_text(t: &Topology) -> String {
         t.gemm_flops_per_ns("f16")
     ));
     o.push_str(&format!(
-        "  hbm        {:.1} TB/s machine-wide ({:.1} GB/s per PE)\n",
-        t.hbm_bandwidth_bytes_per_ns() * pes / 1000.0,
+        "  hbm        {} machine-wide ({:.1} GB/s per PE)\n",
+        bandwidth(t.hbm_bandwidth_bytes_per_ns() * pes),
         t.hbm_bandwidth_bytes_per_ns()
     ));
-    o.push_str(&format!(
-        "  ucie       {:.0} GB/s per cube-to-cube port\n",
-        t.ucie_bandwidth_bytes_per_ns()
-    ));
-    o.push_str(&format!(
-        "  sip link   {:.0} GB/s per link\n",
-        s.system.sip_link.bandwidth_bytes_per_ns.0
-    ));
+    if t.cubes_per_sip() > 1 {
+        o.push_str(&format!(
+            "  ucie       {:.0} GB/s per cube-to-cube port\n",
+            t.ucie_bandwidth_bytes_per_ns()
+        ));
+    }
+    if t.sips() > 1 {
+        o.push_str(&format!(
+            "  sip link   {:.0} GB/s per link\n",
+            s.system.sip_link.bandwidth_bytes_per_ns.0
+        ));
+    }
     o
 }
 
