@@ -158,7 +158,8 @@ fn make_data(c: Collective, d: DType, op: ReduceOp, n: u64, per_rank: u64) -> Da
 pub struct RingReference {
     /// The per-step bottleneck bandwidth (GB/s) of the data path of a ring
     /// edge: the slowest of the link routes into the receivers' slots and
-    /// the memory port each rank streams its buffer through.
+    /// the memory ports each rank's buffer and slots stream through, as
+    /// they are shared (see [`ring_reference`]).
     pub bottleneck_gbps: f64,
     /// Each edge's step latency α (ns), edge k from rank k to rank k + 1:
     /// the DMA setup of the block it sends, the route's latency into the
@@ -221,11 +222,28 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
         let cc = m.fabric.idle_cost(&copy, bytes, &[]);
         hop_ns.push((c.latency_ps + cc.latency_ps) as f64 / 1000.0 + setup_ns);
     }
-    // The buffers: each rank reads (or writes) its HBM slice once per
-    // byte it sends (or receives).
+    // The memories every step streams through, shared: each rank reads
+    // (or writes) its buffer in its HBM slice once per byte it sends (or
+    // receives); slots in HBM add the message's write into the
+    // receiver's slice and its copy out (three passes through one
+    // controller); slots in SRAM put both of those through the cube's one
+    // SRAM port, for every ring member the cube holds (each receives).
     let hbm = topo.hbm_bandwidth_bytes_per_ns();
+    let memory = match ipcq.buffer_space {
+        Space::Tcm => hbm,
+        Space::Hbm => hbm / 3.0,
+        Space::Sram => {
+            let mut per_cube: std::collections::HashMap<(u32, u32), u32> = std::collections::HashMap::new();
+            for p in pes {
+                *per_cube.entry((p.sip, p.cube)).or_insert(0) += 1;
+            }
+            let receivers = per_cube.values().copied().max().unwrap_or(1);
+            let sram = topo.spec.cube.sram.bandwidth_bytes_per_ns.0;
+            hbm.min(sram / (2.0 * f64::from(receivers)))
+        }
+    };
     RingReference {
-        bottleneck_gbps: bw.min(hbm),
+        bottleneck_gbps: bw.min(memory),
         hop_ns,
     }
 }
