@@ -287,13 +287,18 @@ impl Checker {
             let annot = match &p.annotation {
                 Some(a) => self.annotation(&mut f, a),
                 None => {
-                    self.error(
-                        &f,
+                    let n = &p.name.name;
+                    let d = Diagnostic::new(
                         Code::E0207,
-                        format!("kernel parameter `{}` has no type annotation", p.name.name),
-                        p.name.span,
+                        format!("kernel parameter `{n}` has no type annotation"),
+                        self.loc(&f, p.name.span),
                         "annotation needed",
-                    );
+                    )
+                    .with_help(format!(
+                        "annotate it: `{n}: ptr[f32]` for a tensor, `{n}: i32` for a scalar, `{n}: constexpr` for a \
+                         compile-time constant"
+                    ));
+                    self.emit(&f, d);
                     Annot::Unknown
                 }
             };

@@ -258,6 +258,11 @@ impl Checker {
                         self.loc(f, attr.span),
                         "used as a value",
                     );
+                } else if matches!(name, "math" | "libdevice" | "extra") {
+                    // Triton's `tl.math.exp`, `tl.extra.libdevice…`.
+                    d = d.with_help(format!(
+                        "Triton's `tl.{name}` functions are directly under `tl` here: `tl.exp`, `tl.sqrt`, …"
+                    ));
                 } else if let Some(h) = super::suggest::nearest(name, builtins::tl_names()) {
                     d = d.with_help(format!("did you mean `tl.{h}`?"));
                 }
