@@ -724,6 +724,15 @@ impl Checker {
                         let v = self.convert_to_declared(f, v, &ty, value.span);
                         self.assign(f, &Target::Name(target.clone()), v, s.span);
                     }
+                    // `p: ptr[f16] = …`: the element type is checked as a
+                    // parameter's is (it was ignored).
+                    Annot::PtrOf(e) => {
+                        let v = match self.dtype_expr(f, &e) {
+                            Some(d) => self.convert_to_declared(f, v, &Ty::Scalar(Elem::Ptr(d)), value.span),
+                            None => v,
+                        };
+                        self.assign(f, &Target::Name(target.clone()), v, s.span);
+                    }
                     _ => self.assign(f, &Target::Name(target.clone()), v, s.span),
                 }
             }
