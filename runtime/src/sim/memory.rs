@@ -246,6 +246,8 @@ impl SimMemory {
     /// an error: "4 bytes past the end of `buf[0]` (400 bytes at 0x…, in
     /// the HBM slice of …)". `None` when nothing is allocated.
     pub fn describe_miss(&self, addr: u64, bytes: u64) -> Option<String> {
+        // A computed address may be anywhere, up to u64::MAX.
+        let last = addr.saturating_add(bytes);
         let segs = self.flat.segments();
         let k = segs.partition_point(|s| s.base <= addr);
         let gap = |s: &crate::exec::Segment| {
@@ -253,7 +255,7 @@ impl SimMemory {
             if addr >= end {
                 addr - end
             } else {
-                s.base.saturating_sub(addr + bytes)
+                s.base.saturating_sub(last)
             }
         };
         let s = [k.checked_sub(1), Some(k)]
@@ -263,7 +265,7 @@ impl SimMemory {
             .filter(|s| !s.data.is_empty())
             .min_by_key(|s| gap(s))?;
         let (len, end) = (s.data.len() as u64, s.base + s.data.len() as u64);
-        if addr >= s.base && addr + bytes <= end {
+        if addr >= s.base && last <= end {
             return None; // Inside it: not a miss.
         }
         let place = self
@@ -276,11 +278,7 @@ impl SimMemory {
             format!("{} bytes before the start of", s.base - addr)
         } else {
             // Starts inside, runs off the end.
-            format!(
-                "{} bytes into (and {} past the end of)",
-                addr - s.base,
-                addr + bytes - end
-            )
+            format!("{} bytes into (and {} past the end of)", addr - s.base, last - end)
         };
         Some(format!(
             "the access starts {side} `{}` ({len} bytes at {:#x}{place})",
@@ -455,6 +453,7 @@ mod tests {
         assert!(said(b - 8, 4).starts_with("the access starts 8 bytes before the start of `b`"));
         assert!(said(a + 398, 4).starts_with("the access starts 398 bytes into (and 2 past the end of) `a`"));
         assert!(said(a, 4).is_empty());
+        assert!(said(u64::MAX - 1, 4).contains("past the end of `b`"));
     }
 
     #[test]
