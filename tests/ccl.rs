@@ -6,7 +6,7 @@
 use kernbench_compiler::datapath::jit::Jit;
 use kernbench_compiler::sema::{DType, Konst};
 use kernbench_runtime::ccl::bench::{self, Case};
-use kernbench_runtime::ccl::{Collective, ReduceOp, Registry};
+use kernbench_runtime::ccl::{Algorithm, Collective, ReduceOp, Registry};
 use kernbench_runtime::host::{spawn, DpPolicy, HostError, Runtime};
 use kernbench_runtime::sim;
 use kernbench_runtime::topology::{Topology, DEFAULT_YAML};
@@ -33,29 +33,28 @@ fn run(
     dtype: DType,
     op: ReduceOp,
 ) -> bench::Row {
-    let a = reg.get(algo).expect("registered").clone();
-    let compiled = reg.compile_for(&a, topo, dtype, op).unwrap_or_else(|e| panic!("{e}"));
-    run_compiled(topo, reg, algo, &compiled, world, bytes, dtype, op)
+    let a = reg.get(algo).expect("registered");
+    let compiled = reg.compile_for(a, topo, dtype, op).unwrap_or_else(|e| panic!("{e}"));
+    run_compiled(topo, reg, a, &compiled, world, bytes, dtype, op)
 }
 
-/// Runs `algo` as [`run`] does, as compiled here (`compiled`).
+/// Runs algorithm `a` as [`run`] does, as compiled here (`compiled`).
 #[allow(clippy::too_many_arguments)]
 fn run_compiled(
     topo: &Topology,
     reg: &Registry,
-    algo: &str,
+    a: &Algorithm,
     (func, sources): &(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap),
     world: usize,
     bytes: u64,
     dtype: DType,
     op: ReduceOp,
 ) -> bench::Row {
-    let a = reg.get(algo).expect("registered").clone();
     let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
     let case = Case {
         topo,
         reg,
-        algorithm: &a,
+        algorithm: a,
         func,
         sources,
         pes: &pes,
@@ -67,7 +66,7 @@ fn run_compiled(
     };
     let mut jit = Jit::new();
     bench::run_one(&case, &mut jit, &mut bench::DataCache::default(), bytes)
-        .unwrap_or_else(|e| panic!("{algo} on {world} PEs, {bytes} B: {e}"))
+        .unwrap_or_else(|e| panic!("{} on {world} PEs, {bytes} B: {e}", a.name))
 }
 
 /// Recursive doubling exists for small buffers: log2(p) steps against the
@@ -213,16 +212,7 @@ fn lrab_exchanges_over_a_2d_grid_of_sips() {
             })
             .collect();
         let ring = reg.compile(a, DType::I32, ReduceOp::Sum, &layout).expect("compiles");
-        let ring = run_compiled(
-            &topo,
-            &reg,
-            "lrab_allreduce",
-            &ring,
-            all,
-            1 << 20,
-            DType::I32,
-            ReduceOp::Sum,
-        );
+        let ring = run_compiled(&topo, &reg, a, &ring, all, 1 << 20, DType::I32, ReduceOp::Sum);
         let grid_row = run(&topo, &reg, "lrab_allreduce", all, 1 << 20, DType::I32, ReduceOp::Sum);
         assert_eq!(ring.wrong + grid_row.wrong, 0);
         assert!(

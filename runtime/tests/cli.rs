@@ -119,6 +119,13 @@ fn assert_exit(o: &Output, code: i32, want: &str) {
     assert!(stderr(o).contains(want), "{}", stderr(o));
 }
 
+/// Asserts that `o` exited with `code` and printed `want` on stdout.
+fn assert_stdout(o: &Output, code: i32, want: &str) {
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(code), "{}", stderr(o));
+    assert!(out.contains(want), "{out}");
+}
+
 /// Writes kernel source `src` to `dir/name` and returns the file's path.
 fn write_kernel(dir: &Path, name: &str, src: &str) -> String {
     let file = dir.join(name);
@@ -201,12 +208,7 @@ fn run_summaries_count_nan() {
          tl.store(x + offs, tl.where(offs < 2, v * 0.0 / 0.0, v + offs))\n",
     );
     let o = tlc(&["run", &path, "--functional", "--arg", "x=zeros(4,f32)"]);
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(
-        out.contains("  x: f32[4]  sum NaN  min 2.000000  max 3.000000  NaN 2"),
-        "{out}"
-    );
+    assert_stdout(&o, 0, "  x: f32[4]  sum NaN  min 2.000000  max 3.000000  NaN 2");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1642,9 +1644,7 @@ fn run_and_bench_outputs_are_where_users_look() {
         v.extend(extra);
         tlc(&v)
     };
-    let o = run(&[]);
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert!(out.contains("  out: f32[100]  sum "), "{out}");
+    assert_stdout(&run(&[]), 0, "  out: f32[100]  sum ");
     let o = run(&["--format", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
     let outs = v["outputs"].as_array().expect("outputs");
@@ -1684,13 +1684,12 @@ fn run_and_bench_outputs_are_where_users_look() {
         "--dtype",
         "f32",
     ]);
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(out.contains("on 1 PE of `default`, float sum"), "{out}");
-    assert!(out.contains("# reference: one rank, no ring"), "{out}");
-    assert!(
-        out.contains("# Rounded sizes        : 3001 → 3000 (bytes: whole float elements)"),
-        "{out}"
-    );
+    for want in [
+        "on 1 PE of `default`, float sum",
+        "# reference: one rank, no ring",
+        "# Rounded sizes        : 3001 → 3000 (bytes: whole float elements)",
+    ] {
+        assert_stdout(&o, 0, want);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

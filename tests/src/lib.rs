@@ -18,14 +18,8 @@ pub fn repo_root() -> PathBuf {
 /// representable in f16, so that an f64 reference sees what the machine
 /// reads from f16 tensors.
 pub fn f16_values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let v = ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
-            half::f16::from_f32(v).to_f32()
-        })
-        .collect()
+    let state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    kernbench_runtime::tp::bench::f16_values_from(state, n)
 }
 
 pub fn blessing() -> bool {

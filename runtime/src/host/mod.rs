@@ -731,9 +731,13 @@ impl Runtime {
         launch.time_limit_ps = self.time_limit_ps;
         launch.device = p.device;
         let report = self.machine.run(&launch, &mut self.jit).map_err(|e| {
-            let shown = sim::render_sim_error(&p.kernel.func, &p.kernel.sources, &e, ColorMode::Never);
-            let note = sim::miss_note(&self.machine.mem, &e).unwrap_or_default();
-            HostError::new(format!("{}\n{note}", shown.trim_end_matches('\n')))
+            HostError::new(sim::render_sim_error_in(
+                &self.machine.mem,
+                &p.kernel.func,
+                &p.kernel.sources,
+                &e,
+                ColorMode::Never,
+            ))
         })?;
         // Queues do not outlive a launch: what no receive took is lost,
         // which no caller of a kernel expects.

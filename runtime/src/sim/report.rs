@@ -505,11 +505,18 @@ fn wait_note(b: &Blocked) -> String {
     }
 }
 
-/// For an access that hit no allocation, where it lies against the
-/// nearest one ([`super::SimMemory::describe_miss`]): a note to print
-/// after the error, since the address alone tells a user little.
-pub fn miss_note(mem: &super::SimMemory, e: &SimError) -> Option<String> {
-    match e {
+/// [`render_sim_error`] with what the machine's memory adds: for an
+/// access that hit no allocation, a note on where it lies against the
+/// nearest one ([`super::SimMemory::describe_miss`]), since the address
+/// alone tells a user little.
+pub fn render_sim_error_in(
+    mem: &super::SimMemory,
+    func: &Function,
+    sources: &SourceMap,
+    e: &SimError,
+    color: ColorMode,
+) -> String {
+    let note = match e {
         SimError::Exec {
             error:
                 kernbench_compiler::datapath::ExecError {
@@ -519,7 +526,9 @@ pub fn miss_note(mem: &super::SimMemory, e: &SimError) -> Option<String> {
             ..
         } => mem.describe_miss(f.addr, f.bytes).map(|d| format!("  = note: {d}\n")),
         _ => None,
-    }
+    };
+    let shown = render_sim_error(func, sources, e, color);
+    format!("{}\n{}", shown.trim_end_matches('\n'), note.unwrap_or_default())
 }
 
 /// Any simulation error, rendered for a terminal.

@@ -72,7 +72,13 @@ impl TpRow {
 
 /// Deterministic f16-exact values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    f16_values_from(seed.wrapping_add(0x9E37_79B9_7F4A_7C15), n)
+}
+
+/// `n` values in [-1, 1), each exactly representable in f16, from a
+/// 64-bit LCG started at `state` (the tests seed it their own way).
+pub fn f16_values_from(state: u64, n: usize) -> Vec<f32> {
+    let mut s = state;
     (0..n)
         .map(|_| {
             s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

@@ -405,10 +405,11 @@ pub fn run(a: RunArgs) -> ExitCode {
     // A trace written into --out's directory (`--out o --trace o/t.json`)
     // needs the directory now.
     if let (Some(path), Some(out)) = (&a.trace, &a.out) {
-        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
-        if parent.is_some_and(|p| !p.exists() && p.starts_with(out)) {
+        let missing = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty() && !p.exists() && p.starts_with(out));
+        if let Some(dir) = missing {
             if let Err(e) = out_dir_ready(out).and_then(|()| {
-                let dir = parent.unwrap_or(out);
                 std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))
             }) {
                 errln!("error: {e}");
@@ -441,9 +442,10 @@ pub fn run(a: RunArgs) -> ExitCode {
     let report = match result {
         Ok(r) => r,
         Err(e) => {
-            let shown = sim::render_sim_error(&func, &sources, &e, color_mode(a.color));
-            let note = sim::miss_note(&machine.mem, &e).unwrap_or_default();
-            err!("{}{note}", shown.trim_end_matches('\n').to_string() + "\n");
+            err!(
+                "{}",
+                sim::render_sim_error_in(&machine.mem, &func, &sources, &e, color_mode(a.color))
+            );
             if let Some((path, _, true)) = trace_file {
                 let _ = std::fs::remove_file(path);
             }
