@@ -1123,6 +1123,33 @@ fn bench_ccl_prints_the_nccl_tests_table() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("# Failed sizes         : 1024"));
     assert_eq!(tlc(&["bench", "ccl", "--time-limit", "soon"]).status.code(), Some(2));
+    // An access past the buffer names the buffer it missed, as `tlc run`
+    // does.
+    write_kernel(
+        &dir,
+        "overrun.tl",
+        "@kernel\ndef overrun(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0):\n    \
+         x = tl.load(buf + n_elem)\n    tl.store(buf, x)\n",
+    );
+    std::fs::write(
+        &cfg,
+        "algorithms:\n  overrun:\n    collective: all_reduce\n    module: overrun.tl\n    kernel: overrun\n    \
+         topology: ring\n",
+    )
+    .expect("write");
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--config",
+        &cfg.to_string_lossy(),
+        "--algo",
+        "overrun",
+        "--sizes",
+        "1K",
+        "--pes",
+        "2",
+    ]);
+    assert_exit(&o, 1, "= note: the access starts 0 bytes past the end of `input[0]`");
     // Slots that cannot fit are an error naming the keys that set them,
     // before anything runs.
     std::fs::write(
@@ -1195,6 +1222,25 @@ fn bench_sim_reports_the_simulators_speed() {
     assert_eq!(tlc(&["bench", "sim", "--runs", "0"]).status.code(), Some(2));
     assert_eq!(tlc(&["bench", "sim", "--algo", "all_gather"]).status.code(), Some(2));
     assert_eq!(tlc(&["bench", "sim", "--bytes", "lots"]).status.code(), Some(2));
+    assert_eq!(tlc(&["bench", "sim", "--time-limit", "soon"]).status.code(), Some(2));
+    // A run past its time limit is an error, as in `bench ccl`.
+    let o = tlc(&[
+        "bench",
+        "sim",
+        "--pes",
+        "4",
+        "--bytes",
+        "1K",
+        "--runs",
+        "1",
+        "--time-limit",
+        "10ns",
+    ]);
+    assert_exit(
+        &o,
+        1,
+        "`ring_allreduce` did not finish within its time limit of 10 ns: 4 ranks still running",
+    );
 }
 
 /// docs/hardware-model.md §8 walks through a trace of one launch; its

@@ -377,7 +377,7 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
         }
         other => {
             // The diagnostic's own "error: " would follow the caller's.
-            let shown = crate::sim::render_sim_error(func, sources, &other, ColorMode::Never);
+            let shown = crate::sim::render_sim_error_in(&m.mem, func, sources, &other, ColorMode::Never);
             let shown = shown.trim_end();
             format!("failed on {n} PEs: {}", shown.strip_prefix("error: ").unwrap_or(shown))
         }

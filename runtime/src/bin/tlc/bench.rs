@@ -81,6 +81,10 @@ pub struct SimArgs {
     pub threads: usize,
     #[arg(long, value_name = "DIR")]
     pub stdlib: Option<PathBuf>,
+    /// Simulated time each run may take (ps, ns, us, ms, s), or `none`; a
+    /// run still going then is an error (an algorithm that never ends).
+    #[arg(long, allow_hyphen_values = true, value_name = "TIME", default_value = super::DEFAULT_TIME_LIMIT, value_parser = super::time_limit)]
+    pub time_limit: super::TimeLimit,
     #[arg(long, value_enum, default_value = "human")]
     pub format: Format,
 }
@@ -130,7 +134,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
         dtype,
         op: redop,
         threads: a.threads,
-        time_limit_ps: None,
+        time_limit_ps: a.time_limit.0,
     };
     let mut jit = Jit::new();
     let mut cache = bench::DataCache::default();
