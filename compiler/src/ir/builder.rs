@@ -133,6 +133,41 @@ impl Builder {
         results[0]
     }
 
+    /// How many instructions the cursor's region holds: a mark for
+    /// [`Self::effectful_since`] and [`Self::move_since`].
+    pub fn mark(&self) -> usize {
+        self.func.regions[self.current()].insts.len()
+    }
+
+    /// Whether an instruction appended to the cursor's region since `mark`
+    /// has an effect or may fail (see [`Op::is_pure_and_infallible`]).
+    pub fn effectful_since(&self, mark: usize) -> bool {
+        let insts = &self.func.regions[self.current()].insts;
+        insts
+            .get(mark..)
+            .unwrap_or_default()
+            .iter()
+            .any(|&i| !self.func.insts[i].op.is_pure_and_infallible())
+    }
+
+    /// Moves the instructions appended to the cursor's region since `mark`
+    /// to the end of region `r` (the branch of an `if` made after they
+    /// were lowered). Nothing else refers to their results yet.
+    pub fn move_since(&mut self, mark: usize, r: Region) {
+        let cur = self.current();
+        let len = self.func.regions[cur].insts.len();
+        let moved = self.func.regions[cur].insts.split_off(mark.min(len));
+        self.func.regions[r].insts.extend(moved);
+    }
+
+    /// Drops the instructions appended to the cursor's region since
+    /// `mark` (an operand that turned out not to run: the right of `False
+    /// and …`). They stay in the arena, reached from no region.
+    pub fn discard_since(&mut self, mark: usize) {
+        let cur = self.current();
+        self.func.regions[cur].insts.truncate(mark);
+    }
+
     /// Gives an instruction created without results (an `if`, whose
     /// results are known once both branches are lowered) its results.
     pub fn set_results(&mut self, inst: Inst, tys: Vec<Type>) -> Vec<Value> {

@@ -80,19 +80,41 @@ impl Checker {
             }
             ExprKind::Logic(op, a, b) => {
                 let va = self.expr(f, a);
+                let at_right = self.builder.as_ref().map(|b| b.mark());
                 let vb = self.expr(f, b);
-                self.logic(f, *op, (a, va), (b, vb))
+                self.logic(f, *op, (a, va), (b, vb), at_right)
             }
             ExprKind::Compare { first, rest } => self.compare_chain(f, first, rest, e.span),
             ExprKind::IfExp { cond, then, otherwise } => match self.condition_val(f, cond, "… if … else …") {
                 (Some(true), _) => self.expr(f, then),
                 (Some(false), _) => self.expr(f, otherwise),
                 (None, c) => {
+                    let at_then = self.builder.as_ref().map(|b| b.mark());
                     let a = self.expr(f, then);
+                    let at_else = self.builder.as_ref().map(|b| b.mark());
                     let b = self.expr(f, otherwise);
                     let joined = self.join_values(f, (then, a.clone()), (otherwise, b.clone()), e.span);
-                    // Both sides are computed; `select` picks one (tl has no
-                    // side effects in expressions, so this is exact).
+                    // A branch with an effect or that may fail (a load, an
+                    // atomic, a division, a helper with control flow) runs
+                    // only when chosen, as Triton's `scf.if` does: `x[i] if
+                    // i < n else 0` must not read x[n].
+                    if let (Some(m0), Some(m1)) = (at_then, at_else) {
+                        if self.builder.as_ref().is_some_and(|bd| bd.effectful_since(m0)) {
+                            let ir = self.if_expr_regions(
+                                f,
+                                (m0, m1),
+                                &c,
+                                cond.span,
+                                (then, &a),
+                                (otherwise, &b),
+                                &joined,
+                                e.span,
+                            );
+                            return joined.with_ir(ir);
+                        }
+                    }
+                    // Both sides are pure and cannot fail: both are computed
+                    // and `select` picks one.
                     let ir = match Self::ir_type(&joined.ty) {
                         Some(t) if self.emitting() => {
                             let cv = self
@@ -117,6 +139,43 @@ impl Checker {
                 self.subscript(f, v, indices, value.span, e.span)
             }
         }
+    }
+
+    /// `a if c else b` lowered as an `if` whose branches yield the joined
+    /// value: the instructions each branch emitted (into the cursor's
+    /// region, from mark `at_then` for `a` and `at_else` for `b`) move into
+    /// its region, followed by the conversion to the joined type.
+    #[allow(clippy::too_many_arguments)]
+    fn if_expr_regions(
+        &mut self,
+        f: &Frame,
+        (at_then, at_else): (usize, usize),
+        c: &Val,
+        cond_span: Span,
+        (then, a): (&Expr, &Val),
+        (otherwise, b): (&Expr, &Val),
+        joined: &Val,
+        span: Span,
+    ) -> Option<ir::Value> {
+        let t = Self::ir_type(&joined.ty)?;
+        let bd = self.builder.as_mut()?;
+        let (then_r, _) = bd.new_region(&[]);
+        let (else_r, _) = bd.new_region(&[]);
+        bd.move_since(at_else, else_r);
+        bd.move_since(at_then, then_r);
+        let cv = self.bool_scalar(f, c, cond_span)?;
+        let loc = self.loc(f, span);
+        let (inst, _) = self
+            .builder
+            .as_mut()?
+            .push(Op::If, vec![cv], vec![], vec![then_r, else_r], loc);
+        for (r, e, v) in [(then_r, then, a), (else_r, otherwise, b)] {
+            self.builder.as_mut()?.enter(r);
+            let x = self.operand(f, v, &t, e.span);
+            self.emit_effect(f, Op::Yield, vec![x], e.span);
+            self.builder.as_mut()?.leave();
+        }
+        self.builder.as_mut()?.set_results(inst, vec![t]).first().copied()
     }
 
     pub fn name(&mut self, f: &mut Frame, name: &str, span: Span) -> Val {
@@ -947,6 +1006,36 @@ impl Checker {
         let Some(d) = self.promote_or_report(f, op.symbol(), (a, l.is_weak()), (b, r.is_weak()), false, span) else {
             return Val::unknown();
         };
+        // A weak integer constant takes the other operand's dtype; one that
+        // does not fit it would be compared wrapped (`x < 200` with an i8
+        // `x` is `x < -56`), so it is an error, as in Triton.
+        for (e, v, other) in [(le, &l, re), (re, &r, le)] {
+            let (true, Some(Konst::Int(c))) = (v.is_weak(), &v.konst) else {
+                continue;
+            };
+            let Some((lo, hi)) = int_range(d) else { continue };
+            if (lo..=hi).contains(&i128::from(*c)) {
+                continue;
+            }
+            // The narrowest signed dtype holding both the constant and every
+            // value of `d`.
+            let fits_i32 = (i128::from(i32::MIN)..=i128::from(i32::MAX)).contains(&i128::from(*c));
+            let wider = if fits_i32 && matches!(d, DType::I8 | DType::U8) {
+                DType::I32
+            } else {
+                DType::I64
+            };
+            let diag = Diagnostic::new(
+                Code::E0328,
+                format!("the constant {c} does not fit {d}, the dtype of this comparison"),
+                self.loc(f, e.span),
+                format!("out of range for {d} ({lo}..={hi})"),
+            )
+            .with_secondary(self.loc(f, other.span), format!("this is {d}"))
+            .with_help(format!("convert the other operand first: `.to({wider})`"));
+            self.emit(f, diag);
+            return Val::unknown();
+        }
         let ty = Ty::with_shape(Elem::Num(DType::Bool), shape.clone());
         let ir = match Self::ir_type(&Ty::with_shape(Elem::Num(d), shape)) {
             Some(t) if self.emitting() => {
@@ -971,7 +1060,16 @@ impl Checker {
         }
     }
 
-    fn logic(&mut self, f: &mut Frame, op: LogicOp, (le, l): (&Expr, Val), (re, r): (&Expr, Val)) -> Val {
+    /// `l and r`, `l or r`; `at_right` marks where the right operand's
+    /// instructions begin in the cursor's region (when emitting).
+    fn logic(
+        &mut self,
+        f: &mut Frame,
+        op: LogicOp,
+        (le, l): (&Expr, Val),
+        (re, r): (&Expr, Val),
+        at_right: Option<usize>,
+    ) -> Val {
         let word = if op == LogicOp::And { "and" } else { "or" };
         for (e, v) in [(le, &l), (re, &r)] {
             if v.ty.is_block() {
@@ -994,7 +1092,14 @@ impl Checker {
             if let Some(t) = consteval::truthy(a) {
                 // Python: `a and b` is `b` if a is true, else `a`.
                 let take_right = if op == LogicOp::And { t } else { !t };
-                return if take_right { r } else { l };
+                if take_right {
+                    return r;
+                }
+                // The right operand does not run (it was only checked).
+                if let (Some(b), Some(m)) = (self.builder.as_mut(), at_right) {
+                    b.discard_since(m);
+                }
+                return l;
             }
         }
         if l.ty.is_unknown() || r.ty.is_unknown() {
@@ -1015,8 +1120,20 @@ impl Checker {
                 return Val::unknown();
             }
         }
-        // Both operands are evaluated (no short-circuit for run-time
-        // values; operands have no side effects).
+        // The right operand runs only when the left does not decide, as in
+        // Python: an `if` when it has an effect or may fail (`i < n and
+        // tl.load(x + i) > 0` must not read x[n]); otherwise both are
+        // computed and combined, with the same result.
+        if let Some(m) = at_right.filter(|&m| self.builder.as_ref().is_some_and(|b| b.effectful_since(m))) {
+            let ir = self.short_circuit(f, op, (le, &l), (re, &r), m);
+            return Val {
+                ty: Ty::num(DType::Bool),
+                konst: None,
+                is_const: false,
+                ir,
+                parts: Vec::new(),
+            };
+        }
         let ir = if self.emitting() {
             let a = self.bool_scalar(f, &l, le.span);
             let b = self.bool_scalar(f, &r, re.span);
@@ -1042,6 +1159,43 @@ impl Checker {
             ir,
             parts: Vec::new(),
         }
+    }
+
+    /// `l and r` (`l or r`) as `if l { r } else { False }` (`if l { True }
+    /// else { r }`), the right operand's instructions (from mark
+    /// `at_right` in the cursor's region) moved into its branch.
+    fn short_circuit(
+        &mut self,
+        f: &Frame,
+        op: LogicOp,
+        (le, l): (&Expr, &Val),
+        (re, r): (&Expr, &Val),
+        at_right: usize,
+    ) -> Option<ir::Value> {
+        let bd = self.builder.as_mut()?;
+        let (right_r, _) = bd.new_region(&[]);
+        let (other_r, _) = bd.new_region(&[]);
+        bd.move_since(at_right, right_r);
+        let c = self.bool_scalar(f, l, le.span)?;
+        let loc = self.loc(f, le.span.to(re.span));
+        let (then_r, else_r) = match op {
+            LogicOp::And => (right_r, other_r),
+            LogicOp::Or => (other_r, right_r),
+        };
+        let (inst, _) = self
+            .builder
+            .as_mut()?
+            .push(Op::If, vec![c], vec![], vec![then_r, else_r], loc);
+        self.builder.as_mut()?.enter(right_r);
+        let x = self.bool_scalar(f, r, re.span);
+        self.emit_effect(f, Op::Yield, vec![x], re.span);
+        self.builder.as_mut()?.leave();
+        self.builder.as_mut()?.enter(other_r);
+        let decided = self.const_of(f, &Konst::Bool(op == LogicOp::Or), DType::Bool, le.span);
+        self.emit_effect(f, Op::Yield, vec![decided], le.span);
+        self.builder.as_mut()?.leave();
+        let bool_ty = ir::Type::Scalar(Elem::Num(DType::Bool));
+        self.builder.as_mut()?.set_results(inst, vec![bool_ty]).first().copied()
     }
 
     /// The value of `a if c else b` (or any two-way join of expressions).
@@ -1231,4 +1385,18 @@ fn ir_cmp(op: CmpOp) -> ir::CmpOp {
         CmpOp::Eq | CmpOp::Is => ir::CmpOp::Eq,
         CmpOp::Ne | CmpOp::IsNot => ir::CmpOp::Ne,
     }
+}
+
+/// The values an integer dtype holds; `None` for floats (and for `bool`,
+/// which a weak integer constant never meets: promotion makes it i32).
+fn int_range(d: DType) -> Option<(i128, i128)> {
+    if d.is_float() || d == DType::Bool {
+        return None;
+    }
+    let bits = d.bits();
+    Some(if d.is_signed() {
+        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else {
+        (0, (1i128 << bits) - 1)
+    })
 }

@@ -7,7 +7,7 @@ use super::builtins::Builtin;
 use super::check::{Checker, Frame, Val};
 use super::rules::Args;
 use super::types::{DType, Elem, Konst, Ty};
-use crate::ir::{BinaryOp, Op, Peer, ReduceOp, Space, Type, UnaryOp, Value};
+use crate::ir::{BinaryOp, CmpOp, Op, Peer, ReduceOp, Space, Type, UnaryOp, Value};
 use crate::span::Span;
 
 impl Checker {
@@ -149,15 +149,33 @@ impl Checker {
                 self.emit_typed(f, Op::Select, vec![cv, xv, yv], t, span)
             }
             B::Cdiv => {
-                // Triton: (x + div - 1) // div, with truncating division.
+                // The exact ceiling for every sign, as constants fold (Triton's
+                // `(x + div - 1) // div` truncates: wrong for negatives).
                 let Some(t) = rt.clone() else { return res };
                 let (x, d) = (a.val("x"), a.val("div"));
-                let xv = self.operand(f, &x, &t, a.span("x"));
-                let dv = self.operand(f, &d, &t, a.span("div"));
-                let one = self.operand(f, &Val::konst(Konst::Int(1)), &t, span);
-                let dm1 = self.emit_typed(f, Op::Binary(BinaryOp::Sub), vec![dv, one], t.clone(), span);
-                let sum = self.emit_typed(f, Op::Binary(BinaryOp::Add), vec![xv, dm1], t.clone(), span);
-                self.emit_typed(f, Op::Binary(BinaryOp::Div), vec![sum, dv], t, span)
+                // By a constant power of two 2^k, the usual block count, with
+                // shifts and no division: the floor quotient `x >> k`
+                // (arithmetic for signed types), plus one when the
+                // remainder `x & (d - 1)` (in 0..d) is not zero, which
+                // `(r + d - 1) >> k` gives with no overflow.
+                if let Some(k) = d
+                    .konst
+                    .as_ref()
+                    .and_then(Konst::as_int)
+                    .filter(|&c| c > 0 && (c as u64).is_power_of_two())
+                {
+                    let xv = self.operand(f, &x, &t, a.span("x"));
+                    let dm1 = self.operand(f, &Val::konst(Konst::Int(k - 1)), &t, span);
+                    let shift = self.operand(f, &Val::konst(Konst::Int(i64::from(k.trailing_zeros()))), &t, span);
+                    let bin = |op| Op::Binary(op);
+                    let q = self.emit_typed(f, bin(BinaryOp::Shr), vec![xv, shift], t.clone(), span);
+                    let r = self.emit_typed(f, bin(BinaryOp::And), vec![xv, dm1], t.clone(), span);
+                    let r = self.emit_typed(f, bin(BinaryOp::Add), vec![r, dm1], t.clone(), span);
+                    let up = self.emit_typed(f, bin(BinaryOp::Shr), vec![r, shift], t.clone(), span);
+                    self.emit_typed(f, bin(BinaryOp::Add), vec![q, up], t, span)
+                } else {
+                    self.cdiv_exact(f, (&x, a.span("x")), (&d, a.span("div")), t, span)
+                }
             }
             B::Reshape => {
                 let x = a.val("input");
@@ -307,6 +325,35 @@ impl Checker {
         let xi = self.operand(f, &xv, &t, a.span(x));
         let yi = self.operand(f, &yv, &t, a.span(y));
         self.emit_typed(f, Op::Binary(op), vec![xi, yi], t, a.call)
+    }
+
+    /// `tl.cdiv(x, d)` at run time: the truncated quotient, plus one when
+    /// the remainder is not zero and has the divisor's sign (the true
+    /// quotient is then positive): the exact ceiling, with no overflow.
+    fn cdiv_exact(
+        &mut self,
+        f: &Frame,
+        (x, x_span): (&Val, Span),
+        (d, d_span): (&Val, Span),
+        t: Type,
+        span: Span,
+    ) -> Option<Value> {
+        let signed = matches!(t.elem(), Elem::Num(dt) if dt.is_signed());
+        let bools = t.with_elem(Elem::Num(DType::Bool));
+        let xv = self.operand(f, x, &t, x_span);
+        let dv = self.operand(f, d, &t, d_span);
+        let zero = self.operand(f, &Val::konst(Konst::Int(0)), &t, span);
+        let one = self.operand(f, &Val::konst(Konst::Int(1)), &t, span);
+        let q = self.emit_typed(f, Op::Binary(BinaryOp::Div), vec![xv, dv], t.clone(), span);
+        let r = self.emit_typed(f, Op::Binary(BinaryOp::Mod), vec![xv, dv], t.clone(), span);
+        let mut up = self.emit_typed(f, Op::Cmp(CmpOp::Ne), vec![r, zero], bools.clone(), span);
+        if signed {
+            let signs = self.emit_typed(f, Op::Binary(BinaryOp::Xor), vec![r, dv], t.clone(), span);
+            let same = self.emit_typed(f, Op::Cmp(CmpOp::Ge), vec![signs, zero], bools.clone(), span);
+            up = self.emit_typed(f, Op::Binary(BinaryOp::And), vec![up, same], bools, span);
+        }
+        let q1 = self.emit_typed(f, Op::Binary(BinaryOp::Add), vec![q, one], t.clone(), span);
+        self.emit_typed(f, Op::Select, vec![up, q1, q], t, span)
     }
 
     fn lower_memory(&mut self, f: &Frame, a: &Args, res: Val) -> Val {

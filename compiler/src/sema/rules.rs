@@ -218,13 +218,17 @@ impl Checker {
                         self.error(f, Code::E0315, "`tl.cdiv` by zero", a.span("div"), "zero divisor");
                         return Val::unknown();
                     }
-                    // Triton's definition, `(x + div - 1) // div`, with
-                    // Python's floor division.
-                    let folded = xk.checked_add(dk - 1).map(Konst::Int).and_then(|n| {
-                        super::consteval::binary(crate::syntax::ast::BinOp::FloorDiv, &n, &Konst::Int(dk))
+                    // The exact ceiling, as at run time (`lower.rs`).
+                    let folded = xk.checked_div(dk).and_then(|q| {
+                        let r = xk % dk;
+                        if r != 0 && (r > 0) == (dk > 0) {
+                            q.checked_add(1)
+                        } else {
+                            Some(q)
+                        }
                     });
                     return match folded {
-                        Some(Ok(k)) => Val::konst(k),
+                        Some(k) => Val::konst(Konst::Int(k)),
                         _ => {
                             self.error(
                                 f,
