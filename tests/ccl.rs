@@ -35,7 +35,7 @@ fn run(
 ) -> bench::Row {
     let a = reg.get(algo).expect("registered");
     let compiled = reg.compile_for(a, topo, dtype, op).unwrap_or_else(|e| panic!("{e}"));
-    run_compiled(topo, reg, a, &compiled, world, bytes, dtype, op)
+    run_compiled(topo, reg, a, &compiled, world, bytes, dtype, op, None)
 }
 
 /// Runs algorithm `a` as [`run`] does, as compiled here (`compiled`).
@@ -49,6 +49,7 @@ fn run_compiled(
     bytes: u64,
     dtype: DType,
     op: ReduceOp,
+    root: Option<u64>,
 ) -> bench::Row {
     let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
     let case = Case {
@@ -63,6 +64,7 @@ fn run_compiled(
         // Launches over both SIPs run on two threads: the same results.
         threads: 2,
         time_limit_ps: None,
+        root,
     };
     let mut jit = Jit::new();
     bench::run_one(&case, &mut jit, &mut bench::DataCache::default(), bytes)
@@ -139,6 +141,116 @@ fn every_algorithm_is_exact_at_many_world_sizes() {
     }
 }
 
+/// Every broadcast algorithm is exact from every root (the bench's default
+/// is `world / 3`).
+#[test]
+fn broadcast_is_exact_from_every_root() {
+    let topo = Topology::default_machine();
+    let reg = registry();
+    for a in reg
+        .algorithms
+        .values()
+        .filter(|a| a.collective == Collective::Broadcast)
+    {
+        let compiled = reg.compile_for(a, &topo, DType::I32, ReduceOp::Sum).expect("compiles");
+        for world in [2u64, 5, 8] {
+            for root in 0..world {
+                let row = run_compiled(
+                    &topo,
+                    &reg,
+                    a,
+                    &compiled,
+                    world as usize,
+                    4 * 1003,
+                    DType::I32,
+                    ReduceOp::Sum,
+                    Some(root),
+                );
+                assert_eq!(row.wrong, 0, "{} on {world} PEs from root {root}", a.name);
+            }
+        }
+    }
+}
+
+/// The bench's check catches wrong algorithms whatever the reduction and
+/// dtype: one that leaves out the last rank, one that writes a constant
+/// and a broadcast that ignores its root. (Its data once repeated every
+/// five ranks, so that max and min had constant answers on five ranks or
+/// more, and such algorithms passed.)
+#[test]
+fn the_bench_check_catches_wrong_algorithms() {
+    let dir = std::env::temp_dir().join(format!("kernbench-wrong-ccl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(
+        dir.join("wrong.tl"),
+        "from ccl.reduce_ops import combine, finish\n\n\
+         # Rank 0 combines every rank but the last, then sends the result out.\n\
+         @kernel\n\
+         def drop_last(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0, CHUNK: constexpr = 1024):\n\
+         \x20   rank = tl.rank()\n\
+         \x20   ws = tl.world_size()\n\
+         \x20   lanes = tl.arange(0, CHUNK)\n\
+         \x20   for off in range(0, n_elem, CHUNK):\n\
+         \x20       idx = off + lanes\n\
+         \x20       m = idx < n_elem\n\
+         \x20       v = tl.load(buf + idx, mask=m, other=0)\n\
+         \x20       if rank == 0:\n\
+         \x20           acc = v\n\
+         \x20           for k in range(1, ws):\n\
+         \x20               got = tl.recv(k, [CHUNK], T)\n\
+         \x20               if k < ws - 1:\n\
+         \x20                   acc = combine(acc, got, OP)\n\
+         \x20           acc = finish(acc, ws, OP)\n\
+         \x20           for k in range(1, ws):\n\
+         \x20               tl.send(k, acc)\n\
+         \x20           tl.store(buf + idx, acc, mask=m)\n\
+         \x20       else:\n\
+         \x20           tl.send(0, v)\n\
+         \x20           tl.store(buf + idx, tl.recv(0, [CHUNK], T), mask=m)\n\n\
+         @kernel\n\
+         def constant(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0, CHUNK: constexpr = 1024):\n\
+         \x20   lanes = tl.arange(0, CHUNK)\n\
+         \x20   for off in range(0, n_elem, CHUNK):\n\
+         \x20       idx = off + lanes\n\
+         \x20       tl.store(buf + idx, tl.full([CHUNK], 2, T), mask=idx < n_elem)\n\n\
+         @kernel\n\
+         def from_zero(buf: ptr[T], n_elem: i32, root: i32, T: constexpr = f32, CHUNK: constexpr = 1024):\n\
+         \x20   lanes = tl.arange(0, CHUNK)\n\
+         \x20   for off in range(0, n_elem, CHUNK):\n\
+         \x20       idx = off + lanes\n\
+         \x20       m = idx < n_elem\n\
+         \x20       if tl.rank() == 0:\n\
+         \x20           v = tl.load(buf + idx, mask=m, other=0)\n\
+         \x20           for k in range(1, tl.world_size()):\n\
+         \x20               tl.send(k, v)\n\
+         \x20       else:\n\
+         \x20           tl.store(buf + idx, tl.recv(0, [CHUNK], T), mask=m)\n",
+    )
+    .expect("write the kernels");
+    let mut reg = registry();
+    let yaml = "algorithms:\n\
+                \x20 drop_last: {collective: all_reduce, module: wrong.tl, kernel: drop_last, topology: tree}\n\
+                \x20 constant: {collective: all_reduce, module: wrong.tl, kernel: constant, topology: tree}\n\
+                \x20 from_zero: {collective: broadcast, module: wrong.tl, kernel: from_zero, topology: tree}\n";
+    reg.merge_text("wrong.yaml", &dir, yaml).expect("a valid registry");
+    let topo = Topology::default_machine();
+    for algo in ["drop_last", "constant"] {
+        for dtype in [DType::F32, DType::BF16, DType::I32] {
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg] {
+                for world in [2, 8] {
+                    let n = wrong(&topo, &reg, algo, world, 4 * 1000, dtype, op);
+                    assert!(n > 0, "{algo} {dtype} {op:?} on {world} PEs passed");
+                }
+            }
+        }
+    }
+    for world in [3, 8] {
+        let n = wrong(&topo, &reg, "from_zero", world, 4 * 1000, DType::F32, ReduceOp::Sum);
+        assert!(n > 0, "a broadcast from rank 0 passed on {world} PEs");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn all_reduce_algorithms_on_a_whole_sip_and_both_sips() {
     let topo = Topology::default_machine();
@@ -212,7 +324,7 @@ fn lrab_exchanges_over_a_2d_grid_of_sips() {
             })
             .collect();
         let ring = reg.compile(a, DType::I32, ReduceOp::Sum, &layout).expect("compiles");
-        let ring = run_compiled(&topo, &reg, a, &ring, all, 1 << 20, DType::I32, ReduceOp::Sum);
+        let ring = run_compiled(&topo, &reg, a, &ring, all, 1 << 20, DType::I32, ReduceOp::Sum, None);
         let grid_row = run(&topo, &reg, "lrab_allreduce", all, 1 << 20, DType::I32, ReduceOp::Sum);
         assert_eq!(ring.wrong + grid_row.wrong, 0);
         assert!(

@@ -1150,6 +1150,55 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         "2",
     ]);
     assert_exit(&o, 1, "= note: the access starts 0 bytes past the end of `input[0]`");
+    // A deadlock names every blocked rank and why, as `tlc run` does.
+    write_kernel(
+        &dir,
+        "recv_first.tl",
+        "@kernel\ndef recv_first(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0):\n    \
+         got = tl.recv(tl.PREV, [16], T)\n    tl.send(tl.NEXT, got)\n",
+    );
+    std::fs::write(
+        &cfg,
+        "algorithms:\n  recv_first:\n    collective: all_reduce\n    module: recv_first.tl\n    \
+         kernel: recv_first\n    topology: ring\n",
+    )
+    .expect("write");
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--config",
+        &cfg.to_string_lossy(),
+        "--algo",
+        "recv_first",
+        "--sizes",
+        "1K",
+        "--pes",
+        "3",
+    ]);
+    assert_exit(&o, 1, "3 ranks blocked and nothing left to happen");
+    assert_exit(
+        &o,
+        1,
+        "= rank 0 (sip 0, cube 0, pe 0) is blocked in a receive: waiting for data from rank 2",
+    );
+    // Only a broadcast has a root; one outside the communicator is an
+    // error for each size.
+    assert_eq!(tlc(&["bench", "ccl", "--root", "1"]).status.code(), Some(2));
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--op",
+        "broadcast",
+        "--algo",
+        "broadcast",
+        "--root",
+        "9",
+        "--sizes",
+        "1K",
+        "--pes",
+        "4",
+    ]);
+    assert_exit(&o, 1, "--root 9: the communicator has ranks 0..4");
     // Slots that cannot fit are an error naming the keys that set them,
     // before anything runs.
     std::fs::write(

@@ -76,6 +76,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
                 op: ReduceOp::Sum,
                 threads: 1,
                 time_limit_ps: Some(kernbench_runtime::host::DEFAULT_TIME_LIMIT_PS),
+                root: None,
             };
             let row = bench::run_one(&case, &mut Jit::new(), &mut cache, size)?;
             if row.wrong != 0 {

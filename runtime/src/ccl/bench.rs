@@ -51,21 +51,52 @@ pub fn type_name(d: DType) -> &'static str {
     }
 }
 
-/// A small integer for rank `r`, element `i`: exact in every dtype, and
-/// so are sums of up to 256 of them in f16 (bf16 and unsigned types:
-/// values in 0..=1 or -1..=1).
-fn value(d: DType, r: u64, i: u64) -> i64 {
-    let span = if d == DType::BF16 || d == DType::Bool || (!d.is_signed() && !d.is_float()) {
-        2
-    } else {
-        5
-    };
-    let v = ((r * 7 + i * 13 + (i >> 10)) % span) as i64;
-    if d.is_signed() || d.is_float() {
-        v - span as i64 / 2
-    } else {
-        v
+/// The test data: for rank `r` (of `n`), element `i`, a small integer,
+/// exact in every dtype, and so are sums of up to 256 of them in f16
+/// (bf16 and unsigned types: values in 0..=1 or -1..=0 before the bumps
+/// below).
+///
+/// The values are hashed from `(r, i)`, so no two ranks' data repeat each
+/// other, and a reduction that drops a rank or takes one rank's data for
+/// another's gives other numbers. For max (min) one rank per element, a
+/// different one element by element, holds a value above (below) every
+/// other rank's: the result is that rank's, so an algorithm that leaves
+/// out any rank, or writes a constant, is wrong somewhere.
+fn value(d: DType, op: ReduceOp, n: u64, r: u64, i: u64) -> i64 {
+    let narrow = d == DType::BF16 || d == DType::Bool || (!d.is_signed() && !d.is_float());
+    let span = if narrow { 2 } else { 5 };
+    let offset = if d.is_signed() || d.is_float() { span / 2 } else { 0 };
+    // Unsigned data for a min sits one above 0, which the lowest rank holds.
+    let lift = i64::from(op == ReduceOp::Min && offset == 0);
+    let v = (mix(r << 32 ^ i) % span) as i64 - offset as i64 + lift;
+    let winner = mix(i ^ 0x5bd1_e995) % n.max(1);
+    if op == ReduceOp::Max && r == winner {
+        // Above every other value (for bool: 1 against 0).
+        return if d == DType::Bool { 1 } else { (span - offset) as i64 };
     }
+    if op == ReduceOp::Min && r == winner {
+        return if d == DType::Bool {
+            0
+        } else {
+            -(offset as i64) - 1 + lift
+        };
+    }
+    if d == DType::Bool && op == ReduceOp::Max {
+        return 0;
+    }
+    if d == DType::Bool && op == ReduceOp::Min {
+        return 1;
+    }
+    v
+}
+
+/// A 64-bit mixing function (splitmix64's finalizer): well-spread values
+/// from consecutive inputs.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 fn bits_of(d: DType, v: f64) -> u64 {
@@ -103,7 +134,7 @@ fn bytes(d: DType, len: usize, f: impl Fn(u64) -> u64) -> Vec<u8> {
 /// The inputs and expected outputs of one row, for every rank (element
 /// bytes), reused by every algorithm of a sweep.
 pub struct Data {
-    key: (Collective, DType, ReduceOp, u64, u64),
+    key: (Collective, DType, ReduceOp, u64, u64, u64),
     /// Each rank's input (`buf` or `src`).
     src: Vec<Vec<u8>>,
     /// Each rank's `dst` size in bytes (0: in place).
@@ -116,17 +147,16 @@ pub struct Data {
 #[derive(Default)]
 pub struct DataCache(Option<Data>);
 
-fn make_data(c: Collective, d: DType, op: ReduceOp, n: u64, per_rank: u64) -> Data {
+fn make_data(c: Collective, d: DType, op: ReduceOp, n: u64, per_rank: u64, root: u64) -> Data {
     let (nu, pr) = (n as usize, per_rank as usize);
-    let root = n / 3;
     let input_len = if c == Collective::ReduceScatter { nu * pr } else { pr };
     let src: Vec<Vec<u8>> = (0..n)
-        .map(|r| bytes(d, input_len, |i| bits_of(d, value(d, r, i) as f64)))
+        .map(|r| bytes(d, input_len, |i| bits_of(d, value(d, op, n, r, i) as f64)))
         .collect();
     let expected: Vec<Arc<Vec<u8>>> = match c {
         // Every rank expects the same bytes: one shared buffer.
         Collective::AllReduce => {
-            let e = Arc::new(bytes(d, pr, |i| reduce(d, op, (0..n).map(|r| value(d, r, i)))));
+            let e = Arc::new(bytes(d, pr, |i| reduce(d, op, (0..n).map(|r| value(d, op, n, r, i)))));
             std::iter::repeat_n(e, nu).collect()
         }
         Collective::Broadcast => std::iter::repeat_n(Arc::new(src[root as usize].clone()), nu).collect(),
@@ -134,7 +164,7 @@ fn make_data(c: Collective, d: DType, op: ReduceOp, n: u64, per_rank: u64) -> Da
         Collective::ReduceScatter => (0..n)
             .map(|r| {
                 Arc::new(bytes(d, pr, |i| {
-                    reduce(d, op, (0..n).map(|q| value(d, q, r * per_rank + i)))
+                    reduce(d, op, (0..n).map(|q| value(d, op, n, q, r * per_rank + i)))
                 }))
             })
             .collect(),
@@ -145,7 +175,7 @@ fn make_data(c: Collective, d: DType, op: ReduceOp, n: u64, per_rank: u64) -> Da
         _ => 0,
     };
     Data {
-        key: (c, d, op, n, per_rank),
+        key: (c, d, op, n, per_rank, root),
         src,
         dst_bytes,
         expected,
@@ -265,6 +295,10 @@ pub struct Case<'a> {
     /// Simulated time one size may take (`Launch::time_limit_ps`); `None`:
     /// no limit.
     pub time_limit_ps: Option<u64>,
+    /// A broadcast's root rank; `None`: a third of the way round the
+    /// communicator (`world / 3`: neither the first rank nor the last
+    /// once there are three).
+    pub root: Option<u64>,
 }
 
 /// Runs one collective of `size_bytes` on a fresh machine.
@@ -285,9 +319,14 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
         op,
         threads,
         time_limit_ps,
+        root,
     } = *case;
     let comm = communicator(topo, a, pes)?;
     let n = comm.world() as u64;
+    let root = root.unwrap_or(n / 3);
+    if root >= n {
+        return Err(format!("--root {root}: the communicator has ranks 0..{n}"));
+    }
     let esz = dtype.size_bytes();
     let count = (size_bytes / esz).max(1);
     // Elements each rank contributes.
@@ -326,10 +365,10 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
             ));
         }
     }
-    let key = (a.collective, dtype, op, n, per_rank);
+    let key = (a.collective, dtype, op, n, per_rank, root);
     if cache.0.as_ref().is_none_or(|d| d.key != key) {
         cache.0 = None; // free the previous size's buffers first
-        cache.0 = Some(make_data(a.collective, dtype, op, n, per_rank));
+        cache.0 = Some(make_data(a.collective, dtype, op, n, per_rank, root));
     }
     let data = cache.0.as_ref().ok_or("no data")?;
     let mut m = Machine::new(topo);
@@ -351,7 +390,6 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
         Vec::new()
     };
     let i32_arg = |v: u64| RtValue::Scalar(elem::from_i64(DType::I32, v as i64));
-    let root = n / 3;
     let args: Vec<Vec<RtValue>> = (0..n as usize)
         .map(|r| match a.collective {
             Collective::AllReduce => vec![RtValue::Scalar(src[r]), i32_arg(per_rank)],
@@ -368,19 +406,13 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
     let t0 = std::time::Instant::now();
     let result = m.run(&launch, jit);
     let sim_wall = t0.elapsed();
-    let report = result.map_err(|e| match e {
-        crate::sim::SimError::Deadlock { blocked, .. } => {
-            format!(
-                "deadlocked on {n} PEs ({} ranks blocked)",
-                crate::sim::ranks_in(&blocked)
-            )
-        }
-        other => {
-            // The diagnostic's own "error: " would follow the caller's.
-            let shown = crate::sim::render_sim_error_in(&m.mem, func, sources, &other, ColorMode::Never);
-            let shown = shown.trim_end();
-            format!("failed on {n} PEs: {}", shown.strip_prefix("error: ").unwrap_or(shown))
-        }
+    let report = result.map_err(|e| {
+        // The whole diagnostic (a deadlock's blocked ranks and why, an
+        // out-of-bounds access's nearest allocation), as `tlc run` gives
+        // it; its own "error: " would follow the caller's.
+        let shown = crate::sim::render_sim_error_in(&m.mem, func, sources, &e, ColorMode::Never);
+        let shown = shown.trim_end();
+        format!("failed on {n} PEs: {}", shown.strip_prefix("error: ").unwrap_or(shown))
     })?;
     // A collective that leaves messages behind is wrong even when its
     // data is right (a later collective would receive them).

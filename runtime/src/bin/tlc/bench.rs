@@ -33,6 +33,10 @@ pub struct CclArgs {
     /// sum, max, min or avg.
     #[arg(long, default_value = "sum")]
     pub redop: String,
+    /// Broadcast: the root rank (default: world / 3, neither the first
+    /// rank nor the last once there are three).
+    #[arg(long, value_name = "RANK")]
+    pub root: Option<u64>,
     /// The PEs: 1, N, cube, sip, all, or SIP.CUBE.PE,….
     #[arg(long, allow_hyphen_values = true, default_value = "cube")]
     pub pes: String,
@@ -135,6 +139,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
         op: redop,
         threads: a.threads,
         time_limit_ps: a.time_limit.0,
+        root: None,
     };
     let mut jit = Jit::new();
     let mut cache = bench::DataCache::default();
@@ -275,6 +280,9 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         Some(d) if matches!(d, DType::F16 | DType::BF16 | DType::F32 | DType::I32) => d,
         _ => return usage_error(&format!("--dtype `{}`: expected f16, bf16, f32 or i32", a.dtype)),
     };
+    if a.root.is_some() && op != Collective::Broadcast {
+        return usage_error("--root: only a broadcast has a root (pass --op broadcast)");
+    }
     let sizes = match bench::parse_sizes(&a.sizes) {
         Ok(s) => s,
         Err(e) => return usage_error(&format!("--sizes: {e}")),
@@ -375,6 +383,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 op: redop,
                 threads,
                 time_limit_ps: a.time_limit.0,
+                root: a.root,
             };
             match bench::run_one(&case, &mut p.jit, &mut cache, size) {
                 Ok(r) => {
@@ -415,7 +424,11 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                     if ranks == 1 { "" } else { "s" },
                     topo.spec.name,
                     bench::type_name(dtype),
-                    if op.reduces() { format!(" {}", redop.name()) } else { String::new() }
+                    match op {
+                        _ if op.reduces() => format!(" {}", redop.name()),
+                        Collective::Broadcast => format!(", root {}", a.root.unwrap_or(ranks as u64 / 3)),
+                        _ => String::new(),
+                    }
                 ));
                 if ranks < 2 {
                     o.push_str("# reference: one rank, no ring: nothing crosses a link\n#\n");
@@ -470,6 +483,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             Format::Json => json_out.push(json!({
                 "op": op.key(), "algorithm": name, "module": shown(&alg.module),
                 "ranks": ranks, "dtype": bench::type_name(dtype), "redop": redop.name(),
+                "root": (op == Collective::Broadcast).then(|| a.root.unwrap_or(ranks as u64 / 3)),
                 "reference_bottleneck_gbps": bw, "reference_mean_hop_ns": alpha,
                 "reference_ring_hops": hops, "reference_ring_latency_us": ring_us,
                 "avg_busbw_gbps": avg_bus, "wrong": wrong, "failed_sizes": p.failed_sizes, "rounded_sizes": p.rounded, "ok": ok,
