@@ -153,6 +153,48 @@ def symm_then_block(x: ptr[i32], out: ptr[i32], N: constexpr = 1024):
     assert_eq!(loads[0], loads[1]);
 }
 
+/// `tl.symm_at` of a block whose last lanes point past the buffer (the
+/// usual masked tail): those lanes are left unusable, not an error, so a
+/// masked put works; an active lane among them is an out-of-bounds access
+/// whose address says where it came from.
+#[test]
+fn symm_at_leaves_masked_lanes_past_the_buffer_alone() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def put_tail(x: ptr[i32], n: i32):
+    offs = tl.arange(0, 1024)
+    if tl.rank() == 0:
+        tl.store(tl.symm_at(x + offs, 1), offs + 7, mask=offs < n)
+";
+    let (func, _) = lower(src, "put_tail", &[]);
+    let run = |n: i32| {
+        simulate(
+            &topo,
+            vec![pe(0, 0, 0), pe(0, 0, 1)],
+            &func,
+            vec![
+                tensor("x", Tensor::zeros(Elem::Num(DType::I32), &[2000]), &["shard"]),
+                scalar_i32(i64::from(n)),
+            ],
+            None,
+            false,
+        )
+    };
+    let done = run(1000).expect("a masked put past the buffer runs");
+    let want = i32s(&[1000], |k| k as i32 + 7);
+    assert_eq!(done.tensors[0].bytes()[4000..], want.bytes()[..]);
+    match run(1001) {
+        Err(SimError::Exec { error, .. }) => match error.kind {
+            kernbench_compiler::datapath::ExecErrorKind::OutOfBounds(f) => {
+                assert_eq!(sim::symm_at_origin(f.addr), Some(f.addr & 0xffff_ffff_ffff), "{f:?}")
+            }
+            k => panic!("{k:?}"),
+        },
+        other => panic!("an active lane past the buffer: {:?}", other.err()),
+    }
+}
+
 /// A masked store moves its active lanes only: its time is the closed
 /// form for those bytes, whether the mask is a prefix of a 1-D block or
 /// the first rows of a 2-D one (masks the simulator reads off as a

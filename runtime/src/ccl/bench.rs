@@ -192,9 +192,12 @@ pub struct RingReference {
     /// they are shared (see [`ring_reference`]).
     pub bottleneck_gbps: f64,
     /// Each edge's step latency α (ns), edge k from rank k to rank k + 1:
-    /// the DMA setup of the block it sends, the route's latency into the
-    /// receiver's slots and the copy out of them (the memory latency of
-    /// the buffers is left out: a pipelined algorithm prefetches).
+    /// the route's latency into the receiver's slots and the copy out of
+    /// them, which every message pays. Nothing else is on the path a
+    /// message takes through the ring: an IPCQ send or receive has no DMA
+    /// setup (counting one made this "floor" 10 ns a hop too high, above
+    /// what small rings measured), and the memory latency of the buffers
+    /// is left out (a pipelined algorithm prefetches).
     pub hop_ns: Vec<f64>,
 }
 
@@ -239,8 +242,6 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
     }
     let mut bw = f64::INFINITY;
     let mut hop_ns = Vec::with_capacity(n);
-    let s = &topo.spec;
-    let setup_ns = s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0;
     let bytes = ipcq.slot_size_bytes.0;
     for k in 0..n {
         let (a_pe, b_pe) = (pes[k], pes[(k + 1) % n]);
@@ -250,7 +251,7 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
         bw = bw.min(c.bottleneck_bytes_per_us as f64 / 1000.0);
         let copy = m.fabric.route(slots, Endpoint::Core(b_pe));
         let cc = m.fabric.idle_cost(&copy, bytes, &[]);
-        hop_ns.push((c.latency_ps + cc.latency_ps) as f64 / 1000.0 + setup_ns);
+        hop_ns.push((c.latency_ps + cc.latency_ps) as f64 / 1000.0);
     }
     // The memories every step streams through, shared: each rank reads
     // (or writes) its buffer in its HBM slice once per byte it sends (or

@@ -643,16 +643,8 @@ impl Sim<'_> {
     }
 
     /// Rank `r`'s copy of a symmetric buffer address.
-    fn symmetric(&self, p: usize, i: Inst, addr: u64, r: i64) -> Result<u64, SimError> {
-        let world = self.comm(p).world() as i64;
-        if r < 0 || r >= world {
-            return Err(self.exec_error(
-                p,
-                i,
-                ExecErrorKind::Unsupported(format!("rank {r} is outside the communicator (world size {world})")),
-            ));
-        }
-        self.mem.symmetric_at(addr, r as u32).ok_or_else(|| {
+    fn symmetric(&self, p: usize, i: Inst, addr: u64, r: u32) -> Result<u64, SimError> {
+        self.mem.symmetric_at(addr, r).ok_or_else(|| {
             self.exec_error(
                 p,
                 i,
@@ -661,6 +653,20 @@ impl Sim<'_> {
                 )),
             )
         })
+    }
+
+    /// Rank operand `r` of instruction `i`, checked against PE `p`'s
+    /// communicator.
+    fn rank_in_world(&self, p: usize, i: Inst, r: i64) -> Result<u32, SimError> {
+        let world = self.comm(p).world() as i64;
+        if r < 0 || r >= world {
+            return Err(self.exec_error(
+                p,
+                i,
+                ExecErrorKind::Unsupported(format!("rank {r} is outside the communicator (world size {world})")),
+            ));
+        }
+        Ok(r as u32)
     }
 
     /// `tl.symm_at(ptr, rank)`: the same offset in rank's copy (computed
@@ -673,13 +679,23 @@ impl Sim<'_> {
         let rank_dt = match self.func.ty(d.args[1]).elem() {
             Elem::Num(t) | Elem::Ptr(t) => t,
         };
-        let r = elem::to_i64(rank_dt, vals[1].scalar());
+        let r = self.rank_in_world(p, i, elem::to_i64(rank_dt, vals[1].scalar()))?;
         let out = match vals[0].tensor() {
             None => RtValue::Scalar(self.symmetric(p, i, vals[0].scalar(), r)?),
             Some(t) => {
+                // A lane that no symmetric buffer holds may be one a mask
+                // turns off (the pointers past the end of the data): it
+                // gets an address no allocation has, which an access
+                // through it reports (with a note saying where it came
+                // from) only if its lane is on.
                 let mut o = t.clone().into_owned();
                 for k in 0..t.numel() {
-                    o.set_bits(k, self.symmetric(p, i, t.get_bits(k), r)?);
+                    let a = t.get_bits(k);
+                    let moved = self
+                        .mem
+                        .symmetric_at(a, r)
+                        .unwrap_or_else(|| super::memory::not_symmetric(a));
+                    o.set_bits(k, moved);
                 }
                 RtValue::Block(std::rc::Rc::new(o))
             }
@@ -709,7 +725,8 @@ impl Sim<'_> {
         let size = match self.func.ty(d.args[0]).elem() {
             Elem::Ptr(t) | Elem::Num(t) => t.size_bytes() as u8,
         };
-        let addr = self.symmetric(p, i, vals[0].scalar(), elem::to_i64(rank_dt, vals[1].scalar()))?;
+        let r = self.rank_in_world(p, i, elem::to_i64(rank_dt, vals[1].scalar()))?;
+        let addr = self.symmetric(p, i, vals[0].scalar(), r)?;
         let mem_id = Some(self.pes[p].new_mem_op());
         let t = self.pes[p].issue_ps.max(ready);
         let t = self.dispatch(p, t);

@@ -15,6 +15,28 @@ use kernbench_compiler::datapath::{MemFault, Memory};
 use std::collections::HashMap;
 use std::fmt;
 
+/// The top 16 bits of the address `tl.symm_at` gives a lane of a block
+/// whose pointer no symmetric buffer holds (a lane a mask may turn off),
+/// over the pointer's own 48 bits: no allocation reaches this high, so an
+/// access through it is out of bounds, and [`SimMemory::describe_miss`]
+/// says where it came from.
+const NOT_SYMMETRIC_TAG: u64 = 0x5359 << 48;
+
+/// The address `tl.symm_at` gives a lane whose pointer `addr` no
+/// symmetric buffer holds (see [`NOT_SYMMETRIC_TAG`]).
+pub fn not_symmetric(addr: u64) -> u64 {
+    if addr >> 48 == 0 {
+        addr | NOT_SYMMETRIC_TAG
+    } else {
+        addr // already outside every allocation
+    }
+}
+
+/// The pointer a [`not_symmetric`] address was made from.
+pub fn symm_at_origin(addr: u64) -> Option<u64> {
+    (addr >> 48 == NOT_SYMMETRIC_TAG >> 48).then_some(addr & ((1 << 48) - 1))
+}
+
 /// Where an allocation lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Placement {
@@ -246,6 +268,12 @@ impl SimMemory {
     /// an error: "4 bytes past the end of `buf[0]` (400 bytes at 0x…, in
     /// the HBM slice of …)". `None` when nothing is allocated.
     pub fn describe_miss(&self, addr: u64, bytes: u64) -> Option<String> {
+        if let Some(origin) = symm_at_origin(addr) {
+            return Some(format!(
+                "the address came from `tl.symm_at` of {origin:#x}, which no symmetric buffer holds (a masked-off \
+                 lane may hold such an address; this lane is on)"
+            ));
+        }
         // A computed address may be anywhere, up to u64::MAX.
         let last = addr.saturating_add(bytes);
         let segs = self.flat.segments();
@@ -454,6 +482,11 @@ mod tests {
         assert!(said(a + 398, 4).starts_with("the access starts 398 bytes into (and 2 past the end of) `a`"));
         assert!(said(a, 4).is_empty());
         assert!(said(u64::MAX - 1, 4).contains("past the end of `b`"));
+        // A lane `tl.symm_at` could not map says so.
+        assert!(said(not_symmetric(b + 100), 4)
+            .starts_with(&format!("the address came from `tl.symm_at` of {:#x}", b + 100)));
+        assert_eq!(symm_at_origin(not_symmetric(b)), Some(b));
+        assert_eq!(symm_at_origin(b), None);
     }
 
     #[test]
