@@ -1505,7 +1505,11 @@ impl Checker {
     }
 
     fn not_a_range(&mut self, f: &mut Frame, iter: &Expr) {
-        self.expr(f, iter);
+        // An iterable already in error (`tl.range`, unknown here) is
+        // reported once, by that error.
+        if self.expr(f, iter).ty.is_unknown() {
+            return;
+        }
         let d = Diagnostic::new(
             Code::E0324,
             "a `for` loop must iterate over `range(…)` or `tl.static_range(…)`",

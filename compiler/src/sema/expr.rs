@@ -322,6 +322,8 @@ impl Checker {
                     d = d.with_help(format!(
                         "Triton's `tl.{name}` functions are directly under `tl` here: `tl.exp`, `tl.sqrt`, …"
                     ));
+                } else if let Some(help) = triton_only_help(name) {
+                    d = d.with_help(help);
                 } else if let Some(h) = super::suggest::nearest(name, builtins::tl_names()) {
                     d = d.with_help(format!("did you mean `tl.{h}`?"));
                 }
@@ -416,6 +418,15 @@ impl Checker {
                     .with_secondary(self.loc(f, value_span), format!("this is {}", v.ty));
                     if matches!(name, "astype" | "type" | "cast") {
                         d = d.with_help("convert with `.to(dtype)`");
+                    } else if let ("dtype", Elem::Ptr(pointee)) = (name, e) {
+                        // Triton's `p.dtype.element_ty`.
+                        d = d.with_help(format!(
+                            "a pointer has no dtype attribute; its elements are {pointee}: write the dtype, or pass \
+                             it as a constexpr (`p: ptr[T], T: constexpr`)"
+                        ));
+                    } else if Builtin::lookup_tl(name).is_some() {
+                        // Triton's tensor methods: `x.sum(0)`, `x.reshape(…)`.
+                        d = d.with_help(format!("`{name}` is a function of `tl` here: `tl.{name}(x, …)`"));
                     } else if let Some(h) = super::suggest::nearest(name, ["dtype", "shape", "to"]) {
                         d = d.with_help(format!("did you mean `{h}`?"));
                     }
@@ -1398,5 +1409,35 @@ fn int_range(d: DType) -> Option<(i128, i128)> {
         (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
     } else {
         (0, (1i128 << bits) - 1)
+    })
+}
+
+/// What to write instead of a Triton built-in `tl` does not have
+/// (docs/language.md §12.3).
+fn triton_only_help(name: &str) -> Option<String> {
+    Some(match name {
+        "multiple_of" | "max_contiguous" | "max_constancy" => {
+            format!("`tl.{name}` is a hint to Triton's compiler, which this one does not need: pass the value itself")
+        }
+        "debug_barrier" => "a PE runs its operations in program order (one program, no threads to synchronize): \
+                            remove it; `tl.barrier()` synchronizes the ranks of a communicator"
+            .to_string(),
+        "static_print" => {
+            "`tl.static_assert(cond, msg)` checks a constant; `tl.device_print` prints at run time".to_string()
+        }
+        "range" => "loop with Python's `range(...)` (a run-time loop) or `tl.static_range(...)` (unrolled)".to_string(),
+        "permute" => "`tl.trans(x, *dims)` permutes the axes".to_string(),
+        "expand_dims" => "index with `None` to add an axis: `x[:, None]`, `x[None, :]`".to_string(),
+        "view" => "`tl.reshape(x, shape)` gives the same elements in another shape".to_string(),
+        "make_block_ptr" | "advance" => {
+            "block pointers are not supported: compute a block of pointers (`ptr + offsets`) and pass a mask"
+                .to_string()
+        }
+        "cumsum" | "cumprod" | "associative_scan" | "reduce" | "cat" | "join" | "split" | "erf" | "rand" | "randn"
+        | "histogram" | "sort" | "gather" | "atomic_max" | "atomic_min" | "atomic_cas" | "atomic_xchg"
+        | "atomic_and" | "atomic_or" | "atomic_xor" => {
+            format!("`tl.{name}` is not supported (docs/language.md §12.3 lists what is missing)")
+        }
+        _ => return None,
     })
 }

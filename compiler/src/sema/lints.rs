@@ -241,10 +241,6 @@ pub fn function_lints(def: &FunctionDef, file: FileId, is_kernel: bool, diags: &
             );
         }
     }
-    unreachable(&def.body, file, diags);
-    if !is_kernel {
-        helper_returns(&def.body, true, file, diags);
-    }
 }
 
 /// W0004: statements after `break`, `continue` or `return` in one block.

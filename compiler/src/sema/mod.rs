@@ -137,5 +137,12 @@ pub fn check_source(name: &str, source: &str, options: &Options) -> CheckOutput 
 }
 
 pub(crate) fn sorted(d: Diagnostics) -> Vec<Diagnostic> {
-    d.into_sorted()
+    let mut list = d.into_sorted();
+    // An unused variable next to an error is mostly the error's echo (its
+    // value failed to check, or the use that failed was its read): as
+    // rustc does, it is reported only once the program checks.
+    if list.iter().any(|d| !d.code.is_warning()) {
+        list.retain(|d| d.code != crate::diag::Code::W0001);
+    }
+    list
 }

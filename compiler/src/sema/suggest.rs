@@ -1,10 +1,14 @@
 //! "Did you mean …?": the nearest candidate name by edit distance, the way
 //! rustc picks one (distance at most a third of the name's length).
 
-/// Levenshtein distance, case differences counting half (rounded down).
+/// Edit distance with adjacent transpositions (optimal string alignment:
+/// `laod` is one edit from `load`, as rustc counts it), case differences
+/// counting half (rounded down).
 fn distance(a: &str, b: &str) -> usize {
     let a: Vec<char> = a.chars().collect();
     let b: Vec<char> = b.chars().collect();
+    // Three rows: two back for a transposition.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
     let mut prev: Vec<usize> = (0..=b.len()).map(|j| j * 2).collect();
     let mut cur = vec![0; b.len() + 1];
     for i in 1..=a.len() {
@@ -18,7 +22,11 @@ fn distance(a: &str, b: &str) -> usize {
                 2
             };
             cur[j] = (prev[j - 1] + sub).min(prev[j] + 2).min(cur[j - 1] + 2);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                cur[j] = cur[j].min(before[j - 2] + 2);
+            }
         }
+        std::mem::swap(&mut before, &mut prev);
         std::mem::swap(&mut prev, &mut cur);
     }
     prev[b.len()] / 2
@@ -54,5 +62,8 @@ mod tests {
         assert_eq!(nearest("BLOK", ["BLOCK", "n"]), Some("BLOCK"));
         assert_eq!(nearest("xyz", ["arange", "zeros"]), None);
         assert_eq!(nearest("Load", ["load"]), Some("load"));
+        // A swapped pair is one edit.
+        assert_eq!(nearest("laod", ["load", "loop"]), Some("load"));
+        assert_eq!(nearest("arnage", ["arange"]), Some("arange"));
     }
 }

@@ -407,7 +407,10 @@ fn syntax_error(
                 Loc::new(file, span),
                 format!("expected {wanted}"),
             );
-            if wanted.contains("`:`") && !wanted.contains(',') {
+            if wanted.contains("`:`") && tok == Tok::Eq {
+                // `if n = 3:`: an assignment where a condition goes.
+                d = d.with_help("to compare, use `==`");
+            } else if wanted.contains("`:`") && !wanted.contains(',') {
                 d = d.with_help("a `def`, `if`, `elif`, `else`, `for` or `while` line ends with `:`");
             } else if tok == Tok::Indent {
                 d = d.with_help("indent only the body of a block");
