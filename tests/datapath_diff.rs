@@ -719,7 +719,7 @@ def k(x: ptr[f32], y: ptr[f32], n: i32):
     let bytes = |v: f32, n: usize| (0..n).flat_map(|_| v.to_le_bytes()).collect::<Vec<u8>>();
     let launch = |jit: &mut Jit, mem: &mut FlatMemory, x: u64, y: u64| {
         let args = [RtValue::Scalar(x), RtValue::Scalar(y), RtValue::Scalar(256)];
-        run_grid(&func, &p, jit as &mut dyn DataPath, mem, [4, 1, 1], &args).expect("runs");
+        run_grid(&func, &p, jit as &mut dyn DataPath, mem, [4, 1, 1], &args, None).expect("runs");
     };
     let mut a = FlatMemory::new();
     let (xa, ya) = (a.alloc("x", bytes(1.0, 256)), a.alloc("y", bytes(0.0, 256)));

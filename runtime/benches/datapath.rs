@@ -57,7 +57,8 @@ impl Launch {
     }
 
     fn run(&mut self, dp: &mut dyn DataPath) {
-        run_grid(&self.func, &self.plan, dp, &mut self.mem, self.grid, &self.args).expect("benchmark kernel runs");
+        run_grid(&self.func, &self.plan, dp, &mut self.mem, self.grid, &self.args, None)
+            .expect("benchmark kernel runs");
     }
 }
 

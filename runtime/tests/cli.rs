@@ -1557,6 +1557,25 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
     let o = run(&["--time-limit", "10us", "--trace", &trace.to_string_lossy()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(!trace.exists(), "no trace of a failed run");
+    // The untimed executor has no clock: the limit bounds its
+    // instructions, one per cycle (10 us: 10,000 at 1 GHz), and names
+    // where the program was.
+    let o = tlc(&[
+        "run",
+        kernel.as_str(),
+        "--functional",
+        "--arg",
+        "x=zeros(8,i32)",
+        "--time-limit",
+        "10us",
+    ]);
+    assert_exit(
+        &o,
+        1,
+        "error: stopped after 10000 steps without finishing (`--time-limit` worth of them, one per cycle): a loop \
+         that never ends? (kernel `spin`, program (0, 0, 0))",
+    );
+    assert!(stderr(&o).contains("spin.tl:4:11"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

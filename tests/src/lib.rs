@@ -280,7 +280,7 @@ pub mod exec {
         if let Err(e) = dp.prepare(func, &p) {
             panic!("cannot compile {}: {e}", func.name);
         }
-        run_grid(func, &p, dp, &mut mem, grid, &values)?;
+        run_grid(func, &p, dp, &mut mem, grid, &values, None)?;
         Ok(tensors
             .into_iter()
             .map(|(name, t)| {

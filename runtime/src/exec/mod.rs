@@ -242,10 +242,16 @@ struct Machine<'a> {
     env: Vec<Option<RtValue>>,
     pid: [u32; 3],
     grid: [u32; 3],
+    /// Steps (instructions, fused groups) the run may still take.
+    steps_left: u64,
+    max_steps: u64,
 }
 
 /// Runs `func` on every point of `grid` with `args` (one per kernel
-/// parameter: addresses for pointers, bits for scalars).
+/// parameter: addresses for pointers, bits for scalars). With `max_steps`,
+/// a run that takes more steps (instructions and fused groups, over the
+/// whole grid) stops with an error where it is: this executor has no
+/// clock, and a loop that never ends would otherwise run for ever.
 pub fn run_grid(
     func: &Function,
     plan: &Plan,
@@ -253,7 +259,9 @@ pub fn run_grid(
     mem: &mut dyn Memory,
     grid: [u32; 3],
     args: &[RtValue],
+    max_steps: Option<u64>,
 ) -> Result<(), RunError> {
+    let max_steps = max_steps.unwrap_or(u64::MAX);
     let mut m = Machine {
         func,
         plan,
@@ -262,6 +270,8 @@ pub fn run_grid(
         env: vec![None; func.values.len()],
         pid: [0; 3],
         grid,
+        steps_left: max_steps,
+        max_steps,
     };
     for z in 0..grid[2] {
         for y in 0..grid[1] {
@@ -309,6 +319,21 @@ impl Machine<'_> {
         }
         let plan = self.plan;
         for step in &plan.steps[r] {
+            if self.steps_left == 0 {
+                let at = match *step {
+                    Step::Inst(i) | Step::Relabel(i) | Step::Control(i) => i,
+                    Step::Group(g) => plan.groups[g].insts[0],
+                };
+                return Err(fail(
+                    at,
+                    ExecErrorKind::Unsupported(format!(
+                        "stopped after {} steps without finishing (`--time-limit` worth of them, one per cycle): \
+                         a loop that never ends?",
+                        self.max_steps
+                    )),
+                ));
+            }
+            self.steps_left -= 1;
             match *step {
                 Step::Inst(i) => self.inst(i)?,
                 Step::Relabel(i) => self.relabel(i),

@@ -155,8 +155,9 @@ enum Command {
         time_limit: TimeLimit,
         /// Run every program in turn on the untimed executor (no machine,
         /// no communication): the fastest way to check numbers. The
-        /// machine's options are errors with it (they were ignored).
-        #[arg(long, conflicts_with_all = ["pes", "threads", "topology", "trace", "trace_links", "format", "time_limit"])]
+        /// machine's options are errors with it (they were ignored);
+        /// --time-limit bounds the instructions it runs, one per cycle.
+        #[arg(long, conflicts_with_all = ["pes", "threads", "topology", "trace", "trace_links", "format"])]
         functional: bool,
         /// Bind a constexpr: -D BLOCK=128.
         #[arg(short = 'D', value_name = "NAME=VALUE")]

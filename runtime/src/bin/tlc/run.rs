@@ -550,7 +550,11 @@ fn functional(
     }
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
-    let result = run_grid(func, &plan, dp, &mut mem, grid, &values);
+    // No clock here: the time limit bounds the instructions run, one per
+    // cycle of the default machine (a lower bound of what it would take).
+    let cycle_ps = kernbench_runtime::topology::Topology::default_machine().cycle_ps.max(1);
+    let max_steps = a.time_limit_ps.map(|t| t / cycle_ps);
+    let result = run_grid(func, &plan, dp, &mut mem, grid, &values, max_steps);
     let run_ms = t1.elapsed().as_secs_f64() * 1e3;
     if let Err(e) = result {
         err!("{}", render_run_error(func, sources, &e, color_mode(a.color)));
