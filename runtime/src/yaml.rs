@@ -23,7 +23,7 @@ impl YamlError {
     pub fn at(file: &str, text: &str, path: &str, message: String) -> YamlError {
         YamlError {
             file: file.to_string(),
-            line: key_line(text, path),
+            line: key_or_parent_line(text, path),
             path: path.to_string(),
             message,
             unreadable: false,
@@ -375,6 +375,19 @@ fn shorten_quoted(message: &str) -> String {
     out
 }
 
+/// [`key_line`] of `path`, or else of its nearest ancestor that has one: a
+/// key inside a flow mapping (`constexprs: {T: i32}`) shares its parent's
+/// line, which indentation alone does not find.
+fn key_or_parent_line(text: &str, path: &str) -> Option<usize> {
+    let mut p = path;
+    loop {
+        if let Some(l) = key_line(text, p) {
+            return Some(l);
+        }
+        p = &p[..p.rfind('.')?];
+    }
+}
+
 /// The 1-based line where a dotted key path is defined, by following the
 /// YAML's indentation (for errors found after parsing).
 pub fn key_line(text: &str, path: &str) -> Option<usize> {
@@ -406,6 +419,16 @@ pub fn key_line(text: &str, path: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key in a flow mapping is found at its parent's line.
+    #[test]
+    fn a_flow_mapping_key_has_its_parent_line() {
+        let t = "a:\n  b: 1\n  c: {d: 2}\n";
+        assert_eq!(key_line(t, "a.c.d"), None);
+        assert_eq!(key_or_parent_line(t, "a.c.d"), Some(3));
+        assert_eq!(key_or_parent_line(t, "a.b"), Some(2));
+        assert_eq!(key_or_parent_line(t, "x.y"), None);
+    }
 
     /// Deep flow nesting is refused before the parser's quadratic time,
     /// at its line; brackets in quotes and comments do not count, and the

@@ -185,8 +185,8 @@ pub fn communicator(topo: &Topology, a: &Algorithm, pes: &[PeCoord]) -> Result<C
     if let Some(n) = a.world_size {
         if n as usize > ordered.len() {
             return Err(format!(
-                "algorithm `{}` runs on {n} PEs (its world_size) but only {} are given",
-                a.name,
+                "{}: runs on {n} PEs (its world_size) but only {} are given",
+                a.entry(),
                 ordered.len()
             ));
         }

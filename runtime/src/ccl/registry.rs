@@ -104,7 +104,7 @@ pub struct Algorithm {
 
 impl Algorithm {
     /// `file:line: algorithm `name``, the start of an error about it.
-    fn entry(&self) -> String {
+    pub(crate) fn entry(&self) -> String {
         format!(
             "{}{}: algorithm `{}`",
             self.origin.0,
