@@ -409,6 +409,11 @@ fn run_usage_errors_exit_two() {
         "the argument '--functional' cannot be used with '--trace-links <N>'",
     );
     usage(&["-D", "BLOCK=8", "-D", "BLOCK=4"], "-D BLOCK=… is given twice");
+    usage(
+        &["-D", "T=tl.float64"],
+        "invalid -D `T=tl.float64`: `tl.float64` is not a tl dtype (the dtypes: bool, i8, i32, i64, u8, u32, f16, \
+         bf16, f32)",
+    );
     for layout in [":shard", ":tcm"] {
         let mut a = base.to_vec();
         a.extend(&all_args[..6]);

@@ -95,9 +95,16 @@ impl Checker {
             }
             B::Rank | B::WorldSize => Val::runtime(Ty::num(DType::I32)),
             B::Arange => {
+                let errors = self.diags.error_count();
                 let start = self.shape_int(f, a, "start", "`tl.arange` bounds");
                 let end = self.shape_int(f, a, "end", "`tl.arange` bounds");
                 let (Some(s), Some(e)) = (start, end) else {
+                    // A bound in error (`-D BLOCK=2.5`): reported once, not
+                    // again at every use of the block.
+                    if self.diags.error_count() > errors {
+                        return Val::unknown();
+                    }
+                    // Unbound constexprs: a block of a length not known yet.
                     return Val::runtime(Ty::Block(Elem::Num(DType::I32), vec![None]));
                 };
                 if e <= s {

@@ -49,7 +49,7 @@ mod run;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use kernbench_compiler::diag::{render_human, render_json, render_summary, ColorMode};
-use kernbench_compiler::sema::{self, Konst};
+use kernbench_compiler::sema::{self, DType, Konst};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -378,8 +378,26 @@ pub(crate) fn parse_defines(defines: &[String]) -> Result<std::collections::BTre
         {
             return Err(format!("invalid -D `{d}`: `{name}` is not a parameter name"));
         }
+        let k = Konst::parse_define(value);
+        // A dtype tl does not have (`f64`, `int16`) would be a string, and
+        // fail at every use as "expected a dtype, found str".
+        if let Konst::Str(v) = &k {
+            let bare = v.trim_start_matches("tl.");
+            let digits = bare.trim_start_matches(|c: char| c.is_ascii_alphabetic());
+            let prefix = &bare[..bare.len() - digits.len()];
+            let dtype_like = matches!(prefix, "f" | "i" | "u" | "bf" | "float" | "int" | "uint" | "bfloat")
+                && !digits.is_empty()
+                && digits.chars().all(|c| c.is_ascii_digit());
+            if dtype_like {
+                let names: Vec<&str> = DType::ALL.iter().map(|d| d.name()).collect();
+                return Err(format!(
+                    "invalid -D `{d}`: `{v}` is not a tl dtype (the dtypes: {})",
+                    names.join(", ")
+                ));
+            }
+        }
         // Like a repeated `--arg`: the first value was silently dropped.
-        if out.insert(name.to_string(), Konst::parse_define(value)).is_some() {
+        if out.insert(name.to_string(), k).is_some() {
             return Err(format!("-D {name}=… is given twice"));
         }
     }
