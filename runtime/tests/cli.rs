@@ -1186,6 +1186,18 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         1,
         "= rank 0 (sip 0, cube 0, pe 0) is blocked in a receive: waiting for data from rank 2",
     );
+    // `--algo default` runs what ccl.yaml's defaults pick, and says so.
+    let o = tlc(&["bench", "ccl", "--algo", "default", "--sizes", "1K", "--pes", "2"]);
+    assert_stdout(
+        &o,
+        0,
+        "# the defaults for all_reduce: `rd_allreduce` below 16384 bytes per rank, `ring_allreduce` from there on",
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("# all_reduce with `rd_allreduce`") && text.contains("# all_reduce with `ring_allreduce`"),
+        "{text}"
+    );
     // Only a broadcast has a root; one outside the communicator is an
     // error for each size.
     assert_eq!(tlc(&["bench", "ccl", "--root", "1"]).status.code(), Some(2));

@@ -21,7 +21,9 @@ pub struct CclArgs {
     /// all_reduce, all_gather, reduce_scatter or broadcast.
     #[arg(long, default_value = "all_reduce")]
     pub op: String,
-    /// An algorithm of the registry, or `all` of the collective's.
+    /// An algorithm of the registry, `all` of the collective's, or
+    /// `default`: the ones ccl.yaml's `defaults` pick (what the host's
+    /// collectives run).
     #[arg(long, default_value = "all")]
     pub algo: String,
     /// MIN:MAX (powers of two), or a list: 1K:64M, 8K, 4K,1M.
@@ -299,7 +301,29 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             return ExitCode::from(if e.unreadable { 2 } else { 1 });
         }
     }
-    let algos: Vec<String> = if a.algo == "all" {
+    let algos: Vec<String> = if a.algo == "default" {
+        // What the registry's `defaults` pick for this collective (what
+        // `distributed.all_reduce` and the others run): the default, and
+        // the one for small buffers when `defaults.small` names one.
+        let main = match reg.default_for(op) {
+            Ok(x) => x.name.clone(),
+            Err(e) => return usage_error(&e),
+        };
+        let mut names = vec![main.clone()];
+        let below = reg.defaults.small_below_bytes;
+        let small = below.and_then(|b| reg.default_for_size(op, b.saturating_sub(1)).ok());
+        let picks = match (small, below) {
+            (Some(x), Some(b)) if x.name != main => {
+                names.insert(0, x.name.clone());
+                format!("`{}` below {b} bytes per rank, `{main}` from there on", x.name)
+            }
+            _ => format!("`{main}` at every size"),
+        };
+        if a.format == Format::Human {
+            outln!("# the defaults for {op}: {picks}\n#");
+        }
+        names
+    } else if a.algo == "all" {
         reg.algorithms
             .values()
             .filter(|x| x.collective == op)
