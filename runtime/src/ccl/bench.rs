@@ -66,7 +66,8 @@ fn value(d: DType, op: ReduceOp, n: u64, r: u64, i: u64) -> i64 {
     let narrow = d == DType::BF16 || d == DType::Bool || (!d.is_signed() && !d.is_float());
     let span = if narrow { 2 } else { 5 };
     let offset = if d.is_signed() || d.is_float() { span / 2 } else { 0 };
-    // Unsigned data for a min sits one above 0, which the lowest rank holds.
+    // Unsigned data for a min sits one above 0, which only the min's rank
+    // (below) holds.
     let lift = i64::from(op == ReduceOp::Min && offset == 0);
     let v = (mix(r << 32 ^ i) % span) as i64 - offset as i64 + lift;
     let winner = mix(i ^ 0x5bd1_e995) % n.max(1);
