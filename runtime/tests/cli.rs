@@ -1094,33 +1094,34 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         table.contains("# Failed sizes         : 1048576 (bytes; errors above)\n# Out of bounds values : 0 FAILED"),
         "{table}"
     );
+    // A user all-reduce `name` (kernel source `src`, in `name.tl`) run on
+    // 1 KiB over `pes` PEs with `extra` options.
+    let run_user = |name: &str, src: &str, pes: &str, extra: &[&str]| {
+        write_kernel(&dir, &format!("{name}.tl"), src);
+        std::fs::write(
+            &cfg,
+            format!(
+                "algorithms:\n  {name}:\n    collective: all_reduce\n    module: {name}.tl\n    kernel: {name}\n    \
+                 topology: ring\n"
+            ),
+        )
+        .expect("write");
+        let config = cfg.to_string_lossy();
+        let mut args = vec![
+            "bench", "ccl", "--config", &config, "--algo", name, "--sizes", "1K", "--pes", pes,
+        ];
+        args.extend_from_slice(extra);
+        tlc(&args)
+    };
     // An algorithm that never ends stops at the time limit, as a failed
     // size.
-    write_kernel(
-        &dir,
-        "spin.tl",
+    let o = run_user(
+        "spin",
         "@kernel\ndef spin(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0):\n    i = 0\n    \
          while i < n_elem:\n        i = i + 0\n",
-    );
-    std::fs::write(
-        &cfg,
-        "algorithms:\n  spin:\n    collective: all_reduce\n    module: spin.tl\n    kernel: spin\n    topology: ring\n",
-    )
-    .expect("write");
-    let o = tlc(&[
-        "bench",
-        "ccl",
-        "--config",
-        &cfg.to_string_lossy(),
-        "--algo",
-        "spin",
-        "--sizes",
-        "1K",
-        "--pes",
         "2",
-        "--time-limit",
-        "2us",
-    ]);
+        &["--time-limit", "2us"],
+    );
     assert_exit(
         &o,
         1,
@@ -1130,56 +1131,22 @@ fn bench_ccl_prints_the_nccl_tests_table() {
     assert_eq!(tlc(&["bench", "ccl", "--time-limit", "soon"]).status.code(), Some(2));
     // An access past the buffer names the buffer it missed, as `tlc run`
     // does.
-    write_kernel(
-        &dir,
-        "overrun.tl",
+    let o = run_user(
+        "overrun",
         "@kernel\ndef overrun(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0):\n    \
          x = tl.load(buf + n_elem)\n    tl.store(buf, x)\n",
-    );
-    std::fs::write(
-        &cfg,
-        "algorithms:\n  overrun:\n    collective: all_reduce\n    module: overrun.tl\n    kernel: overrun\n    \
-         topology: ring\n",
-    )
-    .expect("write");
-    let o = tlc(&[
-        "bench",
-        "ccl",
-        "--config",
-        &cfg.to_string_lossy(),
-        "--algo",
-        "overrun",
-        "--sizes",
-        "1K",
-        "--pes",
         "2",
-    ]);
+        &[],
+    );
     assert_exit(&o, 1, "= note: the access starts 0 bytes past the end of `input[0]`");
     // A deadlock names every blocked rank and why, as `tlc run` does.
-    write_kernel(
-        &dir,
-        "recv_first.tl",
+    let o = run_user(
+        "recv_first",
         "@kernel\ndef recv_first(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0):\n    \
          got = tl.recv(tl.PREV, [16], T)\n    tl.send(tl.NEXT, got)\n",
-    );
-    std::fs::write(
-        &cfg,
-        "algorithms:\n  recv_first:\n    collective: all_reduce\n    module: recv_first.tl\n    \
-         kernel: recv_first\n    topology: ring\n",
-    )
-    .expect("write");
-    let o = tlc(&[
-        "bench",
-        "ccl",
-        "--config",
-        &cfg.to_string_lossy(),
-        "--algo",
-        "recv_first",
-        "--sizes",
-        "1K",
-        "--pes",
         "3",
-    ]);
+        &[],
+    );
     assert_exit(&o, 1, "3 ranks blocked and nothing left to happen");
     assert_exit(
         &o,

@@ -12,6 +12,7 @@
 //! real mistakes only.
 
 use super::{communicator, Algorithm, Collective, ReduceOp, Registry};
+use crate::args::splitmix64;
 use crate::sim::fabric::Endpoint;
 use crate::sim::{Launch, Machine, Placement};
 use crate::topology::{PeCoord, Space, Topology};
@@ -69,8 +70,8 @@ fn value(d: DType, op: ReduceOp, n: u64, r: u64, i: u64) -> i64 {
     // Unsigned data for a min sits one above 0, which only the min's rank
     // (below) holds.
     let lift = i64::from(op == ReduceOp::Min && offset == 0);
-    let v = (mix(r << 32 ^ i) % span) as i64 - offset as i64 + lift;
-    let winner = mix(i ^ 0x5bd1_e995) % n.max(1);
+    let v = (splitmix64(r << 32 ^ i) % span) as i64 - offset as i64 + lift;
+    let winner = splitmix64(i ^ 0x5bd1_e995) % n.max(1);
     if op == ReduceOp::Max && r == winner {
         // Above every other value (for bool: 1 against 0).
         return if d == DType::Bool { 1 } else { (span - offset) as i64 };
@@ -89,15 +90,6 @@ fn value(d: DType, op: ReduceOp, n: u64, r: u64, i: u64) -> i64 {
         return 1;
     }
     v
-}
-
-/// A 64-bit mixing function (splitmix64's finalizer): well-spread values
-/// from consecutive inputs.
-fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 fn bits_of(d: DType, v: f64) -> u64 {
