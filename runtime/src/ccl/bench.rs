@@ -289,10 +289,15 @@ pub struct Case<'a> {
     /// Simulated time one size may take (`Launch::time_limit_ps`); `None`:
     /// no limit.
     pub time_limit_ps: Option<u64>,
-    /// A broadcast's root rank; `None`: a third of the way round the
-    /// communicator (`world / 3`: neither the first rank nor the last
-    /// once there are three).
+    /// A broadcast's root rank; `None`: [`broadcast_root`]'s default.
     pub root: Option<u64>,
+}
+
+/// The root a broadcast over `world` ranks runs from: `root`, else a third
+/// of the way round (neither the first rank nor the last once there are
+/// three).
+pub fn broadcast_root(root: Option<u64>, world: u64) -> u64 {
+    root.unwrap_or(world / 3)
 }
 
 /// Runs one collective of `size_bytes` on a fresh machine.
@@ -317,7 +322,7 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
     } = *case;
     let comm = communicator(topo, a, pes)?;
     let n = comm.world() as u64;
-    let root = root.unwrap_or(n / 3);
+    let root = broadcast_root(root, n);
     if root >= n {
         return Err(format!("--root {root}: the communicator has ranks 0..{n}"));
     }

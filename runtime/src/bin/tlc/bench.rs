@@ -450,7 +450,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                     bench::type_name(dtype),
                     match op {
                         _ if op.reduces() => format!(" {}", redop.name()),
-                        Collective::Broadcast => format!(", root {}", a.root.unwrap_or(ranks as u64 / 3)),
+                        Collective::Broadcast => format!(", root {}", bench::broadcast_root(a.root, ranks as u64)),
                         _ => String::new(),
                     }
                 ));
@@ -507,7 +507,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             Format::Json => json_out.push(json!({
                 "op": op.key(), "algorithm": name, "module": shown(&alg.module),
                 "ranks": ranks, "dtype": bench::type_name(dtype), "redop": redop.name(),
-                "root": (op == Collective::Broadcast).then(|| a.root.unwrap_or(ranks as u64 / 3)),
+                "root": (op == Collective::Broadcast).then(|| bench::broadcast_root(a.root, ranks as u64)),
                 "reference_bottleneck_gbps": bw, "reference_mean_hop_ns": alpha,
                 "reference_ring_hops": hops, "reference_ring_latency_us": ring_us,
                 "avg_busbw_gbps": avg_bus, "wrong": wrong, "failed_sizes": p.failed_sizes, "rounded_sizes": p.rounded, "ok": ok,
