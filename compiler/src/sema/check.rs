@@ -157,6 +157,10 @@ pub(super) struct Checker {
     pub roots: Vec<ModId>,
     /// Helpers being checked, innermost last (recursion detection).
     pub active: Vec<FuncId>,
+    /// Helpers whose body raised an error in some call: later calls check
+    /// their arguments but not the body again, whose errors would only
+    /// repeat (see [`Checker::call_helper`]).
+    pub erred_helpers: HashSet<FuncId>,
     pub kernels: Vec<KernelSummary>,
     /// `-D` names some kernel used.
     pub used_defines: HashSet<String>,
@@ -190,6 +194,7 @@ impl Checker {
             by_path: HashMap::new(),
             roots: Vec::new(),
             active: Vec::new(),
+            erred_helpers: HashSet::new(),
             kernels: Vec::new(),
             used_defines: HashSet::new(),
             steps: 0,
@@ -630,9 +635,21 @@ impl Checker {
             let constexpr = matches!(annot, Some(Annot::Constexpr));
             self.bind_param(&mut f, p, val, constexpr);
         }
+        if self.erred_helpers.contains(&fid) {
+            return Val::unknown();
+        }
+        let errors = self.diags.error_count();
         self.active.push(fid);
         self.block(&mut f, &def.body);
         self.active.pop();
+        if self.diags.error_count() > errors {
+            // Checking the body again at every call would repeat the same
+            // errors (deduplicated at the same place) and cost a full check
+            // each time: a fan-out of calls to a helper with a typo spent
+            // seconds in the typo's suggestion search.
+            self.erred_helpers.insert(fid);
+            return Val::unknown();
+        }
         f.ret.unwrap_or_else(Val::none)
     }
 
@@ -1364,8 +1381,29 @@ impl Checker {
                                 state: VarState::Defined,
                             },
                         );
+                        let errors = self.diags.error_count();
                         self.block(f, body);
                         f.terminated = false;
+                        if self.diags.error_count() > errors {
+                            // The remaining iterations would repeat this
+                            // error (deduplicated) at the price of a full
+                            // check each: a 10⁶-iteration nest around a typo
+                            // took 47 s. The constants the body assigns
+                            // become unknown constants rather than keep
+                            // their half-unrolled values; the rest (blocks,
+                            // run-time values) keeps its type, so the code
+                            // after the loop is still checked.
+                            let mut assigned = HashSet::new();
+                            super::lints::assigned_names(body, &mut assigned);
+                            for name in assigned {
+                                if let Some(var) = f.vars.get_mut(&name) {
+                                    if var.val.konst.is_some() {
+                                        var.val = Val::unbound_const();
+                                    }
+                                }
+                            }
+                            break;
+                        }
                     }
                 }
                 None => {
@@ -1577,10 +1615,11 @@ fn loop_type_help(before: &Ty, after: &Ty) -> String {
         (Some(a), Some(b), _) if a != b => {
             format!("give it the loop's dtype before the loop (`….to({b})`), or convert inside it (`.to({a})`)")
         }
-        (_, Some(d), Ty::Block(_, shape)) => format!(
+        (_, Some(d), Ty::Block(_, shape)) if shape.iter().all(Option::is_some) => format!(
             "initialize it with its in-loop shape before the loop, e.g. `tl.zeros({}, dtype={d})`",
             super::types::shape_tuple(shape)
         ),
+        (_, _, Ty::Block(..)) => "initialize it with its in-loop shape before the loop".into(),
         _ => "keep the same type and shape on every iteration".into(),
     }
 }
