@@ -525,6 +525,34 @@ fn emit_ir_prints_the_kernel() {
     );
 }
 
+/// The JSON form is the kernels' IR, structured (tests/ir.rs checks it
+/// says what the text form says, for every golden and stdlib kernel).
+#[test]
+fn emit_ir_json_lists_every_kernel() {
+    let o = tlc(&["emit-ir", "stdlib/ccl/broadcast.tl", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON document");
+    let kernels = j["kernels"].as_array().expect("a kernel list");
+    let names: Vec<&str> = kernels.iter().filter_map(|k| k["name"].as_str()).collect();
+    let text = String::from_utf8_lossy(&tlc(&["emit-ir", "stdlib/ccl/broadcast.tl"]).stdout).to_string();
+    let text_names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("kernel @")?.split('(').next())
+        .collect();
+    assert!(!names.is_empty());
+    assert_eq!(names, text_names);
+    let first = &kernels[0]["body"]["insts"][0];
+    assert!(
+        first["loc"]["file"] == "stdlib/ccl/broadcast.tl" && first["loc"]["line"].as_u64() > Some(0),
+        "{first}"
+    );
+    assert!(first["results"][0]["type"]["kind"].is_string(), "{first}");
+    // A kernel with errors: the diagnostics on stderr, nothing on stdout.
+    let o = tlc(&["emit-ir", "tests/ui/E0101-unknown-tl-builtin.tl", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty() && stderr(&o).contains("E0101"), "{}", stderr(&o));
+}
+
 #[test]
 fn topology_summarizes_presets_and_reports_bad_files() {
     let o = tlc(&["topology"]);

@@ -2,7 +2,7 @@
 //! a file the way `tlc check` does, and comparing against (or, with
 //! `BLESS=1`, rewriting) expected output files.
 
-use kernbench_compiler::diag::{render_human, render_summary, ColorMode};
+use kernbench_compiler::diag::{render_human, render_summary, ColorMode, SourceMap};
 use kernbench_compiler::sema::{self, Konst};
 use std::path::{Path, PathBuf};
 
@@ -84,6 +84,20 @@ pub fn directive(source: &str, prefix: &str) -> Option<String> {
 /// The IR text of every kernel of a file (or of `# kernel: NAME`), as
 /// `tlc emit-ir` prints it, or the diagnostics if lowering fails.
 pub fn ir_output(rel: &Path) -> String {
+    let mut text = String::new();
+    for lowered in lower_all(rel) {
+        match lowered {
+            Ok((f, sources)) => text.push_str(&kernbench_compiler::ir::print_function(&f, &sources)),
+            Err(e) => text.push_str(&e),
+        }
+    }
+    text
+}
+
+/// Every kernel of `rel` lowered (or the one `# kernel: NAME` names, with
+/// the file's `# tlc-flags`), in order: the IR and the sources it points
+/// into, or the rendered diagnostics and error.
+pub fn lower_all(rel: &Path) -> Vec<Result<(kernbench_compiler::ir::Function, SourceMap), String>> {
     let source = std::fs::read_to_string(rel).unwrap_or_else(|e| panic!("reading {}: {e}", rel.display()));
     let options = sema::Options {
         defines: flags_of(&source).into_iter().collect(),
@@ -97,20 +111,21 @@ pub fn ir_output(rel: &Path) -> String {
             s.finish().kernels.into_iter().map(|k| k.name).collect()
         }
     };
-    let mut text = String::new();
-    for name in names {
-        let mut s = sema::Session::new(options.clone());
-        s.add_file(&rel.display().to_string(), Some(rel.to_path_buf()), source.clone());
-        let (out, ir) = s.lower(&name);
-        match ir {
-            Ok(f) => text.push_str(&kernbench_compiler::ir::print_function(&f, &out.sources)),
-            Err(e) => {
-                text.push_str(&render_human(&out.diagnostics, &out.sources, ColorMode::Never));
-                text.push_str(&format!("error: {e}\n"));
+    names
+        .into_iter()
+        .map(|name| {
+            let mut s = sema::Session::new(options.clone());
+            s.add_file(&rel.display().to_string(), Some(rel.to_path_buf()), source.clone());
+            let (out, ir) = s.lower(&name);
+            match ir {
+                Ok(f) => Ok((f, out.sources)),
+                Err(e) => Err(format!(
+                    "{}error: {e}\n",
+                    render_human(&out.diagnostics, &out.sources, ColorMode::Never)
+                )),
             }
-        }
-    }
-    text
+        })
+        .collect()
 }
 
 /// Makes relative paths in diagnostics start at the repository root.

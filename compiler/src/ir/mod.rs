@@ -14,11 +14,13 @@
 
 mod builder;
 mod hoist;
+mod json;
 mod print;
 mod verify;
 
 pub use builder::Builder;
 pub use hoist::hoist_loop_invariants;
+pub use json::function_json;
 pub use print::print_function;
 pub use verify::verify;
 

@@ -223,6 +223,10 @@ struct EmitIrArgs {
     /// embedded default machine).
     #[arg(long, value_name = "FILE")]
     topology: Option<String>,
+    /// `json` prints `{"kernels": [...]}`, each kernel's IR structured as
+    /// docs/ir.md describes (diagnostics stay on stderr).
+    #[arg(long, value_enum, default_value = "human")]
+    format: Format,
 }
 
 #[derive(Subcommand)]
@@ -633,6 +637,7 @@ fn emit_ir(a: EmitIrArgs) -> ExitCode {
         color,
         stdlib,
         topology,
+        format,
     } = a;
     let (file, kernel) = (file.as_path(), kernel.as_deref());
     let defines = match parse_defines(&define) {
@@ -657,9 +662,13 @@ fn emit_ir(a: EmitIrArgs) -> ExitCode {
         None => kernels_of(file, &source, &options).0,
     };
     let mut text = String::new();
+    let mut kernels = Vec::new();
     for name in &names {
         match lower_kernel(file, &source, name, &options, color) {
-            Ok((func, sources)) => text.push_str(&kernbench_compiler::ir::print_function(&func, &sources)),
+            Ok((func, sources)) => match format {
+                Format::Human => text.push_str(&kernbench_compiler::ir::print_function(&func, &sources)),
+                Format::Json => kernels.push(kernbench_compiler::ir::function_json(&func, &sources)),
+            },
             Err((code, msg)) => {
                 if !msg.is_empty() {
                     errln!("error: {msg}");
@@ -668,7 +677,10 @@ fn emit_ir(a: EmitIrArgs) -> ExitCode {
             }
         }
     }
-    out!("{text}");
+    match format {
+        Format::Human => out!("{text}"),
+        Format::Json => outln!("{}", serde_json::json!({ "kernels": kernels })),
+    }
     ExitCode::SUCCESS
 }
 
