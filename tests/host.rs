@@ -360,6 +360,44 @@ fn registry_errors_name_the_entry() {
     );
     let e = try_yaml("algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n    constexprs: {CHUNK: 8}\n");
     assert!(e.contains("has no constexpr `CHUNK`"), "{e}");
+    // A constexpr of another kind than the kernel's default is reported at
+    // its key (an integer may stand for a float); one the kernel has no
+    // default for, when it breaks the kernel, names the values and where
+    // in the kernel it broke.
+    std::fs::write(
+        dir.join("sized.tl"),
+        "@kernel\ndef mine(buf: ptr[T], n_elem: i32, CB: constexpr, T: constexpr = f32, OP: constexpr = 0, \
+         CH: constexpr = 64, SCALE: constexpr = 0.5):\n    offs = tl.arange(0, CB)\n    \
+         tl.store(buf + offs, tl.load(buf + offs, mask=offs < n_elem) * SCALE, mask=offs < n_elem)\n",
+    )
+    .unwrap();
+    let sized = |constexprs: &str| {
+        try_yaml(&format!(
+            "algorithms:\n  mine:\n    collective: all_reduce\n    module: sized.tl\n    kernel: mine\n    topology: ring\n    constexprs:\n{constexprs}"
+        ))
+    };
+    assert_eq!(sized("      SCALE: 2\n      CH: 8\n      CB: 16\n"), "");
+    let e = sized("      SCALE: 2\n      CH: \"big\"\n      CB: 16\n");
+    assert!(
+        e.ends_with(
+            "my_ccl.yaml:9: algorithms.mine.constexprs.CH: `CH` is \"big\", a string, \
+             but kernel `mine` declares it with the default 64, an integer"
+        ),
+        "{e}"
+    );
+    let e = sized("      CH: 12.5\n      CB: 16\n");
+    assert!(e.contains("constexprs.CH: `CH` is 12.5, a float, but kernel"), "{e}");
+    let e = sized("      SCALE: f16\n      CB: 16\n");
+    assert!(
+        e.contains("my_ccl.yaml:8: algorithms.mine.constexprs.SCALE: `SCALE` is f16, a dtype"),
+        "{e}"
+    );
+    let e = sized("      CB: 2.5\n      CH: 8\n");
+    assert!(
+        e.contains("my_ccl.yaml:2: algorithm `mine`: kernel `mine` does not compile with CB=2.5, CH=8: ")
+            && e.contains("sized.tl:3:25: E0320: `tl.arange` bounds must be integers"),
+        "{e}"
+    );
     let e = try_yaml(
         "algorithms:\n  mine:\n    collective: al_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n",
     );

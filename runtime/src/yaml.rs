@@ -281,7 +281,16 @@ pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError
                 message = rest.to_string();
             }
         }
-        let message = plain_types(&shorten_quoted(&message));
+        let mut message = plain_types(&shorten_quoted(&message));
+        // A key indented as the mapping's sibling instead of its child.
+        if let Some(field) = message.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
+            if let Some(l) = misplaced_key_line(text, &path, field) {
+                let owner = path.rsplit('.').next().unwrap_or(&path);
+                message = format!(
+                    "{message}; the `{field}:` on line {l} is indented as a sibling of `{owner}`, not as one of its keys"
+                );
+            }
+        }
         // serde_yaml locates value errors at the enclosing mapping; the
         // key's own line is more useful when the path names a key.
         let line = match key_line(text, &path) {
@@ -388,6 +397,27 @@ fn key_or_parent_line(text: &str, path: &str) -> Option<usize> {
     }
 }
 
+/// The line (1-based) of key `field` when it is the first line after
+/// mapping `path`'s block, at the mapping's indentation or less: a key
+/// meant for the mapping but indented too little.
+fn misplaced_key_line(text: &str, path: &str, field: &str) -> Option<usize> {
+    if path.is_empty() {
+        return None;
+    }
+    let start = key_line(text, path)?;
+    let lines: Vec<&str> = text.lines().collect();
+    let (base, _) = content(lines.get(start - 1)?)?;
+    for (i, line) in lines.iter().enumerate().skip(start) {
+        let Some((indent, trimmed)) = content(line) else {
+            continue;
+        };
+        if indent <= base {
+            return trimmed.starts_with(&format!("{field}:")).then_some(i + 1);
+        }
+    }
+    None
+}
+
 /// The 1-based line where a dotted key path is defined, by following the
 /// YAML's indentation (for errors found after parsing).
 pub fn key_line(text: &str, path: &str) -> Option<usize> {
@@ -419,6 +449,31 @@ pub fn key_line(text: &str, path: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A missing key that sits just after its mapping, indented as the
+    /// mapping's sibling, is pointed at; one elsewhere is not.
+    #[test]
+    fn a_key_indented_too_little_is_pointed_at() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Entry {
+            module: String,
+            kernel: String,
+        }
+        let parse_entries = |t: &str| {
+            parse::<std::collections::BTreeMap<String, std::collections::BTreeMap<String, Entry>>>("c.yaml", t)
+                .expect_err("missing kernel")
+                .to_string()
+        };
+        let e = parse_entries("algorithms:\n  mine:\n    module: m.tl\n\n  # note\n  kernel: k\n");
+        assert_eq!(
+            e,
+            "c.yaml:2: algorithms.mine: missing field `kernel`; the `kernel:` on line 6 is indented as a \
+             sibling of `mine`, not as one of its keys"
+        );
+        let e = parse_entries("algorithms:\n  mine:\n    module: m.tl\n  other:\n    module: m.tl\n    kernel: k\n");
+        assert_eq!(e, "c.yaml:2: algorithms.mine: missing field `kernel`");
+    }
 
     /// A key in a flow mapping is found at its parent's line.
     #[test]

@@ -96,6 +96,8 @@ pub struct Algorithm {
     pub packet_bytes: Option<Bytes>,
     pub poll_interval_ns: Option<IntervalNs>,
     pub constexprs: BTreeMap<String, Konst>,
+    /// The line of each constexpr's key in `origin`'s file (for errors).
+    constexpr_lines: BTreeMap<String, Option<usize>>,
     /// Run on this many PEs (the first of the PE set) instead of all.
     pub world_size: Option<u32>,
     /// Where the entry is defined (for errors).
@@ -103,6 +105,18 @@ pub struct Algorithm {
 }
 
 impl Algorithm {
+    /// `file:line: algorithms.NAME.constexprs.KEY`, where constexpr `key`
+    /// is bound (for errors about its value).
+    fn constexpr_at(&self, key: &str) -> String {
+        let line = self.constexpr_lines.get(key).copied().flatten().or(self.origin.1);
+        format!(
+            "{}{}: algorithms.{}.constexprs.{key}",
+            self.origin.0,
+            line.map(|l| format!(":{l}")).unwrap_or_default(),
+            self.name
+        )
+    }
+
     /// `file:line: algorithm `name``, the start of an error about it.
     pub(crate) fn entry(&self) -> String {
         format!(
@@ -153,6 +167,27 @@ fn choose(into: &mut BTreeMap<Collective, String>, names: [Option<String>; 4]) {
             into.insert(c, a);
         }
     }
+}
+
+/// What kind of value a constexpr holds, for messages.
+fn kind_of(k: &Konst) -> &'static str {
+    match k {
+        Konst::Int(_) => "an integer",
+        Konst::Float(_) => "a float",
+        Konst::Bool(_) => "a boolean",
+        Konst::DType(_) => "a dtype",
+        Konst::Str(_) => "a string",
+        Konst::None => "None",
+        Konst::Tuple(_) => "a tuple",
+        Konst::Direction(_) => "a direction",
+    }
+}
+
+/// Whether `value` may replace a constexpr whose default is `default`: the
+/// same kind, or an integer for a float.
+fn same_kind(value: &Konst, default: &Konst) -> bool {
+    matches!((value, default), (Konst::Int(_), Konst::Float(_)))
+        || std::mem::discriminant(value) == std::mem::discriminant(default)
 }
 
 fn konst_of(v: &serde_yaml::Value) -> Option<Konst> {
@@ -216,7 +251,9 @@ impl Registry {
         f.poll_interval_ns = d.poll_interval_ns.or(f.poll_interval_ns);
         for (name, a) in parsed.algorithms {
             let mut constexprs = BTreeMap::new();
+            let mut constexpr_lines = BTreeMap::new();
             for (k, v) in &a.constexprs {
+                constexpr_lines.insert(k.clone(), key_line(text, &format!("algorithms.{name}.constexprs.{k}")));
                 // These the runtime binds for every run; a value here
                 // would be silently replaced.
                 if super::RUNTIME_CONSTEXPRS.contains(&k.as_str()) {
@@ -252,6 +289,7 @@ impl Registry {
                     packet_bytes: a.packet_bytes,
                     poll_interval_ns: a.poll_interval_ns,
                     constexprs,
+                    constexpr_lines,
                     world_size: a.world_size.map(|x| x.0 as u32),
                     origin,
                 },
@@ -423,14 +461,27 @@ impl Registry {
             ));
         };
         let declared: Vec<&str> = k.constexprs.iter().map(|(n, _)| n.as_str()).collect();
-        for c in a.constexprs.keys() {
-            if !declared.contains(&c.as_str()) {
+        for (c, value) in &a.constexprs {
+            let Some((_, default)) = k.constexprs.iter().find(|(n, _)| n == c) else {
                 return Err(format!(
                     "{}: kernel `{}` has no constexpr `{c}` (it has: {})",
-                    entry(),
+                    a.constexpr_at(c),
                     a.kernel,
                     declared.join(", ")
                 ));
+            };
+            // A value of another kind than the kernel's default would fail
+            // somewhere inside the kernel, far from this key.
+            if let Some(default) = default {
+                if !same_kind(value, default) {
+                    return Err(format!(
+                        "{}: `{c}` is {value}, {}, but kernel `{}` declares it with the default {default}, {}",
+                        a.constexpr_at(c),
+                        kind_of(value),
+                        a.kernel,
+                        kind_of(default)
+                    ));
+                }
             }
         }
         let mut defines = a.constexprs.clone();
@@ -455,9 +506,30 @@ impl Registry {
                     .diagnostics
                     .iter()
                     .find(|d| d.is_error())
-                    .map(|d| format!("{}: {}", d.code.as_str(), d.message))
+                    .map(|d| {
+                        let loc = d.primary.loc;
+                        let (line, col) = out.sources.line_col(loc.file, loc.span.lo);
+                        format!(
+                            "{}:{line}:{col}: {}: {}",
+                            out.sources.name(loc.file),
+                            d.code.as_str(),
+                            d.message
+                        )
+                    })
                     .unwrap_or(e);
-                return Err(format!("{}: kernel `{}` does not compile: {first}", entry(), a.kernel));
+                // The registry's constexprs are the likely cause when the
+                // kernel compiles on its own.
+                let bound: Vec<String> = a.constexprs.iter().map(|(n, v)| format!("{n}={v}")).collect();
+                let with = if bound.is_empty() {
+                    String::new()
+                } else {
+                    format!(" with {}", bound.join(", "))
+                };
+                return Err(format!(
+                    "{}: kernel `{}` does not compile{with}: {first}",
+                    entry(),
+                    a.kernel
+                ));
             }
         };
         check_signature(a, &func).map_err(|m| format!("{}: {m}", entry()))?;
