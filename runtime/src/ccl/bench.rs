@@ -100,26 +100,62 @@ fn bits_of(d: DType, v: f64) -> u64 {
     }
 }
 
-/// The reduction of `xs` as the dtype holds it (avg: true division for
-/// floats, truncating for integers, as `reduce_ops.tl` does).
-fn reduce(d: DType, op: ReduceOp, xs: impl Iterator<Item = i64>) -> u64 {
-    let v: Vec<i64> = xs.collect();
-    let n = v.len().max(1) as i64;
-    match op {
-        ReduceOp::Sum => bits_of(d, v.iter().sum::<i64>() as f64),
-        ReduceOp::Max => bits_of(d, v.iter().copied().max().unwrap_or(0) as f64),
-        ReduceOp::Min => bits_of(d, v.iter().copied().min().unwrap_or(0) as f64),
-        ReduceOp::Avg if d.is_float() => bits_of(d, v.iter().sum::<i64>() as f64 / n as f64),
-        ReduceOp::Avg => bits_of(d, (v.iter().sum::<i64>() / n) as f64),
+/// A running reduction over ranks of one element's values, and the
+/// element it gives as the dtype holds it (avg: true division for floats,
+/// truncating for integers, as `reduce_ops.tl` does).
+#[derive(Clone, Copy)]
+struct Reduction {
+    op: ReduceOp,
+}
+
+impl Reduction {
+    fn start(self) -> i64 {
+        match self.op {
+            ReduceOp::Sum | ReduceOp::Avg => 0,
+            ReduceOp::Max => i64::MIN,
+            ReduceOp::Min => i64::MAX,
+        }
+    }
+
+    #[inline]
+    fn add(self, acc: i64, v: i64) -> i64 {
+        match self.op {
+            ReduceOp::Sum | ReduceOp::Avg => acc + v,
+            ReduceOp::Max => acc.max(v),
+            ReduceOp::Min => acc.min(v),
+        }
+    }
+
+    /// The element of `acc` over `n` ranks.
+    fn finish(self, d: DType, acc: i64, n: u64) -> u64 {
+        let n = n.max(1) as i64;
+        match self.op {
+            ReduceOp::Avg if d.is_float() => bits_of(d, acc as f64 / n as f64),
+            ReduceOp::Avg => bits_of(d, (acc / n) as f64),
+            _ => bits_of(d, acc as f64),
+        }
     }
 }
 
 /// Element bytes of a rank's buffer: `len` elements, element i = f(i).
-fn bytes(d: DType, len: usize, f: impl Fn(u64) -> u64) -> Vec<u8> {
+fn bytes(d: DType, len: usize, mut f: impl FnMut(u64) -> u64) -> Vec<u8> {
+    fn fill<const N: usize>(out: &mut Vec<u8>, len: usize, f: &mut impl FnMut(u64) -> u64) {
+        for i in 0..len as u64 {
+            let b = f(i).to_le_bytes();
+            // A fixed-size copy: one store, where a slice of the element
+            // size cost a memcpy call per element.
+            let mut e = [0u8; N];
+            e.copy_from_slice(&b[..N]);
+            out.extend_from_slice(&e);
+        }
+    }
     let esz = d.size_bytes() as usize;
     let mut out = Vec::with_capacity(len * esz);
-    for i in 0..len as u64 {
-        out.extend_from_slice(&f(i).to_le_bytes()[..esz]);
+    match esz {
+        1 => fill::<1>(&mut out, len, &mut f),
+        2 => fill::<2>(&mut out, len, &mut f),
+        4 => fill::<4>(&mut out, len, &mut f),
+        _ => fill::<8>(&mut out, len, &mut f),
     }
     out
 }
@@ -143,24 +179,29 @@ pub struct DataCache(Option<Data>);
 fn make_data(c: Collective, d: DType, op: ReduceOp, n: u64, per_rank: u64, root: u64) -> Data {
     let (nu, pr) = (n as usize, per_rank as usize);
     let input_len = if c == Collective::ReduceScatter { nu * pr } else { pr };
+    // The inputs, and for a reduction the reduction over ranks of every
+    // element as they are made: each value is hashed once.
+    let red = Reduction { op };
+    let reduces = matches!(c, Collective::AllReduce | Collective::ReduceScatter);
+    let mut acc = vec![red.start(); if reduces { input_len } else { 0 }];
     let src: Vec<Vec<u8>> = (0..n)
-        .map(|r| bytes(d, input_len, |i| bits_of(d, value(d, op, n, r, i) as f64)))
+        .map(|r| {
+            bytes(d, input_len, |i| {
+                let v = value(d, op, n, r, i);
+                if let Some(a) = acc.get_mut(i as usize) {
+                    *a = red.add(*a, v);
+                }
+                bits_of(d, v as f64)
+            })
+        })
         .collect();
+    let reduced = |from: usize| bytes(d, pr, |i| red.finish(d, acc[from + i as usize], n));
     let expected: Vec<Arc<Vec<u8>>> = match c {
         // Every rank expects the same bytes: one shared buffer.
-        Collective::AllReduce => {
-            let e = Arc::new(bytes(d, pr, |i| reduce(d, op, (0..n).map(|r| value(d, op, n, r, i)))));
-            std::iter::repeat_n(e, nu).collect()
-        }
+        Collective::AllReduce => std::iter::repeat_n(Arc::new(reduced(0)), nu).collect(),
         Collective::Broadcast => std::iter::repeat_n(Arc::new(src[root as usize].clone()), nu).collect(),
         Collective::AllGather => std::iter::repeat_n(Arc::new(src.concat()), nu).collect(),
-        Collective::ReduceScatter => (0..n)
-            .map(|r| {
-                Arc::new(bytes(d, pr, |i| {
-                    reduce(d, op, (0..n).map(|q| value(d, op, n, q, r * per_rank + i)))
-                }))
-            })
-            .collect(),
+        Collective::ReduceScatter => (0..nu).map(|r| Arc::new(reduced(r * pr))).collect(),
     };
     let dst_bytes = match c {
         Collective::AllGather => nu * pr * d.size_bytes() as usize,
@@ -494,6 +535,65 @@ pub fn parse_sizes(s: &str) -> Result<Vec<u64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The expected results made in one pass over the inputs are, element
+    /// by element, the reduction over ranks of the inputs as the kernel
+    /// reads them (decoded from the input bytes), for every collective,
+    /// dtype and operation, odd sizes included.
+    #[test]
+    fn expected_results_reduce_the_inputs() {
+        let decode = |d: DType, b: &[u8], i: usize| -> f64 {
+            let esz = d.size_bytes() as usize;
+            let mut w = [0u8; 8];
+            w[..esz].copy_from_slice(&b[i * esz..(i + 1) * esz]);
+            let bits = u64::from_le_bytes(w);
+            if d.is_float() {
+                f64::from(elem::to_f32(d, bits))
+            } else {
+                elem::to_i64(d, bits) as f64
+            }
+        };
+        for d in [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::I32,
+            DType::I64,
+            DType::U8,
+            DType::I8,
+        ] {
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Avg] {
+                for (n, pr) in [(1u64, 5u64), (3, 37), (8, 64)] {
+                    for c in [Collective::AllReduce, Collective::ReduceScatter] {
+                        let data = make_data(c, d, op, n, pr, 0);
+                        for r in 0..n as usize {
+                            for i in 0..pr as usize {
+                                let at = if c == Collective::ReduceScatter {
+                                    r * pr as usize + i
+                                } else {
+                                    i
+                                };
+                                let xs: Vec<f64> = data.src.iter().map(|b| decode(d, b, at)).collect();
+                                let want = match op {
+                                    ReduceOp::Sum => xs.iter().sum(),
+                                    ReduceOp::Max => xs.iter().copied().fold(f64::MIN, f64::max),
+                                    ReduceOp::Min => xs.iter().copied().fold(f64::MAX, f64::min),
+                                    ReduceOp::Avg if d.is_float() => xs.iter().sum::<f64>() / n as f64,
+                                    ReduceOp::Avg => (xs.iter().sum::<f64>() / n as f64).trunc(),
+                                };
+                                let got = decode(d, &data.expected[r], i);
+                                let tol = if d.is_float() { want.abs() / 64.0 } else { 0.0 };
+                                assert!(
+                                    (got - want).abs() <= tol,
+                                    "{c:?} {d:?} {op:?} n {n} rank {r} element {i}: {got} against {want} from {xs:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     /// A ring's latency is its slowest chain of consecutive edges, wrapping
     /// round the ring when the hops outnumber the edges.
