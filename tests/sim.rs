@@ -1089,6 +1089,57 @@ fn a_time_limit_names_each_rank_once_at_what_it_waits_for() {
     assert!(running.iter().any(|b| Some(b.inst) == store), "{running:?}");
 }
 
+const SLOW_START: &str = "
+@kernel
+def slow_start(buf: ptr[i32], n: i32, N: constexpr = 16):
+    offs = tl.arange(0, N)
+    a = n + 1
+    b = a * 3
+    c = b - n
+    d = c * c
+    e = d + a
+    tl.store(buf + offs, tl.recv(tl.PREV, [N], i32) + e)
+    tl.send(tl.NEXT, tl.load(buf + offs))
+";
+
+/// A time limit reports where each PE was at the limit, not where its
+/// issue unit (which runs ahead of the clock) got to later: at 1.5 ns
+/// (one cycle per instruction) every rank is in its scalar preamble,
+/// before the receive it reaches some nanoseconds later.
+#[test]
+fn a_time_limit_reports_the_step_reached_by_then() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(SLOW_START, "slow_start", &[]);
+    let pes = sim::select_pes(&topo, "2").unwrap();
+    let mut launch = TestLaunch::new(
+        &topo,
+        pes,
+        &func,
+        vec![tensor("buf", i32s(&[2, 16], |k| k as i32), &["shard"]), scalar_i32(5)],
+    );
+    launch.time_limit_ps = Some(1_500);
+    let e = launch.run().err().expect("the time limit");
+    let SimError::TimeLimit { ref running, .. } = e else {
+        panic!("expected the time limit, got {e:?}")
+    };
+    let body = &func.region(func.body).insts;
+    let position = |i: kernbench_compiler::ir::Inst| body.iter().position(|&b| b == i);
+    let recv = body
+        .iter()
+        .position(|&i| matches!(func.inst(i).op, kernbench_compiler::ir::Op::Recv { .. }))
+        .expect("a receive");
+    assert_eq!(running.len(), 2);
+    for b in running {
+        assert_eq!(b.reason, sim::WaitReason::Other, "{b:?}");
+        let at = position(b.inst).expect("a body instruction");
+        assert!(
+            at < recv,
+            "rank {} reported at instruction {at}, the receive is {recv}",
+            b.rank
+        );
+    }
+}
+
 const LEFT_BEHIND: &str = "
 @kernel
 def left_behind(x: ptr[i32], N: constexpr = 16):
@@ -2368,6 +2419,71 @@ fn a_transfer_into_another_sip_books_its_links_when_its_head_gets_there() {
     assert_eq!(recvs.len(), 2);
     assert!(recvs[0].start_ps >= near.done_ps && (recvs[0].start_ps as f64) < far.start_ps as f64 + sip_latency);
     assert!(recvs[1].start_ps as f64 > far.start_ps as f64 + sip_latency);
+}
+
+/// With the IPCQ in SRAM, a cube's SRAM holds the slots of every queue
+/// into its PEs beside the tensors allocated there: a ring over four PEs
+/// of one cube (four queues of 4 × 4 KiB, and 16 KiB of tensor) runs in
+/// an SRAM of exactly 80 KiB, with the right data, and not in one byte
+/// less, where the error names the memory, counts what it holds and
+/// points at the operation that opened the fourth queue.
+#[test]
+fn ipcq_slots_in_sram_take_its_room() {
+    let variant = |sram_bytes: u64| {
+        let y = kernbench_runtime::topology::DEFAULT_YAML
+            .replace("buffer_space: tcm", "buffer_space: sram")
+            .replace("capacity_bytes: 67108864", &format!("capacity_bytes: {sram_bytes}"));
+        Topology::parse("sram-slots.yaml", &y).expect("valid variant")
+    };
+    let (func, sources) = lower(PASS_ON, "pass_on", &[]);
+    let run = |topo: &Topology| {
+        let pes = sim::select_pes(topo, "0.0.0,0.0.1,0.0.2,0.0.3").expect("one cube's PEs");
+        simulate(
+            topo,
+            pes,
+            &func,
+            vec![tensor("buf", i32s(&[4, 1024], |k| k as i32), &["shard", "sram"])],
+            None,
+            false,
+        )
+    };
+    let fits = variant(80 * 1024);
+    let done = run(&fits).expect("four queues and the tensor fill the SRAM exactly");
+    for r in 0..4 {
+        let from = (r + 3) % 4;
+        assert_eq!(
+            elem::to_i64(DType::I32, done.tensors[0].get_bits(r * 1024 + 7)),
+            (from * 1024 + 7) as i64,
+            "rank {r} holds its predecessor's row"
+        );
+    }
+    let short = variant(80 * 1024 - 1);
+    let e = run(&short).err().expect("the fourth queue does not fit");
+    match &e {
+        SimError::SlotCapacity {
+            kernel,
+            place,
+            need_bytes,
+            have_bytes,
+            allocated_bytes,
+            queues,
+            queue_bytes,
+            ..
+        } => {
+            assert_eq!(kernel, "pass_on");
+            assert_eq!(*place, sim::Placement::Sram { sip: 0, cube: 0 });
+            assert_eq!((*queues, *queue_bytes, *allocated_bytes), (4, 16384, 16384));
+            assert_eq!((*need_bytes, *have_bytes), (81920, 81919));
+        }
+        other => panic!("expected the slots' capacity error, got {other:?}"),
+    }
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    assert!(
+        text.contains(
+            "needs 81920 bytes of the SRAM of (sip 0, cube 0) (16384 bytes of tensors and the IPCQ slots of 4 queues"
+        ) && text.contains("opens queue 4 into the SRAM of (sip 0, cube 0) in this `"),
+        "{text}"
+    );
 }
 
 const PUT_FAR: &str = "

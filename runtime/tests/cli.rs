@@ -982,6 +982,23 @@ fn probe_lists_cases_with_breakdowns() {
     assert_eq!(v[0]["bytes_per_flow"], 1 << 20);
     assert!(v[0]["pct_of_aggregate_peak"].as_f64().unwrap_or(0.0) > 90.0);
     assert_eq!(tlc(&["probe", "--case", "nope"]).status.code(), Some(2));
+    // A case the topology has no room for says what it needs, and a run
+    // of every case says which it left out.
+    let o = tlc(&["probe", "--topology", "tiny", "--case", "remote-sip"]);
+    assert_exit(
+        &o,
+        2,
+        "probe case `remote-sip` needs more than one SIP; `tiny` has 1 SIP of 1 cube (1 x 1) of 4 PEs",
+    );
+    let o = tlc(&["probe", "--topology", "tiny"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("these cases are left out: remote-cube-best (needs more than one cube per SIP)")
+            && stderr(&o).contains("remote-sip (needs more than one SIP), ucie-east"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&tlc(&["probe"])).contains("left out"));
     assert_eq!(tlc(&["probe", "--bytes", "0"]).status.code(), Some(2));
 }
 
@@ -1193,8 +1210,8 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         text.contains("# all_reduce with `rd_allreduce`") && text.contains("# all_reduce with `ring_allreduce`"),
         "{text}"
     );
-    // Only a broadcast has a root; one outside the communicator is an
-    // error for each size.
+    // Only a broadcast has a root; one outside the communicator is a
+    // usage error, said once before anything runs.
     assert_eq!(tlc(&["bench", "ccl", "--root", "1"]).status.code(), Some(2));
     let o = tlc(&[
         "bench",
@@ -1206,11 +1223,12 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         "--root",
         "9",
         "--sizes",
-        "1K",
+        "1K:4K",
         "--pes",
         "4",
     ]);
-    assert_exit(&o, 1, "--root 9: the communicator has ranks 0..4");
+    assert_exit(&o, 2, "--root 9: the communicator's ranks are 0 to 3 (4 PEs)");
+    assert_eq!(stderr(&o).matches("--root 9").count(), 1, "{}", stderr(&o));
     // Slots that cannot fit are an error naming the keys that set them,
     // before anything runs.
     std::fs::write(

@@ -365,7 +365,7 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
     let n = comm.world() as u64;
     let root = broadcast_root(root, n);
     if root >= n {
-        return Err(format!("--root {root}: the communicator has ranks 0..{n}"));
+        return Err(format!("--root {root}: the communicator's ranks are 0 to {}", n - 1));
     }
     let esz = dtype.size_bytes();
     let count = (size_bytes / esz).max(1);

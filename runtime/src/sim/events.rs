@@ -394,6 +394,9 @@ pub(super) struct Sim<'a> {
     /// buffer space is TCM).
     pub tcm_base_bytes: &'a [u64],
     pub queues_into: Vec<u32>,
+    /// With the IPCQ in SRAM or HBM: the queues whose slots each memory
+    /// holds so far (one SRAM holds those into every PE of its cube).
+    pub slot_queues: std::collections::HashMap<super::Placement, u32>,
     pub groups: &'a [GroupInfo],
     /// Per instruction (by index), its decoded form when it is pure
     /// scalar arithmetic.
@@ -522,6 +525,7 @@ impl<'a> Sim<'a> {
             queues: Queues::new(ipcq.n_slots.0 as u32),
             tcm_base_bytes: &sh.tcm_base_bytes,
             queues_into: vec![0; sh.coords.len()],
+            slot_queues: Default::default(),
             groups: &sh.groups,
             scalar_ops: &sh.scalar_ops,
             in_order_yields: &sh.in_order_yields,

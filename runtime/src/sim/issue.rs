@@ -55,6 +55,13 @@ impl Sim<'_> {
                     }
                 }
             }
+            // Nothing issues at or past the time limit: a run stopped by
+            // it finds each PE at the step it had reached then, not at one
+            // its issue unit (which runs ahead of the clock) got to later.
+            if self.pes[p].issue_ps >= self.stop_ps {
+                self.wake_issue(p);
+                return Ok(());
+            }
             let Some(frame) = self.pes[p].frames.last() else {
                 return self.end_program(p);
             };
@@ -210,7 +217,7 @@ impl Sim<'_> {
     fn issue_pure_scalar(&mut self, p: usize, first: Inst, budget: &mut usize) -> Result<Option<bool>, SimError> {
         let steps = &self.plan.steps;
         let scalar_ops = &self.scalar_ops;
-        let dispatch_ps = self.dispatch_ps;
+        let (dispatch_ps, stop_ps) = (self.dispatch_ps, self.stop_ps);
         let pe = &mut self.pes[p];
         let Some(frame) = pe.frames.last() else {
             return Ok(None);
@@ -275,7 +282,7 @@ impl Sim<'_> {
             }
             idx += 1;
             match region_steps.get(idx) {
-                Some(Step::Inst(next)) if *budget > 0 => inst = *next,
+                Some(Step::Inst(next)) if *budget > 0 && pe.issue_ps < stop_ps => inst = *next,
                 _ => break,
             }
         }
@@ -573,6 +580,9 @@ impl Sim<'_> {
     /// queues into it so far (the launch checked one queue's). The error
     /// names PE `p`'s send or receive `i`, which opened the queue.
     pub(super) fn queue_slots_fit(&mut self, dst: usize, p: usize, i: Inst) -> Result<(), SimError> {
+        if self.ipcq.buffer_space != crate::topology::Space::Tcm {
+            return self.queue_slots_fit_beside_allocations(dst, p, i);
+        }
         let slot_bytes = super::ipcq_tcm_bytes(&self.ipcq);
         self.queues_into[dst] += 1;
         let queues = self.queues_into[dst];
@@ -596,6 +606,35 @@ impl Sim<'_> {
                 rank: self.ranks[p],
                 inst: i,
             },
+        })
+    }
+
+    /// [`Self::queue_slots_fit`] with the IPCQ in SRAM or HBM: the slots
+    /// of every queue into that memory so far must fit beside the tensors
+    /// allocated there (which a launch does not change).
+    fn queue_slots_fit_beside_allocations(&mut self, dst: usize, p: usize, i: Inst) -> Result<(), SimError> {
+        let place = super::Placement::near(self.ipcq.buffer_space, self.coords[dst]);
+        let queue_bytes = self.ipcq.n_slots.0.saturating_mul(self.ipcq.slot_size_bytes.0);
+        let queues = self.slot_queues.entry(place).or_insert(0);
+        *queues += 1;
+        let queues = *queues;
+        let allocated_bytes = self.mem.used(place);
+        let need_bytes = allocated_bytes.saturating_add(u64::from(queues).saturating_mul(queue_bytes));
+        let have_bytes = self.mem.capacity(place);
+        if need_bytes <= have_bytes {
+            return Ok(());
+        }
+        Err(SimError::SlotCapacity {
+            kernel: self.func.name.clone(),
+            place,
+            need_bytes,
+            have_bytes,
+            allocated_bytes,
+            queues,
+            queue_bytes,
+            by: self.coords[p],
+            rank: self.ranks[p],
+            inst: i,
         })
     }
 

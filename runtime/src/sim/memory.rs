@@ -369,6 +369,11 @@ impl<'a> MemView<'a> {
         self.mem.capacity(p)
     }
 
+    /// Bytes the allocations in `p` take.
+    pub fn used(&self, p: Placement) -> u64 {
+        self.mem.used(p)
+    }
+
     pub fn lookup(&self, addr: u64) -> Option<(u64, &SegmentInfo)> {
         self.mem.lookup(addr)
     }

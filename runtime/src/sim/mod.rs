@@ -265,6 +265,27 @@ pub enum SimError {
         /// What did not fit.
         cause: TcmCause,
     },
+    /// The IPCQ slots of the queues into one SRAM (a cube's, shared by its
+    /// PEs) or HBM slice, with the allocations there, do not fit in it
+    /// (TCM slots are counted in [`SimError::TcmCapacity`]).
+    SlotCapacity {
+        kernel: String,
+        /// The memory the slots are in: `pe.ipcq.buffer_space` near the
+        /// receiver.
+        place: Placement,
+        need_bytes: u64,
+        have_bytes: u64,
+        /// What the tensors allocated there take.
+        allocated_bytes: u64,
+        /// Queues whose slots are counted, and one queue's slot bytes.
+        queues: u32,
+        queue_bytes: u64,
+        /// Rank `rank` on PE `by` opened the queue that did not fit, in
+        /// its `send`/`recv` `inst`.
+        by: PeCoord,
+        rank: u32,
+        inst: kernbench_compiler::ir::Inst,
+    },
     /// The launch ran past its time limit: every PE not finished then,
     /// and where it was.
     TimeLimit { limit_ps: u64, running: Vec<Blocked> },

@@ -54,6 +54,31 @@ fn pe(sip: u32, cube: u32, pe: u32) -> PeCoord {
     PeCoord { sip, cube, pe }
 }
 
+/// Every case [`cases`] may give, in its order, with what a topology needs
+/// to have it (`None`: every topology has it). A case a topology lacks is
+/// left out of `cases`; the CLI says which and why.
+pub const CASE_NEEDS: [(&str, Option<&str>); 13] = [
+    ("same-pe", None),
+    ("same-cube-best", Some("more than one PE per cube")),
+    ("same-cube-worst", Some("more than one PE per cube")),
+    ("remote-cube-best", Some("more than one cube per SIP")),
+    ("remote-cube-worst", Some("more than one cube per SIP")),
+    ("remote-sip", Some("more than one SIP")),
+    ("hbm-1-issuer", Some("at least 2 PEs per cube")),
+    ("hbm-2-issuers", Some("at least 3 PEs per cube")),
+    ("hbm-3-issuers", Some("at least 4 PEs per cube")),
+    ("ucie-east", Some("a cube grid more than one cube wide")),
+    ("hotspot", None),
+    ("sip-own-slices", None),
+    ("sip-one-slice", None),
+];
+
+/// What a topology needs to have case `name`: `Some(None)` for every
+/// topology, `None` for no such case.
+pub fn case_needs(name: &str) -> Option<Option<&'static str>> {
+    CASE_NEEDS.iter().find(|(n, _)| *n == name).map(|(_, why)| *why)
+}
+
 /// Every probe case the topology has room for.
 pub fn cases(topo: &Topology) -> Vec<Case> {
     let per_corner = topo.spec.cube.pe_layout.pe_per_corner.0 as u32;
@@ -347,6 +372,27 @@ mod tests {
             .find(|c| c.name == name)
             .unwrap_or_else(|| panic!("case {name}"));
         run_case(topo, &c, bytes)
+    }
+
+    /// `CASE_NEEDS` lists the cases in `cases`' order: the default
+    /// topology has every one, `tiny` (1 SIP, 1 cube, 4 PEs, one per
+    /// corner) exactly those needing no more than it has.
+    #[test]
+    fn case_needs_names_every_case_in_order() {
+        let names = |preset: &str| -> Vec<&'static str> {
+            cases(&Topology::load(preset).expect("preset"))
+                .iter()
+                .map(|c| c.name)
+                .collect()
+        };
+        let all: Vec<&str> = CASE_NEEDS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names("default"), all);
+        let tiny_lacks = ["remote-cube-best", "remote-cube-worst", "remote-sip", "ucie-east"];
+        let tiny: Vec<&str> = all.iter().copied().filter(|n| !tiny_lacks.contains(n)).collect();
+        assert_eq!(names("tiny"), tiny);
+        assert_eq!(case_needs("remote-sip"), Some(Some("more than one SIP")));
+        assert_eq!(case_needs("hotspot"), Some(None));
+        assert_eq!(case_needs("nowhere"), None);
     }
 
     /// One flow's path peak is its bottleneck link's bandwidth, which is

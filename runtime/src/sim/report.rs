@@ -581,6 +581,37 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
                 .with_labels(vec![label_at(func, inst, &what)]);
             emit(sources, &d, color)
         }
+        SimError::SlotCapacity {
+            kernel,
+            place,
+            need_bytes,
+            have_bytes,
+            allocated_bytes,
+            queues,
+            queue_bytes,
+            by,
+            rank,
+            inst,
+        } => {
+            let d = cs::Diagnostic::error()
+                .with_message(format!(
+                    "kernel `{kernel}` needs {need_bytes} bytes of the {place} ({allocated_bytes} bytes of tensors \
+                     and the IPCQ slots of {queues} queue{} into it, {queue_bytes} bytes each) but it holds \
+                     {have_bytes} bytes",
+                    if *queues == 1 { "" } else { "s" }
+                ))
+                .with_labels(vec![label_at(
+                    func,
+                    *inst,
+                    &format!("rank {rank} {by} opens queue {queues} into the {place} "),
+                )])
+                .with_notes(vec![
+                    "`pe.ipcq.buffer_space` puts each queue's slots in that memory near its receiver: \
+                     allocate less there, or move the slots (or the tensors) to another space"
+                        .into(),
+                ]);
+            emit(sources, &d, color)
+        }
         SimError::Setup(m) => format!("error: {m}\n"),
     }
 }

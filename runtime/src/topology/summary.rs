@@ -119,9 +119,18 @@ pub fn summary_text(t: &Topology) -> String {
         SipTopology::Mesh2d => "2-D mesh",
     };
     o.push_str(&format!(
-        "topology `{}` at {} GHz (1 cycle = {} ps)\n\n",
+        "topology `{}` at {} GHz (1 cycle = {} ps)\n",
         s.name, s.clock_ghz.0, t.cycle_ps
     ));
+    // Time is whole picoseconds: say so when the cycle is rounded enough
+    // to move the peaks below (they use the cycle, as the simulator does).
+    let effective = t.effective_clock_ghz();
+    if (effective - s.clock_ghz.0).abs() > 1e-3 * s.clock_ghz.0 {
+        o.push_str(&format!(
+            "           (the simulator times whole picoseconds: it runs at {effective:.3} GHz, and the peaks below are at that clock)\n"
+        ));
+    }
+    o.push('\n');
     o.push_str(&format!(
         "machine    {} SIP{} ({topo}, {}×{}) × {} cube{} ({w}×{h} mesh) × {} PEs ({} corners × {}) = {} PEs\n",
         t.sips(),
@@ -258,6 +267,7 @@ pub fn summary_json(t: &Topology) -> serde_json::Value {
         "name": s.name,
         "clock_ghz": s.clock_ghz.0,
         "cycle_ps": t.cycle_ps,
+        "effective_clock_ghz": t.effective_clock_ghz(),
         "sips": t.sips(),
         "cubes_per_sip": t.cubes_per_sip(),
         "pes_per_cube": t.pes_per_cube(),

@@ -294,6 +294,14 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
+    // A root past every rank fails every size alike: say so once, now.
+    if let Some(root) = a.root.filter(|&r| r >= pes.len() as u64) {
+        return usage_error(&format!(
+            "--root {root}: the communicator's ranks are 0 to {} ({} PEs)",
+            pes.len().saturating_sub(1),
+            pes.len()
+        ));
+    }
     if let Some(cfg) = &a.config {
         if let Err(e) = reg.merge_file(cfg) {
             errln!("error: {e}");

@@ -584,11 +584,38 @@ fn probe(case: Option<&str>, bytes: &str, topology: Option<&str>, format: Format
         Some(name) => match all.iter().find(|c| c.name == name) {
             Some(c) => vec![c],
             None => {
-                let names: Vec<&str> = all.iter().map(|c| c.name).collect();
-                return usage_error(&format!("no probe case `{name}` (cases: {})", names.join(", ")));
+                return usage_error(&match probe::case_needs(name) {
+                    Some(needs) => format!(
+                        "probe case `{name}` needs {}; `{}` has {}",
+                        needs.unwrap_or("another topology"),
+                        topo.spec.name,
+                        topo_shape(&topo)
+                    ),
+                    None => {
+                        let names: Vec<&str> = probe::CASE_NEEDS.iter().map(|(n, _)| *n).collect();
+                        format!("no probe case `{name}` (cases: {})", names.join(", "))
+                    }
+                });
             }
         },
     };
+    if case.is_none() {
+        // Say which cases this topology has no room for, rather than drop
+        // their rows without a word.
+        let missing: Vec<String> = probe::CASE_NEEDS
+            .iter()
+            .filter(|(n, _)| all.iter().all(|c| c.name != *n))
+            .map(|(n, needs)| format!("{n} (needs {})", needs.unwrap_or("another topology")))
+            .collect();
+        if !missing.is_empty() {
+            errln!(
+                "note: `{}` has {}, so these cases are left out: {}",
+                topo.spec.name,
+                topo_shape(&topo),
+                missing.join(", ")
+            );
+        }
+    }
     // A case whose routes would not fit in memory is skipped (an error
     // when it is the one asked for).
     let mut results = Vec::new();
@@ -615,6 +642,19 @@ fn probe(case: Option<&str>, bytes: &str, topology: Option<&str>, format: Format
         Format::Json => outln!("{}", probe::report_json(&results)),
     }
     ExitCode::SUCCESS
+}
+
+/// "1 SIP of 1 cube (1 x 1) of 4 PEs": what decides which probe cases a
+/// topology has.
+fn topo_shape(topo: &kernbench_runtime::topology::Topology) -> String {
+    let (w, h) = topo.cube_grid();
+    let plural = |n: u32, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    format!(
+        "{} of {} ({w} x {h}) of {}",
+        plural(topo.sips(), "SIP"),
+        plural(w * h, "cube"),
+        plural(topo.pes_per_cube(), "PE")
+    )
 }
 
 fn topology(file: Option<&str>, format: Format) -> ExitCode {
