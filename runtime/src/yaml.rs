@@ -257,54 +257,67 @@ pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError
                 unreadable: false,
             });
         }
-        // Any other error: the typed pass below says it in its terms.
+        // A syntax error (a flow sequence cut short at the end of the
+        // file): the typed pass might trip over a value it half-read
+        // first and call it a type error. Any other (a tag the untyped
+        // pass has no use for): the typed pass says it in its terms.
+        if !message.starts_with("invalid type") {
+            return Err(located(file, text, e));
+        }
     }
     let de = serde_yaml::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        // "." is the document; "?" where a syntax error left no key.
-        let path = if path == "." || path == "?" {
-            String::new()
-        } else {
-            path
-        };
-        let inner = e.inner();
-        let mut message = inner.to_string();
-        // serde_yaml appends " at line L column C" and may prefix the path:
-        // both are reported separately.
-        if let Some(i) = message.find(" at line ") {
-            message.truncate(i);
+    serde_path_to_error::deserialize(de).map_err(|e| located(file, text, e))
+}
+
+/// A deserialization error of `text` as a [`YamlError`]: at its key path,
+/// on its key's line where the path names a key, in a reader's words.
+fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Error>) -> YamlError {
+    let path = e.path().to_string();
+    // "." is the document; "?" where a syntax error left no key.
+    let path = if path == "." || path == "?" {
+        String::new()
+    } else {
+        path
+    };
+    let inner = e.inner();
+    let mut message = inner.to_string();
+    // serde_yaml appends " at line L column C" and may prefix the path:
+    // both are reported separately.
+    if let Some(i) = message.find(" at line ") {
+        message.truncate(i);
+    }
+    // A leading key path (serde_yaml's own) repeats ours.
+    if let Some((head, rest)) = message.split_once(": ") {
+        if !head.is_empty() && !head.contains(' ') && path.starts_with(head) {
+            message = rest.to_string();
         }
-        // A leading key path (serde_yaml's own) repeats ours.
-        if let Some((head, rest)) = message.split_once(": ") {
-            if !head.is_empty() && !head.contains(' ') && path.starts_with(head) {
-                message = rest.to_string();
-            }
+    }
+    let mut message = plain_types(&shorten_quoted(&message));
+    // A key indented as the mapping's sibling instead of its child.
+    if let Some(field) = message
+        .strip_prefix("missing field `")
+        .and_then(|m| m.strip_suffix('`'))
+    {
+        if let Some(l) = misplaced_key_line(text, &path, field) {
+            let owner = path.rsplit('.').next().unwrap_or(&path);
+            message = format!(
+                "{message}; the `{field}:` on line {l} is indented as a sibling of `{owner}`, not as one of its keys"
+            );
         }
-        let mut message = plain_types(&shorten_quoted(&message));
-        // A key indented as the mapping's sibling instead of its child.
-        if let Some(field) = message.strip_prefix("missing field `").and_then(|m| m.strip_suffix('`')) {
-            if let Some(l) = misplaced_key_line(text, &path, field) {
-                let owner = path.rsplit('.').next().unwrap_or(&path);
-                message = format!(
-                    "{message}; the `{field}:` on line {l} is indented as a sibling of `{owner}`, not as one of its keys"
-                );
-            }
-        }
-        // serde_yaml locates value errors at the enclosing mapping; the
-        // key's own line is more useful when the path names a key.
-        let line = match key_line(text, &path) {
-            Some(l) if !message.starts_with("unknown field") => Some(l),
-            _ => inner.location().map(|l| l.line()),
-        };
-        YamlError {
-            file: file.to_string(),
-            line,
-            path,
-            message,
-            unreadable: false,
-        }
-    })
+    }
+    // serde_yaml locates value errors at the enclosing mapping; the
+    // key's own line is more useful when the path names a key.
+    let line = match key_line(text, &path) {
+        Some(l) if !message.starts_with("unknown field") => Some(l),
+        _ => inner.location().map(|l| l.line()),
+    };
+    YamlError {
+        file: file.to_string(),
+        line,
+        path,
+        message,
+        unreadable: false,
+    }
 }
 
 /// `message` with Rust's type names (serde's "expected f64") in the
@@ -473,6 +486,35 @@ mod tests {
         );
         let e = parse_entries("algorithms:\n  mine:\n    module: m.tl\n  other:\n    module: m.tl\n    kernel: k\n");
         assert_eq!(e, "c.yaml:2: algorithms.mine: missing field `kernel`");
+    }
+
+    /// A flow sequence cut short by the end of the file is a syntax
+    /// error, not a type error of the value the typed pass half-read; a
+    /// type error stays one.
+    #[test]
+    fn a_cut_short_file_is_a_syntax_error() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct System {
+            sips: u32,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct File {
+            system: System,
+        }
+        let e = parse::<File>("t.yaml", "system: {sips: [1,2\n").expect_err("cut short");
+        let text = e.to_string();
+        assert!(text.starts_with("t.yaml:") && !text.contains("invalid type"), "{text}");
+        assert!(
+            text.contains("did not find expected") || text.contains("while parsing"),
+            "{text}"
+        );
+        let e = parse::<File>("t.yaml", "system: {sips: [1, 2]}\n").expect_err("a sequence");
+        assert_eq!(
+            e.to_string(),
+            "t.yaml:1: system.sips: invalid type: sequence, expected a non-negative integer"
+        );
     }
 
     /// A key in a flow mapping is found at its parent's line.
