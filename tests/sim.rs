@@ -1104,8 +1104,8 @@ def slow_start(buf: ptr[i32], n: i32, N: constexpr = 16):
 
 /// A time limit reports where each PE was at the limit, not where its
 /// issue unit (which runs ahead of the clock) got to later: at 1.5 ns
-/// (one cycle per instruction) every rank is in its scalar preamble,
-/// before the receive it reaches some nanoseconds later.
+/// (a cycle per dispatch) every rank is in its scalar preamble, before
+/// the receive it reaches some nanoseconds later.
 #[test]
 fn a_time_limit_reports_the_step_reached_by_then() {
     let topo = Topology::default_machine();
@@ -1132,12 +1132,37 @@ fn a_time_limit_reports_the_step_reached_by_then() {
     for b in running {
         assert_eq!(b.reason, sim::WaitReason::Other, "{b:?}");
         let at = position(b.inst).expect("a body instruction");
-        assert!(
-            at < recv,
-            "rank {} reported at instruction {at}, the receive is {recv}",
-            b.rank
-        );
+        // Where its issue clock first reached the limit: the body's
+        // instruction 3 (the constant 3, after the arange, the 1 and
+        // n + 1), long before the receive (instruction 10); not the
+        // receive, nor (the fallback when a PE is nowhere) instruction 0.
+        assert_eq!((at, recv), (3, 10), "rank {} reported at instruction {at}", b.rank);
     }
+    // A PE whose return is issued as the limit passes, its program not
+    // ended, is at its return.
+    let (func, _) = lower(
+        "@kernel\ndef quick(n: i32):\n    a = n + 1\n    b = a * a\n",
+        "quick",
+        &[],
+    );
+    let pes = sim::select_pes(&topo, "1").unwrap();
+    let launch = |time_limit_ps: Option<u64>| {
+        let mut launch = TestLaunch::new(&topo, pes.clone(), &func, vec![scalar_i32(5)]);
+        launch.time_limit_ps = time_limit_ps;
+        launch.run()
+    };
+    let whole = launch(None).expect("it runs").report.elapsed_ps();
+    let e = launch(Some(whole - 1)).err().expect("the time limit");
+    let SimError::TimeLimit { ref running, .. } = e else {
+        panic!("expected the time limit, got {e:?}")
+    };
+    let body = &func.region(func.body).insts;
+    assert_eq!(running.len(), 1);
+    assert_eq!(Some(running[0].inst), body.last().copied(), "{running:?}");
+    assert!(matches!(
+        func.inst(running[0].inst).op,
+        kernbench_compiler::ir::Op::Return
+    ));
 }
 
 const LEFT_BEHIND: &str = "

@@ -136,6 +136,16 @@ impl<'de> serde::de::Visitor<'de> for NoDuplicateKeys {
     fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
         Ok(self)
     }
+    // Integers past 64 bits: the typed pass says what range a key takes.
+    fn visit_i128<E>(self, _: i128) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u128<E>(self, _: u128) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_bytes<E>(self, _: &[u8]) -> Result<Self, E> {
+        Ok(self)
+    }
     fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
         Ok(self)
     }
@@ -257,21 +267,21 @@ pub fn parse<T: DeserializeOwned>(file: &str, text: &str) -> Result<T, YamlError
                 unreadable: false,
             });
         }
-        // A syntax error (a flow sequence cut short at the end of the
-        // file): the typed pass might trip over a value it half-read
-        // first and call it a type error. Any other (a tag the untyped
-        // pass has no use for): the typed pass says it in its terms.
-        if !message.starts_with("invalid type") {
-            return Err(located(file, text, e));
-        }
+        // The untyped pass takes any value, so what else fails it is the
+        // file's syntax (a flow sequence cut short at the end of the file)
+        // or its nesting: the typed pass might trip over a value it
+        // half-read first and call it a type error.
+        return Err(located(file, text, e, true));
     }
     let de = serde_yaml::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(de).map_err(|e| located(file, text, e))
+    serde_path_to_error::deserialize(de).map_err(|e| located(file, text, e, false))
 }
 
 /// A deserialization error of `text` as a [`YamlError`]: at its key path,
-/// on its key's line where the path names a key, in a reader's words.
-fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Error>) -> YamlError {
+/// in a reader's words, on its key's line where the path names a key and
+/// the error is the value's, or where the parser stopped for a `syntax`
+/// error.
+fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Error>, syntax: bool) -> YamlError {
     let path = e.path().to_string();
     // "." is the document; "?" where a syntax error left no key.
     let path = if path == "." || path == "?" {
@@ -308,7 +318,7 @@ fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Err
     // serde_yaml locates value errors at the enclosing mapping; the
     // key's own line is more useful when the path names a key.
     let line = match key_line(text, &path) {
-        Some(l) if !message.starts_with("unknown field") => Some(l),
+        Some(l) if !syntax && !message.starts_with("unknown field") => Some(l),
         _ => inner.location().map(|l| l.line()),
     };
     YamlError {
@@ -489,8 +499,10 @@ mod tests {
     }
 
     /// A flow sequence cut short by the end of the file is a syntax
-    /// error, not a type error of the value the typed pass half-read; a
-    /// type error stays one.
+    /// error where the parser stopped, not a type error of the value the
+    /// typed pass half-read; a type error stays one, and an integer past
+    /// 64 bits is the typed pass's to judge (an error for a `u32`, a
+    /// number for an `f64`).
     #[test]
     fn a_cut_short_file_is_a_syntax_error() {
         #[derive(serde::Deserialize, Debug)]
@@ -510,11 +522,22 @@ mod tests {
             text.contains("did not find expected") || text.contains("while parsing"),
             "{text}"
         );
+        // Where the parser stopped: the end of the file, line 2.
+        assert!(text.starts_with("t.yaml:2: system.sips: "), "{text}");
         let e = parse::<File>("t.yaml", "system: {sips: [1, 2]}\n").expect_err("a sequence");
         assert_eq!(
             e.to_string(),
             "t.yaml:1: system.sips: invalid type: sequence, expected a non-negative integer"
         );
+        let huge = "system: {sips: 18446744073709551616}\n";
+        let e = parse::<File>("t.yaml", huge).expect_err("past u32");
+        assert!(!e.to_string().contains("any YAML value"), "{e}");
+        #[derive(serde::Deserialize, Debug)]
+        struct Loose {
+            x: f64,
+        }
+        let v = parse::<Loose>("t.yaml", "x: 18446744073709551616\n").expect("a number");
+        assert_eq!(v.x, 18446744073709551616.0);
     }
 
     /// A key in a flow mapping is found at its parent's line.

@@ -1015,6 +1015,14 @@ impl Sim<'_> {
                             kernbench_compiler::datapath::Step::Group(g) => self.plan.groups[g].insts[0],
                         })
                 })
+                // Its program has returned and a time limit stopped it
+                // before it ended: at the return.
+                .or_else(|| {
+                    pe.frames
+                        .is_empty()
+                        .then(|| func.region(func.body).insts.last().copied())
+                        .flatten()
+                })
                 .or_else(oldest_op)
                 .unwrap_or_else(|| func.region(func.body).insts[0]);
             let reason = match pe.stall {

@@ -303,7 +303,7 @@ impl Topology {
     pub fn gemm_flops_per_ns(&self, dtype: &str) -> f64 {
         let g = &self.spec.pe.gemm;
         let cycles = g.cycles_per_tile.get(dtype).map_or(1, |c| c.0) as f64;
-        2.0 * (g.tile_m.0 * g.tile_n.0 * g.tile_k.0) as f64 / (cycles * self.cycle_ps as f64) * 1000.0
+        2.0 * (g.tile_m.0 * g.tile_n.0 * g.tile_k.0) as f64 * 1000.0 / (cycles * self.cycle_ps as f64)
     }
 
     /// The clock the simulator runs at: `1000 / cycle_ps` GHz, which

@@ -127,7 +127,7 @@ pub fn summary_text(t: &Topology) -> String {
     let effective = t.effective_clock_ghz();
     if (effective - s.clock_ghz.0).abs() > 1e-3 * s.clock_ghz.0 {
         o.push_str(&format!(
-            "           (the simulator times whole picoseconds: it runs at {effective:.3} GHz, and the peaks below are at that clock)\n"
+            "           (the simulator times whole picoseconds: it runs at {effective:.3} GHz, and the GEMM peaks below are at that clock)\n"
         ));
     }
     o.push('\n');

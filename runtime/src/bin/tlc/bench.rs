@@ -297,7 +297,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     // A root past every rank fails every size alike: say so once, now.
     if let Some(root) = a.root.filter(|&r| r >= pes.len() as u64) {
         return usage_error(&format!(
-            "--root {root}: the communicator's ranks are 0 to {} ({} PEs)",
+            "--root {root}: past the last rank ({}) of the {} PEs given",
             pes.len().saturating_sub(1),
             pes.len()
         ));
