@@ -1835,5 +1835,24 @@ fn run_and_bench_outputs_are_where_users_look() {
     ] {
         assert_stdout(&o, 0, want);
     }
+    // Sizes that round to one element are one row, not three alike.
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--algo",
+        "ring_allreduce",
+        "--pes",
+        "4",
+        "--sizes",
+        "1:4",
+    ]);
+    assert_stdout(
+        &o,
+        0,
+        "# Rounded sizes        : 1 → 4, 2 → 4 (bytes: whole float elements)",
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("4 ")).collect();
+    assert_eq!(rows.len(), 1, "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -422,7 +422,11 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                     if r.size_bytes != size {
                         p.rounded.push((size, r.size_bytes));
                     }
-                    p.rows.push(r)
+                    // Sizes that round to the same whole elements are one
+                    // row (the note on rounded sizes says which).
+                    if p.rows.last().is_none_or(|last| last.size_bytes != r.size_bytes) {
+                        p.rows.push(r)
+                    }
                 }
                 Err(e) => {
                     progress.suspend(|| errln!("error: {e}"));
