@@ -208,7 +208,33 @@ fn run_summaries_count_nan() {
          tl.store(x + offs, tl.where(offs < 2, v * 0.0 / 0.0, v + offs))\n",
     );
     let o = tlc(&["run", &path, "--functional", "--arg", "x=zeros(4,f32)"]);
-    assert_stdout(&o, 0, "  x: f32[4]  sum NaN  min 2.000000  max 3.000000  NaN 2");
+    assert_stdout(&o, 0, "  x: f32[4]  sum NaN  min 2.000000  max 3.000000  2 NaN");
+    // Every value NaN: no min or max, and the line says so.
+    let all = write_kernel(
+        &dir,
+        "all_nan.tl",
+        "@kernel\ndef all_nan(x: ptr[f32]):\n    offs = tl.arange(0, 4)\n    \
+         tl.store(x + offs, tl.load(x + offs) * 0.0 / 0.0)\n",
+    );
+    let o = tlc(&["run", &all, "--functional", "--arg", "x=zeros(4,f32)"]);
+    assert_stdout(&o, 0, "  x: f32[4]  sum NaN  all 4 NaN");
+    // In JSON, infinities and NaN are strings (JSON has neither; null
+    // would read as no data).
+    let inf = write_kernel(
+        &dir,
+        "inf.tl",
+        "@kernel\ndef inf(x: ptr[f32]):\n    offs = tl.arange(0, 4)\n    \
+         tl.store(x + offs, tl.where(offs < 1, 1.0 / tl.load(x + offs), -1.0 / (tl.load(x + offs) + 0.0)))\n",
+    );
+    let o = tlc(&["run", &inf, "--arg", "x=zeros(4,f32)", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let x = &v["outputs"][0];
+    assert_eq!(
+        (&x["min"], &x["max"], &x["sum"]),
+        (&"-inf".into(), &"inf".into(), &"nan".into()),
+        "{v}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1587,6 +1613,23 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
     let o = run(&["--time-limit", "10us", "--trace", &trace.to_string_lossy()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(!trace.exists(), "no trace of a failed run");
+    // Nor the --out directories it made (made before the run, so that one
+    // that cannot be made stops it before it starts).
+    let out = dir.join("new").join("deeper");
+    let o = run(&["--time-limit", "10us", "--out", &out.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("time limit") && !dir.join("new").exists(),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["--time-limit", "10us", "--out", "/proc/kernbench-nope"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("error: cannot create `/proc/kernbench-nope`") && !stderr(&o).contains("time limit"),
+        "{}",
+        stderr(&o)
+    );
     // The untimed executor has no clock: the limit bounds its
     // instructions, one per cycle (10 us: 10,000 at 1 GHz), and names
     // where the program was.

@@ -157,18 +157,29 @@ fn stats(t: &Tensor) -> Stats {
 fn summary_line(name: &str, t: &Tensor) -> String {
     let Stats { sum, min_max, nans } = stats(t);
     let range = min_max.map_or(String::new(), |(lo, hi)| format!("  min {lo:.6}  max {hi:.6}"));
-    let nans = if nans > 0 {
-        format!("  NaN {nans}")
-    } else {
-        String::new()
+    // Min and max are the other values'; with none, say every one is NaN.
+    let nans = match (nans, min_max) {
+        (0, _) => String::new(),
+        (n, None) if n == t.numel() => format!("  all {n} NaN"),
+        (n, _) => format!("  {n} NaN"),
     };
     format!("  {name}: {}{:?}  sum {sum:.6}{range}{nans}", t.dtype(), t.shape)
 }
 
 /// The outputs as JSON: name, dtype, shape, sum, min, max, NaN count,
-/// and the file `--out` wrote (JSON has no NaN: a NaN sum is null).
+/// and the file `--out` wrote (min and max are null when every value is
+/// NaN).
 fn outputs_json(out: Option<&Path>, tensors: &[(String, Tensor)]) -> serde_json::Value {
-    let finite = |v: f64| v.is_finite().then_some(v);
+    // JSON has no infinities nor NaN: those are the strings "inf", "-inf"
+    // and "nan" (serde_json would write null, which reads as no data).
+    let finite = |v: f64| -> serde_json::Value {
+        match v {
+            v if v.is_finite() => v.into(),
+            v if v.is_nan() => "nan".into(),
+            v if v > 0.0 => "inf".into(),
+            _ => "-inf".into(),
+        }
+    };
     tensors
         .iter()
         .map(|(name, t)| {
@@ -178,8 +189,8 @@ fn outputs_json(out: Option<&Path>, tensors: &[(String, Tensor)]) -> serde_json:
                 "dtype": t.dtype().to_string(),
                 "shape": t.shape.to_vec(),
                 "sum": finite(st.sum),
-                "min": st.min_max.and_then(|m| finite(m.0)),
-                "max": st.min_max.and_then(|m| finite(m.1)),
+                "min": st.min_max.map(|m| finite(m.0)),
+                "max": st.min_max.map(|m| finite(m.1)),
                 "nan": st.nans,
                 "file": out.map(|d| d.join(format!("{name}.npy")).display().to_string()),
             })
@@ -197,7 +208,7 @@ fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)], quiet: bool) -
             }
         }
         Some(dir) => {
-            out_dir_ready(dir)?;
+            make_out_dir(dir)?;
             for (name, t) in tensors {
                 let path = dir.join(format!("{name}.npy"));
                 args::write_npy(&path, t)?;
@@ -215,16 +226,24 @@ fn new_data_path(backend: Backend) -> Box<dyn DataPath> {
     }
 }
 
-/// Makes `--out DIR` exist as a directory, after the run.
-fn out_dir_ready(dir: &Path) -> Result<(), String> {
+/// Makes `--out DIR` exist as a directory, before the run (so that one
+/// that cannot be made, in `/proc` say, is known before minutes of
+/// simulation); returns the directories it made, innermost first, for a
+/// failed run to take away again.
+fn make_out_dir(dir: &Path) -> Result<Vec<PathBuf>, String> {
     out_dir_usable(dir)?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))
+    let made: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+    Ok(made)
 }
 
-/// Whether `--out DIR` is a directory or could be made one: checked
-/// before the run, so that a file in its way is known before minutes of
-/// simulation, without creating anything (a run that fails leaves no
-/// empty directory behind).
+/// Whether `--out DIR` is a directory or could be made one, as far as the
+/// paths show: a usage error when a file is in its way, checked before
+/// anything else ([`make_out_dir`] then makes it).
 fn out_dir_usable(dir: &Path) -> Result<(), String> {
     if dir.exists() && !dir.is_dir() {
         return Err(format!("--out `{}` is not a directory", dir.display()));
@@ -402,16 +421,25 @@ pub fn run(a: RunArgs) -> ExitCode {
     // cannot be written is known before minutes of simulation, not after;
     // it is not truncated (nor left behind, if new) unless the run
     // succeeds.
-    // A trace written into --out's directory (`--out o --trace o/t.json`)
-    // needs the directory now.
-    if let (Some(path), Some(out)) = (&a.trace, &a.out) {
-        let missing = path
-            .parent()
+    // --out's directory is made now (a failed run takes it away again);
+    // a trace written into it (`--out o --trace o/t.json`) needs it.
+    let mut made_dirs = Vec::new();
+    if let Some(out) = &a.out {
+        let missing = a
+            .trace
+            .as_deref()
+            .and_then(Path::parent)
             .filter(|p| !p.as_os_str().is_empty() && !p.exists() && p.starts_with(out));
-        if let Some(dir) = missing {
-            if let Err(e) = out_dir_ready(out).and_then(|()| {
-                std::fs::create_dir_all(dir).map_err(|e| format!("cannot create `{}`: {e}", dir.display()))
-            }) {
+        let made = make_out_dir(out).and_then(|mut made| {
+            if let Some(dir) = missing {
+                let inner = make_out_dir(dir)?;
+                made.splice(0..0, inner);
+            }
+            Ok(made)
+        });
+        match made {
+            Ok(made) => made_dirs = made,
+            Err(e) => {
                 errln!("error: {e}");
                 return ExitCode::from(1);
             }
@@ -449,6 +477,10 @@ pub fn run(a: RunArgs) -> ExitCode {
             if let Some((path, _, true)) = trace_file {
                 let _ = std::fs::remove_file(path);
             }
+            // Only the directories this run made, and only while empty.
+            for dir in &made_dirs {
+                let _ = std::fs::remove_dir(dir);
+            }
             return ExitCode::from(1);
         }
     };
@@ -481,6 +513,14 @@ pub fn run(a: RunArgs) -> ExitCode {
         .iter()
         .map(|t| (t.name.clone(), place::gather(&machine, t)))
         .collect();
+    // Files first: the JSON names them, so they are there when it says so
+    // (a write that fails is the run's error, with no JSON).
+    if a.out.is_some() {
+        if let Err(e) = emit_tensors(a.out.as_deref(), &tensors, true) {
+            errln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    }
     match a.format {
         Format::Human => out!("{}", sim::summary_text(&report)),
         Format::Json => {
@@ -513,9 +553,11 @@ pub fn run(a: RunArgs) -> ExitCode {
              is not rank 0's); the output is rank 0's copy"
         );
     }
-    if let Err(e) = emit_tensors(a.out.as_deref(), &tensors, a.format == Format::Json) {
-        errln!("error: {e}");
-        return ExitCode::from(1);
+    if a.out.is_none() {
+        if let Err(e) = emit_tensors(None, &tensors, a.format == Format::Json) {
+            errln!("error: {e}");
+            return ExitCode::from(1);
+        }
     }
     ExitCode::SUCCESS
 }
