@@ -1608,9 +1608,64 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
         "{}",
         stderr(&o)
     );
-    // A failed run leaves no trace file behind.
+    // A run the time limit or a deadlock stopped writes the trace up to
+    // there: here the spinning PEs' (which have no engine slices), and
+    // the deadlocked ring's loads, which ran before both ranks waited.
     let trace = dir.join("t.json");
     let o = run(&["--time-limit", "10us", "--trace", &trace.to_string_lossy()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the run until it stopped"), "{}", stderr(&o));
+    let trace_events = |path: &Path| -> Vec<serde_json::Value> {
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(path).expect("a partial trace")).expect("trace JSON");
+        v["traceEvents"].as_array().expect("traceEvents").clone()
+    };
+    let processes = |events: &[serde_json::Value]| events.iter().filter(|e| e["name"] == "process_name").count();
+    assert!(processes(&trace_events(&trace)) >= 2);
+    let dead = write_kernel(
+        &dir,
+        "dead.tl",
+        "@kernel\ndef dead(x: ptr[i32]):\n    v = tl.load(x + tl.arange(0, 8))\n    \
+         w = tl.recv(tl.PREV, [8], i32)\n    tl.send(tl.NEXT, v + w)\n",
+    );
+    let dead_trace = dir.join("dead.json");
+    let o = tlc(&[
+        "run",
+        dead.as_str(),
+        "--pes",
+        "2",
+        "--arg",
+        "x=zeros(16,i32):shard",
+        "--trace",
+        &dead_trace.to_string_lossy(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("deadlock"), "{}", stderr(&o));
+    let events = trace_events(&dead_trace);
+    let loads = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"].as_str().is_some_and(|n| n.starts_with("load ")))
+        .count();
+    let sends = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["name"].as_str().is_some_and(|n| n.starts_with("send ")))
+        .count();
+    assert_eq!((loads, sends), (2, 0), "{events:?}");
+    // A run that fails otherwise leaves no trace file behind.
+    let oob = write_kernel(
+        &dir,
+        "oob.tl",
+        "@kernel\ndef oob(x: ptr[i32]):\n    tl.store(x + 100 + tl.arange(0, 8), tl.zeros([8], i32))\n",
+    );
+    let trace = dir.join("oob.json");
+    let o = tlc(&[
+        "run",
+        oob.as_str(),
+        "--arg",
+        "x=zeros(8,i32)",
+        "--trace",
+        &trace.to_string_lossy(),
+    ]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(!trace.exists(), "no trace of a failed run");
     // Nor the --out directories it made (made before the run, so that one

@@ -377,7 +377,17 @@ pub(super) struct ShardOut {
 }
 
 pub(super) fn run(m: &mut Machine, l: &Launch, dp: &mut dyn DataPath) -> Result<Report, SimError> {
-    let sh = Shared::new(m, l, dp)?;
+    run_partial(m, l, dp).map_err(|(e, _)| e)
+}
+
+/// [`run`], and when a deadlock or the time limit stopped the launch, the
+/// report of what it did until then (its trace, for one).
+pub(super) fn run_partial(
+    m: &mut Machine,
+    l: &Launch,
+    dp: &mut dyn DataPath,
+) -> Result<Report, (SimError, Option<Box<Report>>)> {
+    let sh = Shared::new(m, l, dp).map_err(|e| (e, None))?;
     m.fabric.reset_stats();
     if l.trace {
         m.fabric.record = Some(Vec::new());
@@ -736,8 +746,9 @@ impl ShardOut {
 
 /// The report of a launch from its shards' outcomes (in shard order,
 /// which is PE order), or its error: the earliest of the shards' errors,
-/// or a deadlock naming every blocked PE.
-fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, SimError> {
+/// or a deadlock naming every blocked PE, or the time limit; with the
+/// last two, the report up to where the launch stopped (ending there).
+fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, (SimError, Option<Box<Report>>)> {
     let first = outs
         .iter()
         .enumerate()
@@ -745,25 +756,27 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
         .min();
     if let Some((_, _, k)) = first {
         if let Some((_, _, e)) = outs.swap_remove(k).error {
-            return Err(e);
+            return Err((e, None));
         }
     }
     // In the launch's order.
     let mut blocked: Vec<(usize, Blocked)> = outs.iter().flat_map(|o| o.blocked.iter().cloned()).collect();
     blocked.sort_by_key(|(at, _)| *at);
     let blocked: Vec<Blocked> = blocked.into_iter().map(|(_, b)| b).collect();
-    if outs.iter().any(|o| o.timed_out) {
-        return Err(SimError::TimeLimit {
-            limit_ps: sh.stop_ps - sh.start_ps,
-            running: blocked,
-        });
-    }
-    if !blocked.is_empty() {
-        return Err(SimError::Deadlock {
-            time_ps: outs.iter().map(|o| o.stuck_ps).max().unwrap_or(sh.start_ps),
-            blocked,
-        });
-    }
+    let stopped = if outs.iter().any(|o| o.timed_out) {
+        Some((
+            SimError::TimeLimit {
+                limit_ps: sh.stop_ps - sh.start_ps,
+                running: blocked,
+            },
+            sh.stop_ps,
+        ))
+    } else if !blocked.is_empty() {
+        let time_ps = outs.iter().map(|o| o.stuck_ps).max().unwrap_or(sh.start_ps);
+        Some((SimError::Deadlock { time_ps, blocked }, time_ps))
+    } else {
+        None
+    };
     let (windowed, threads) = (sh.n_lps > 1, outs.len());
     let mut slices: Vec<Slice> = Vec::new();
     let mut link_intervals = Vec::new();
@@ -808,7 +821,7 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
         })
         .collect();
     links.sort_by_key(|l| l.id);
-    Ok(Report {
+    let report = Report {
         kernel: sh.func.name.clone(),
         start_ps: sh.start_ps,
         end_ps: end,
@@ -819,5 +832,15 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, S
         link_intervals,
         threads,
         unreceived,
-    })
+    };
+    match stopped {
+        None => Ok(report),
+        Some((e, at_ps)) => Err((
+            e,
+            Some(Box::new(Report {
+                end_ps: report.end_ps.max(at_ps),
+                ..report
+            })),
+        )),
+    }
 }

@@ -118,6 +118,17 @@ impl Machine {
         launch::run(self, launch, dp)
     }
 
+    /// [`Self::run`], and when a deadlock or the time limit stopped the
+    /// launch, the report of what it did until then (ending there), whose
+    /// trace shows how it got stuck.
+    pub fn run_partial(
+        &mut self,
+        launch: &Launch,
+        dp: &mut dyn DataPath,
+    ) -> Result<Report, (SimError, Option<Box<Report>>)> {
+        launch::run_partial(self, launch, dp)
+    }
+
     /// When every SIP's work so far has ended.
     pub fn now_ps(&self) -> u64 {
         self.clock_ps.iter().copied().max().unwrap_or(0)

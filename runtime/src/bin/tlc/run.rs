@@ -219,6 +219,32 @@ fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)], quiet: bool) -
     Ok(())
 }
 
+/// Writes `report`'s Chrome trace (of `what`) to `file`, opened before the
+/// run at `path`; false (with the error said) when it cannot.
+fn write_trace(
+    path: &Path,
+    mut file: std::fs::File,
+    report: &sim::Report,
+    func: &kernbench_compiler::ir::Function,
+    sources: &kernbench_compiler::diag::SourceMap,
+    links: Option<usize>,
+    what: &str,
+) -> bool {
+    let trace = sim::trace_json(report, func, sources, links);
+    if let Err(e) = file
+        .set_len(0)
+        .and_then(|()| file.write_all(trace.to_string().as_bytes()))
+    {
+        errln!("error: cannot write `{}`: {e}", path.display());
+        return false;
+    }
+    errln!(
+        "wrote {}: {what} (open it in https://ui.perfetto.dev or chrome://tracing)",
+        path.display()
+    );
+    true
+}
+
 fn new_data_path(backend: Backend) -> Box<dyn DataPath> {
     match backend {
         Backend::Jit => Box::new(Jit::new()),
@@ -465,17 +491,34 @@ pub fn run(a: RunArgs) -> ExitCode {
     };
     let t0 = Instant::now();
     let what = format!("`{}` on {} PEs", func.name, comm.world());
-    let result = super::progress::simulating(&what, &reached_ps, || machine.run(&launch, dp.as_mut()));
+    let result = super::progress::simulating(&what, &reached_ps, || machine.run_partial(&launch, dp.as_mut()));
     let wall_ms = t0.elapsed().as_secs_f64() * 1e3;
     let report = match result {
         Ok(r) => r,
-        Err(e) => {
+        Err((e, partial)) => {
             err!(
                 "{}",
                 sim::render_sim_error_in(&machine.mem, &func, &sources, &e, color_mode(a.color))
             );
-            if let Some((path, _, true)) = trace_file {
-                let _ = std::fs::remove_file(path);
+            match (trace_file, partial) {
+                // Stopped by a deadlock or the time limit: the trace up to
+                // there shows how it got stuck.
+                (Some((path, file, _)), Some(partial)) => {
+                    // The run's error is the exit code's reason either way.
+                    let _ = write_trace(
+                        path,
+                        file,
+                        &partial,
+                        &func,
+                        &sources,
+                        a.trace_links,
+                        "the run until it stopped",
+                    );
+                }
+                (Some((path, _, true)), _) => {
+                    let _ = std::fs::remove_file(path);
+                }
+                _ => {}
             }
             // Only the directories this run made, and only while empty.
             for dir in &made_dirs {
@@ -533,19 +576,10 @@ pub fn run(a: RunArgs) -> ExitCode {
             outln!("{summary}");
         }
     }
-    if let Some((path, mut file, _)) = trace_file {
-        let trace = sim::trace_json(&report, &func, &sources, a.trace_links);
-        if let Err(e) = file
-            .set_len(0)
-            .and_then(|()| file.write_all(trace.to_string().as_bytes()))
-        {
-            errln!("error: cannot write `{}`: {e}", path.display());
+    if let Some((path, file, _)) = trace_file {
+        if !write_trace(path, file, &report, &func, &sources, a.trace_links, "the run") {
             return ExitCode::from(1);
         }
-        errln!(
-            "wrote {} (open it in https://ui.perfetto.dev or chrome://tracing)",
-            path.display()
-        );
     }
     for (name, rank, elem) in &diverging {
         errln!(
