@@ -1678,6 +1678,12 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
         "{}",
         stderr(&o)
     );
+    let o = run(&["--out", &out.to_string_lossy(), "--trace", "/nonexistent-dir/t.json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        !dir.join("new").exists(),
+        "a trace that cannot be written takes --out away again"
+    );
     let o = run(&["--time-limit", "10us", "--out", "/proc/kernbench-nope"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(

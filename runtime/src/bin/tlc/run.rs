@@ -267,6 +267,14 @@ fn make_out_dir(dir: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(made)
 }
 
+/// Takes away the directories [`make_out_dir`] made (innermost first),
+/// each only while empty: a run that fails leaves none behind.
+fn remove_made(dirs: &[PathBuf]) {
+    for dir in dirs {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
 /// Whether `--out DIR` is a directory or could be made one, as far as the
 /// paths show: a usage error when a file is in its way, checked before
 /// anything else ([`make_out_dir`] then makes it).
@@ -484,6 +492,7 @@ pub fn run(a: RunArgs) -> ExitCode {
             }
             Err(e) => {
                 errln!("error: cannot write `{}`: {e}", path.display());
+                remove_made(&made_dirs);
                 return ExitCode::from(1);
             }
         },
@@ -520,10 +529,7 @@ pub fn run(a: RunArgs) -> ExitCode {
                 }
                 _ => {}
             }
-            // Only the directories this run made, and only while empty.
-            for dir in &made_dirs {
-                let _ = std::fs::remove_dir(dir);
-            }
+            remove_made(&made_dirs);
             return ExitCode::from(1);
         }
     };
