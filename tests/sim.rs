@@ -599,8 +599,8 @@ def k(x: ptr[f32], out: ptr[f32], N: constexpr = 2048):
             load_starts.windows(2).all(|w| w[0] < w[1]),
             "the loads take the DMA engine one after the other: {load_starts:?}"
         );
-        // The group of the cast and the exp, named by its first instruction.
-        let exp = slice_of(&run, &func, "cast").start_ps;
+        // The group of the cast and the exp, named by the exp (its result).
+        let exp = slice_of(&run, &func, "exp").start_ps;
         if depth < loads {
             let freed = load_starts[loads - 1 - depth];
             assert!(

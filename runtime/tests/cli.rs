@@ -1566,6 +1566,98 @@ fn sizes_past_a_pes_hbm_slice_are_errors_before_any_work() {
     }
 }
 
+/// A fused elementwise chain's trace slice is named after the operation
+/// that makes its result (whose span is the whole expression), not after
+/// its first member (a `splat` of a constant); loads and stores keep
+/// their own names. The issue unit's busy spans are a thread of their own.
+#[test]
+fn a_fused_chain_is_named_after_the_operation_making_its_result() {
+    let dir = temp_dir("fused-name");
+    let kernel = write_kernel(
+        &dir,
+        "scale.tl",
+        "@tl.kernel\n\
+         def scale(x: ptr[f32], y: ptr[f32], n: i32, BLOCK: constexpr = 256):\n\
+         \x20   offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n\
+         \x20   mask = offs < n\n\
+         \x20   v = tl.load(x + offs, mask=mask)\n\
+         \x20   w = v * 2.0 + 1.0\n\
+         \x20   tl.store(y + offs, w, mask=mask)\n",
+    );
+    let trace = dir.join("t.json");
+    let o = tlc(&[
+        "run",
+        kernel.as_str(),
+        "--arg",
+        "x=rand(256,f32)",
+        "--arg",
+        "y=zeros(256,f32)",
+        "--arg",
+        "n=256",
+        "--trace",
+        &trace.to_string_lossy(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json summary");
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
+    let events = t["traceEvents"].as_array().expect("events");
+    // The issue unit has a thread of its own, whose slices add up to the
+    // busy share the summary gives it.
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["tid"] == 5 && e["args"]["name"] == "issue"));
+    let issue_us: f64 = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"] == 5)
+        .map(|e| {
+            assert_eq!(e["name"], "issue");
+            e["dur"].as_f64().unwrap_or(0.0)
+        })
+        .sum();
+    let issue_pct = v["engines"]
+        .as_array()
+        .and_then(|es| es.iter().find(|e| e["engine"] == "issue"))
+        .and_then(|e| e["busy_pct_mean"].as_f64())
+        .expect("the issue unit's busy share");
+    let elapsed_us = v["time_ps"].as_u64().expect("time") as f64 / 1e6;
+    assert!(issue_us > 0.0);
+    assert!(
+        (issue_us - issue_pct / 100.0 * elapsed_us).abs() < 1e-9 * elapsed_us.max(1.0),
+        "issue slices {issue_us} us, summary {issue_pct} % of {elapsed_us} us"
+    );
+    let mut names: Vec<(u64, String, String)> = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"] != 5)
+        .map(|e| {
+            (
+                e["tid"].as_u64().unwrap_or(99),
+                e["name"].as_str().unwrap_or("").to_string(),
+                e["args"]["source"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            (
+                0,
+                "load scale.tl:5:9".to_string(),
+                "tl.load(x + offs, mask=mask)".to_string()
+            ),
+            (
+                0,
+                "store scale.tl:7:5".to_string(),
+                "tl.store(y + offs, w, mask=mask)".to_string()
+            ),
+            (2, "add scale.tl:6:9".to_string(), "v * 2.0 + 1.0".to_string()),
+        ]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
     let dir = temp_dir("time-limit");
@@ -1651,6 +1743,41 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
         .filter(|e| e["ph"] == "X" && e["name"].as_str().is_some_and(|n| n.starts_with("send ")))
         .count();
     assert_eq!((loads, sends), (2, 0), "{events:?}");
+    // With --format json, a failed run prints the error as JSON on stdout
+    // (the diagnostic stays on stderr): each blocked rank, where and why,
+    // and the summary of what ran until then.
+    let o = tlc(&[
+        "run",
+        dead.as_str(),
+        "--pes",
+        "2",
+        "--arg",
+        "x=zeros(16,i32):shard",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON error record");
+    let error = &v["error"];
+    assert_eq!(error["kind"], "deadlock", "{v}");
+    let ranks = error["ranks"].as_array().expect("blocked ranks");
+    assert_eq!(ranks.len(), 2, "{v}");
+    for (r, blocked) in ranks.iter().enumerate() {
+        assert_eq!(blocked["rank"], r as u64, "{v}");
+        assert_eq!(blocked["at"], "dead.tl:4:9", "{v}");
+        assert_eq!(blocked["op"], "recv", "{v}");
+        assert_eq!(blocked["reason"]["kind"], "no_data", "{v}");
+        assert_eq!(blocked["reason"]["from_rank"], (r as u64 + 1) % 2, "{v}");
+    }
+    assert!(
+        error["diagnostic"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("error: deadlock in `dead`") && !d.contains('\x1b')),
+        "{v}"
+    );
+    assert_eq!(v["partial"]["pes"], 2, "{v}");
+    assert!(v["partial"]["time_ps"].as_u64().is_some_and(|t| t > 0), "{v}");
+    assert!(stderr(&o).contains("deadlock in `dead`"), "{}", stderr(&o));
     // A run that fails otherwise leaves no trace file behind.
     let oob = write_kernel(
         &dir,

@@ -173,14 +173,15 @@ pub fn select_pes(topo: &Topology, spec: &str) -> Result<Vec<PeCoord>, String> {
         }
         _ => {}
     }
-    if let Ok(n) = spec.parse::<u64>() {
-        if n == 0 || n > all.len() as u64 {
-            return Err(format!(
-                "--pes {n}: a launch takes 1 to {} PEs on this machine",
+    // A count: digits only (one past u64 is still a count, and too many).
+    if !spec.is_empty() && spec.bytes().all(|b| b.is_ascii_digit()) {
+        return match spec.parse::<u64>() {
+            Ok(n) if n >= 1 && n <= all.len() as u64 => Ok(all[..n as usize].to_vec()),
+            _ => Err(format!(
+                "--pes {spec}: a launch takes 1 to {} PEs on this machine",
                 all.len()
-            ));
-        }
-        return Ok(all[..n as usize].to_vec());
+            )),
+        };
     }
     let mut out = Vec::new();
     for item in spec.split(',') {
@@ -244,6 +245,13 @@ mod tests {
         assert_eq!(select_pes(&topo, "7").unwrap().len(), 7);
         assert!(select_pes(&topo, "0.0.9").is_err());
         assert!(select_pes(&topo, "x").is_err());
+        // Counts past the machine, even past u64, say how many it takes.
+        for n in ["0", "257", "99999999999999999999"] {
+            let e = select_pes(&topo, n).unwrap_err();
+            assert_eq!(e, format!("--pes {n}: a launch takes 1 to 256 PEs on this machine"));
+        }
+        // Spaces around the items of a list are allowed.
+        assert_eq!(select_pes(&topo, " 0.0.1, 0.0.0 ").unwrap().len(), 2);
     }
 
     #[test]

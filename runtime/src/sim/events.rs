@@ -352,8 +352,9 @@ pub(super) struct GroupInfo {
     /// (DMA_IN and DMA_WB, the epilogue), so it starts when they are free
     /// too, and they are busy until it ends.
     pub pipeline: bool,
-    /// The member that names the group in traces and diagnostics (the
-    /// first that is not address generation).
+    /// The member that names the group in traces and diagnostics: a
+    /// memory or GEMM group's operation, or a fused chain's last member
+    /// that is not address generation (the one making its result).
     pub label: Inst,
 }
 
@@ -485,7 +486,14 @@ pub(super) fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, 
         effect_at_end,
         address: !memory && group.insts.iter().all(is_address),
         pipeline: matches!(func.inst(i).op, Op::Gemm { .. }),
-        label: group.insts.iter().copied().find(|i| !is_address(i)).unwrap_or(i),
+        label: match engine {
+            // The operation that gives the group its engine.
+            Engine::Dma | Engine::Gemm => i,
+            // A fused elementwise chain ends in the operation that makes its
+            // result, whose span holds the whole expression (`x * 2.0 + 1.0`
+            // is the `add`; its first member is the `splat` of 2.0).
+            _ => group.insts.iter().copied().rev().find(|i| !is_address(i)).unwrap_or(i),
+        },
     }
 }
 
@@ -773,6 +781,7 @@ impl Sim<'_> {
                 rank: s.ctx.rank,
                 end_ps: s.end_ps,
                 busy_ps: s.busy_ps,
+                issue_spans: s.issue_spans.clone().unwrap_or_default(),
             })
             .collect();
         // A message to another SIP that nobody received still arrived.

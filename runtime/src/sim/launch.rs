@@ -281,14 +281,18 @@ impl<'a> Shared<'a> {
             mesh_id: [row, col],
             mesh_size: c.mesh,
         };
-        PeState::new(
+        let mut pe = PeState::new(
             ctx,
             self.programs[p],
             &self.env_slots,
             self.n_cones,
             self.start_ps,
             args,
-        )
+        );
+        if self.trace {
+            pe.issue_spans = Some(Vec::new());
+        }
+        pe
     }
 
     /// The shards to run on `threads` threads: each a run of logical

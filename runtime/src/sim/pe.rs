@@ -456,6 +456,9 @@ pub struct PeState {
     /// so the next one in it needs no lookup (whose lines are cold on a
     /// launch of thousands of PEs).
     pub last_extent: Cell<Option<(u64, u64, super::Placement)>>,
+    /// When tracing, the issue unit's busy spans: back-to-back dispatches
+    /// merged into one `[start, end)`; a stall ends a span.
+    pub issue_spans: Option<Vec<(u64, u64)>>,
 }
 
 /// The PEs a shard of a launch holds (`launch.rs`): a contiguous range of
@@ -563,6 +566,7 @@ impl PeState {
             dir_queues: [[u32::MAX; Direction::COUNT]; 2],
             dma_routes: [None, None],
             last_extent: Cell::new(None),
+            issue_spans: None,
         }
     }
 
@@ -705,8 +709,16 @@ impl PeState {
     /// later; returns the new clock.
     #[inline]
     pub fn dispatch(&mut self, t: u64, cost_ps: u64) -> u64 {
-        self.issue_ps = self.issue_ps.max(t) + cost_ps;
+        let start = self.issue_ps.max(t);
+        self.issue_ps = start + cost_ps;
         self.busy_ps[Engine::COUNT] += cost_ps;
+        if let Some(spans) = &mut self.issue_spans {
+            match spans.last_mut() {
+                Some(last) if last.1 == start => last.1 = self.issue_ps,
+                _ if cost_ps > 0 => spans.push((start, self.issue_ps)),
+                _ => {}
+            }
+        }
         self.issue_ps
     }
 

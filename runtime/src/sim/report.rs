@@ -33,6 +33,9 @@ pub struct PeStat {
     pub end_ps: u64,
     /// Busy time per engine ([`Engine::NAMES`] order; the issue unit last).
     pub busy_ps: [u64; Engine::COUNT + 1],
+    /// When tracing, the issue unit's busy spans `[start, end)` in order
+    /// (back-to-back dispatches merged).
+    pub issue_spans: Vec<(u64, u64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -237,11 +240,21 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
         events.push(
             json!({"ph": "M", "name": "process_name", "pid": k, "args": {"name": format!("rank {} {}", p.rank, p.pe)}}),
         );
-        for (e, name) in Engine::NAMES.iter().enumerate().take(Engine::COUNT) {
+        for (e, name) in Engine::NAMES.iter().enumerate() {
             events.push(json!({"ph": "M", "name": "thread_name", "pid": k, "tid": e, "args": {"name": name}}));
         }
     }
     let t = |ps: u64| ps as f64 / 1e6;
+    // The issue unit's thread: when it dispatched (scalars, control flow,
+    // operations handed to the engines), in spans between its stalls.
+    for (k, p) in r.pes.iter().enumerate() {
+        for &(s, e) in &p.issue_spans {
+            events.push(json!({
+                "ph": "X", "name": "issue", "pid": k, "tid": Engine::COUNT,
+                "ts": t(s), "dur": t(e - s),
+            }));
+        }
+    }
     for s in &r.slices {
         let d = func.inst(s.inst);
         let (line, col) = sources.line_col(d.loc.file, d.loc.span.lo);
@@ -616,6 +629,100 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
     }
 }
 
+/// Where `inst` is in the source: `file:line:col`, the file by its own
+/// name (as the trace names slices).
+fn source_at(func: &Function, sources: &SourceMap, inst: Inst) -> String {
+    let d = func.inst(inst);
+    let (line, col) = sources.line_col(d.loc.file, d.loc.span.lo);
+    let file = sources.name(d.loc.file);
+    let file = file.rsplit('/').next().unwrap_or(file);
+    format!("{file}:{line}:{col}")
+}
+
+/// A simulation error as JSON (what `--format json` prints instead of a
+/// summary when a run fails): its kind, the diagnostic as text, the
+/// figures it gives, and for a deadlock or the time limit every PE that
+/// was stuck or running, where and why. `partial` is the report of what
+/// the run did until it stopped, when there is one.
+pub fn error_json(
+    mem: &super::SimMemory,
+    func: &Function,
+    sources: &SourceMap,
+    e: &SimError,
+    partial: Option<&Report>,
+) -> serde_json::Value {
+    let ranks = |at: &[Blocked]| -> Vec<serde_json::Value> {
+        at.iter()
+            .map(|b| {
+                let reason = match &b.reason {
+                    WaitReason::QueueFull { to_rank, used, slots } => {
+                        json!({"kind": "queue_full", "to_rank": to_rank, "used_slots": used, "slots": slots})
+                    }
+                    WaitReason::NoData { from_rank } => json!({"kind": "no_data", "from_rank": from_rank}),
+                    WaitReason::Barrier {
+                        from_rank,
+                        round,
+                        rounds,
+                    } => json!({"kind": "barrier", "from_rank": from_rank, "round": round, "rounds": rounds}),
+                    WaitReason::Signal => json!({"kind": "signal"}),
+                    WaitReason::Other => json!({"kind": "own_operations"}),
+                };
+                json!({
+                    "rank": b.rank,
+                    "pe": b.pe.to_string(),
+                    "at": source_at(func, sources, b.inst),
+                    "op": func.inst(b.inst).op.mnemonic(),
+                    "reason": reason,
+                    "note": wait_note(b),
+                })
+            })
+            .collect()
+    };
+    let mut error = match e {
+        SimError::Exec {
+            pe,
+            rank,
+            program,
+            error,
+        } => json!({
+            "kind": "exec", "rank": rank, "pe": pe.to_string(), "program": program,
+            "at": source_at(func, sources, error.inst), "what": error.kind.to_string(),
+        }),
+        SimError::Deadlock { time_ps, blocked } => {
+            json!({"kind": "deadlock", "time_ps": time_ps, "ranks": ranks(blocked)})
+        }
+        SimError::TimeLimit { limit_ps, running } => {
+            json!({"kind": "time_limit", "limit_ps": limit_ps, "ranks": ranks(running)})
+        }
+        SimError::TcmCapacity {
+            pe,
+            need_bytes,
+            have_bytes,
+            ..
+        } => json!({"kind": "tcm_capacity", "pe": pe.to_string(), "need_bytes": need_bytes, "have_bytes": have_bytes}),
+        SimError::SlotCapacity {
+            place,
+            need_bytes,
+            have_bytes,
+            rank,
+            inst,
+            ..
+        } => json!({
+            "kind": "slot_capacity", "memory": place.to_string(), "need_bytes": need_bytes,
+            "have_bytes": have_bytes, "rank": rank, "at": source_at(func, sources, *inst),
+        }),
+        SimError::Setup(_) => json!({"kind": "setup"}),
+    };
+    error["diagnostic"] = render_sim_error_in(mem, func, sources, e, ColorMode::Never)
+        .trim_end()
+        .into();
+    let mut v = json!({ "error": error });
+    if let Some(r) = partial {
+        v["partial"] = summary_json(r);
+    }
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -648,6 +755,7 @@ mod tests {
             rank: 0,
             end_ps: 3,
             busy_ps: [busy; Engine::COUNT + 1],
+            issue_spans: Vec::new(),
         };
         for busy in [vec![1, 1, 1], vec![1, 2, 2], vec![0, 3, 1]] {
             let r = Report {

@@ -509,6 +509,12 @@ pub fn run(a: RunArgs) -> ExitCode {
                 "{}",
                 sim::render_sim_error_in(&machine.mem, &func, &sources, &e, color_mode(a.color))
             );
+            if a.format == Format::Json {
+                outln!(
+                    "{}",
+                    sim::error_json(&machine.mem, &func, &sources, &e, partial.as_deref())
+                );
+            }
             match (trace_file, partial) {
                 // Stopped by a deadlock or the time limit: the trace up to
                 // there shows how it got stuck.
