@@ -2511,6 +2511,93 @@ fn ipcq_slots_in_sram_take_its_room() {
     );
 }
 
+/// IPCQ slots in HBM take room in the receiver's slice, as in SRAM: a
+/// 4-PE ring with 4 KiB shards fits in slices of exactly 20 KiB (one
+/// queue of 16 KiB into each) and fails one byte short. A queue into
+/// another SIP's SRAM counts there, the same on one thread as on two (the
+/// receiver's process counts it).
+#[test]
+fn ipcq_slots_in_hbm_and_across_sips_take_their_room() {
+    let (func, _) = lower(PASS_ON, "pass_on", &[]);
+    let hbm_variant = |slice_bytes: u64| {
+        let y = kernbench_runtime::topology::DEFAULT_YAML
+            .replace("buffer_space: tcm", "buffer_space: hbm")
+            .replace(
+                "hbm_capacity_bytes: 17179869184",
+                &format!("hbm_capacity_bytes: {}", 8 * slice_bytes),
+            );
+        Topology::parse("hbm-slots.yaml", &y).expect("valid variant")
+    };
+    let run = |topo: &Topology, pes: &str, layout: &[&str], threads: usize| {
+        let pes = sim::select_pes(topo, pes).expect("PEs");
+        let n = pes.len();
+        let mut l = TestLaunch::new(
+            topo,
+            pes,
+            &func,
+            vec![tensor("buf", i32s(&[n, 1024], |k| k as i32), layout)],
+        );
+        l.threads = threads;
+        l.run()
+    };
+    let holds_predecessors_rows = |done: &SimRun, n: usize| {
+        for r in 0..n {
+            let from = (r + n - 1) % n;
+            assert_eq!(
+                elem::to_i64(DType::I32, done.tensors[0].get_bits(r * 1024 + 7)),
+                (from * 1024 + 7) as i64,
+                "rank {r} holds its predecessor's row"
+            );
+        }
+    };
+    let ring = "0.0.0,0.0.1,0.0.2,0.0.3";
+    let done = run(&hbm_variant(20 * 1024), ring, &["shard"], 1).expect("shard and slots fill each slice");
+    holds_predecessors_rows(&done, 4);
+    match run(&hbm_variant(20 * 1024 - 1), ring, &["shard"], 1) {
+        Err(SimError::SlotCapacity {
+            place,
+            need_bytes,
+            have_bytes,
+            allocated_bytes,
+            queues,
+            queue_bytes,
+            ..
+        }) => {
+            assert!(matches!(place, sim::Placement::Hbm(_)), "{place:?}");
+            assert_eq!((queues, queue_bytes, allocated_bytes), (1, 16384, 4096));
+            assert_eq!((need_bytes, have_bytes), (20480, 20479));
+        }
+        other => panic!("expected the slots' capacity error, got {:?}", other.err()),
+    }
+    // A ring of two PEs on two SIPs, slots and shards in each cube's SRAM.
+    let sram_variant = |sram_bytes: u64| {
+        let y = kernbench_runtime::topology::DEFAULT_YAML
+            .replace("buffer_space: tcm", "buffer_space: sram")
+            .replace("capacity_bytes: 67108864", &format!("capacity_bytes: {sram_bytes}"));
+        Topology::parse("sram-slots.yaml", &y).expect("valid variant")
+    };
+    let apart = "0.0.0,1.0.0";
+    let mut errors = Vec::new();
+    for threads in [1, 2] {
+        let done = run(&sram_variant(20 * 1024), apart, &["shard", "sram"], threads).expect("fits exactly");
+        holds_predecessors_rows(&done, 2);
+        let e = run(&sram_variant(20 * 1024 - 1), apart, &["shard", "sram"], threads)
+            .err()
+            .expect("one byte short");
+        match &e {
+            SimError::SlotCapacity {
+                need_bytes,
+                have_bytes,
+                queues,
+                ..
+            } => assert_eq!((*need_bytes, *have_bytes, *queues), (20480, 20479, 1)),
+            other => panic!("{threads} threads: expected the slots' capacity error, got {other:?}"),
+        }
+        errors.push(format!("{e:?}"));
+    }
+    assert_eq!(errors[0], errors[1], "the same error on one thread and on two");
+}
+
 const PUT_FAR: &str = "
 @kernel
 def put(buf: ptr[i32], N: constexpr = 512):
