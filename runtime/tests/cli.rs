@@ -1720,17 +1720,13 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
         "@kernel\ndef dead(x: ptr[i32]):\n    v = tl.load(x + tl.arange(0, 8))\n    \
          w = tl.recv(tl.PREV, [8], i32)\n    tl.send(tl.NEXT, v + w)\n",
     );
+    let run_dead = |extra: &[&str]| {
+        let mut a = vec!["run", dead.as_str(), "--pes", "2", "--arg", "x=zeros(16,i32):shard"];
+        a.extend_from_slice(extra);
+        tlc(&a)
+    };
     let dead_trace = dir.join("dead.json");
-    let o = tlc(&[
-        "run",
-        dead.as_str(),
-        "--pes",
-        "2",
-        "--arg",
-        "x=zeros(16,i32):shard",
-        "--trace",
-        &dead_trace.to_string_lossy(),
-    ]);
+    let o = run_dead(&["--trace", &dead_trace.to_string_lossy()]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("deadlock"), "{}", stderr(&o));
     let events = trace_events(&dead_trace);
@@ -1746,16 +1742,7 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
     // With --format json, a failed run prints the error as JSON on stdout
     // (the diagnostic stays on stderr): each blocked rank, where and why,
     // and the summary of what ran until then.
-    let o = tlc(&[
-        "run",
-        dead.as_str(),
-        "--pes",
-        "2",
-        "--arg",
-        "x=zeros(16,i32):shard",
-        "--format",
-        "json",
-    ]);
+    let o = run_dead(&["--format", "json"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON error record");
     let error = &v["error"];
