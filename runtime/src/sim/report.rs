@@ -257,11 +257,8 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
     }
     for s in &r.slices {
         let d = func.inst(s.inst);
-        let (line, col) = sources.line_col(d.loc.file, d.loc.span.lo);
-        let file = sources.name(d.loc.file);
-        let file = file.rsplit('/').next().unwrap_or(file);
         events.push(json!({
-            "ph": "X", "name": format!("{} {file}:{line}:{col}", d.op.mnemonic()),
+            "ph": "X", "name": format!("{} {}", d.op.mnemonic(), source_at(func, sources, s.inst)),
             "pid": s.rank, "tid": s.engine.index(),
             "ts": t(s.start_ps), "dur": t(s.end_ps - s.start_ps),
             "args": {"source": sources.snippet(d.loc.file, d.loc.span).trim()},
