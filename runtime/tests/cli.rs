@@ -1765,6 +1765,26 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
     assert_eq!(v["partial"]["pes"], 2, "{v}");
     assert!(v["partial"]["time_ps"].as_u64().is_some_and(|t| t > 0), "{v}");
     assert!(stderr(&o).contains("deadlock in `dead`"), "{}", stderr(&o));
+    // A kernel whose blocks overflow the TCM: where they peak, in JSON.
+    let big = write_kernel(
+        &dir,
+        "big.tl",
+        "@kernel\ndef big(x: ptr[f32]):\n    offs = tl.arange(0, 524288)\n    \
+         tl.store(x + offs, tl.load(x + offs) * 2.0)\n",
+    );
+    let o = tlc(&["run", big.as_str(), "--arg", "x=zeros(524288,f32)", "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON error record");
+    let error = &v["error"];
+    assert_eq!(error["kind"], "tcm_capacity", "{v}");
+    assert_eq!(error["at"], "big.tl:4:32", "{v}");
+    assert_eq!(
+        (error["live_bytes"].as_u64(), error["queues"].as_u64()),
+        (Some(14_680_064), Some(1)),
+        "{v}"
+    );
+    assert_eq!(error["have_bytes"], 1_048_576, "{v}");
+    assert!(v.get("partial").is_none(), "nothing ran: {v}");
     // A run that fails otherwise leaves no trace file behind.
     let oob = write_kernel(
         &dir,

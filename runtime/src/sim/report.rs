@@ -695,8 +695,31 @@ pub fn error_json(
             pe,
             need_bytes,
             have_bytes,
+            queues,
+            cause,
             ..
-        } => json!({"kind": "tcm_capacity", "pe": pe.to_string(), "need_bytes": need_bytes, "have_bytes": have_bytes}),
+        } => {
+            let mut v = json!({
+                "kind": "tcm_capacity", "pe": pe.to_string(), "need_bytes": need_bytes,
+                "have_bytes": have_bytes, "queues": queues,
+            });
+            // Where the blocks peak, or the send or receive that opened
+            // the queue that did not fit.
+            let at = match *cause {
+                TcmCause::LiveBlocks { live_bytes, peak_at } => {
+                    v["live_bytes"] = live_bytes.into();
+                    peak_at
+                }
+                TcmCause::Queue { rank, inst, .. } => {
+                    v["rank"] = rank.into();
+                    Some(inst)
+                }
+            };
+            if let Some(inst) = at {
+                v["at"] = source_at(func, sources, inst).into();
+            }
+            v
+        }
         SimError::SlotCapacity {
             place,
             need_bytes,
