@@ -258,7 +258,7 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
     for s in &r.slices {
         let d = func.inst(s.inst);
         events.push(json!({
-            "ph": "X", "name": format!("{} {}", d.op.mnemonic(), source_at(func, sources, s.inst)),
+            "ph": "X", "name": format!("{} {}", d.op.mnemonic(), source_at(func, sources, s.inst, true)),
             "pid": s.rank, "tid": s.engine.index(),
             "ts": t(s.start_ps), "dur": t(s.end_ps - s.start_ps),
             "args": {"source": sources.snippet(d.loc.file, d.loc.span).trim()},
@@ -374,13 +374,7 @@ pub fn render_time_limit(
 ) -> String {
     // A PE in a loop that never ends is "waiting for its own operations"
     // only in passing; a PE waiting on another rank says so.
-    let notes = running
-        .iter()
-        .map(|b| match b.reason {
-            WaitReason::Other => format!("rank {} {} was running", b.rank, b.pe),
-            _ => wait_note(b),
-        })
-        .collect();
+    let notes = running.iter().map(running_note).collect();
     let ranks = ranks_in(running);
     let d = cs::Diagnostic::error()
         .with_message(format!(
@@ -486,6 +480,16 @@ fn label_each(
 }
 
 /// What a blocked PE waits for, in words.
+/// What a PE the time limit stopped was doing: a PE in a loop that never
+/// ends is "waiting for its own operations" only in passing; a PE
+/// waiting on another rank says so.
+fn running_note(b: &Blocked) -> String {
+    match b.reason {
+        WaitReason::Other => format!("rank {} {} was running", b.rank, b.pe),
+        _ => wait_note(b),
+    }
+}
+
 fn wait_note(b: &Blocked) -> String {
     match &b.reason {
         WaitReason::QueueFull { to_rank, used, slots } => {
@@ -626,13 +630,18 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
     }
 }
 
-/// Where `inst` is in the source: `file:line:col`, the file by its own
-/// name (as the trace names slices).
-fn source_at(func: &Function, sources: &SourceMap, inst: Inst) -> String {
+/// Where `inst` is in the source: `file:line:col`, the file as the
+/// diagnostics name it, or with `short` by its own name (as the trace
+/// names slices, for the eye; two files of one name are told apart only
+/// by the long form).
+fn source_at(func: &Function, sources: &SourceMap, inst: Inst, short: bool) -> String {
     let d = func.inst(inst);
     let (line, col) = sources.line_col(d.loc.file, d.loc.span.lo);
     let file = sources.name(d.loc.file);
-    let file = file.rsplit('/').next().unwrap_or(file);
+    let file = match short {
+        true => file.rsplit('/').next().unwrap_or(file),
+        false => file,
+    };
     format!("{file}:{line}:{col}")
 }
 
@@ -648,7 +657,7 @@ pub fn error_json(
     e: &SimError,
     partial: Option<&Report>,
 ) -> serde_json::Value {
-    let ranks = |at: &[Blocked]| -> Vec<serde_json::Value> {
+    let ranks = |at: &[Blocked], running: bool| -> Vec<serde_json::Value> {
         at.iter()
             .map(|b| {
                 let reason = match &b.reason {
@@ -662,15 +671,16 @@ pub fn error_json(
                         rounds,
                     } => json!({"kind": "barrier", "from_rank": from_rank, "round": round, "rounds": rounds}),
                     WaitReason::Signal => json!({"kind": "signal"}),
+                    WaitReason::Other if running => json!({"kind": "running"}),
                     WaitReason::Other => json!({"kind": "own_operations"}),
                 };
                 json!({
                     "rank": b.rank,
                     "pe": b.pe.to_string(),
-                    "at": source_at(func, sources, b.inst),
+                    "at": source_at(func, sources, b.inst, false),
                     "op": func.inst(b.inst).op.mnemonic(),
                     "reason": reason,
-                    "note": wait_note(b),
+                    "note": if running { running_note(b) } else { wait_note(b) },
                 })
             })
             .collect()
@@ -683,13 +693,13 @@ pub fn error_json(
             error,
         } => json!({
             "kind": "exec", "rank": rank, "pe": pe.to_string(), "program": program,
-            "at": source_at(func, sources, error.inst), "what": error.kind.to_string(),
+            "at": source_at(func, sources, error.inst, false), "what": error.kind.to_string(),
         }),
         SimError::Deadlock { time_ps, blocked } => {
-            json!({"kind": "deadlock", "time_ps": time_ps, "ranks": ranks(blocked)})
+            json!({"kind": "deadlock", "at_ps": time_ps, "ranks": ranks(blocked, false)})
         }
         SimError::TimeLimit { limit_ps, running } => {
-            json!({"kind": "time_limit", "limit_ps": limit_ps, "ranks": ranks(running)})
+            json!({"kind": "time_limit", "limit_ps": limit_ps, "ranks": ranks(running, true)})
         }
         SimError::TcmCapacity {
             pe,
@@ -716,7 +726,7 @@ pub fn error_json(
                 }
             };
             if let Some(inst) = at {
-                v["at"] = source_at(func, sources, inst).into();
+                v["at"] = source_at(func, sources, inst, false).into();
             }
             v
         }
@@ -724,12 +734,16 @@ pub fn error_json(
             place,
             need_bytes,
             have_bytes,
+            allocated_bytes,
+            queues,
+            queue_bytes,
             rank,
             inst,
             ..
         } => json!({
             "kind": "slot_capacity", "memory": place.to_string(), "need_bytes": need_bytes,
-            "have_bytes": have_bytes, "rank": rank, "at": source_at(func, sources, *inst),
+            "have_bytes": have_bytes, "allocated_bytes": allocated_bytes, "queues": queues,
+            "queue_bytes": queue_bytes, "rank": rank, "at": source_at(func, sources, *inst, false),
         }),
         SimError::Setup(_) => json!({"kind": "setup"}),
     };
