@@ -210,6 +210,22 @@ impl SourceMap {
         }
     }
 
+    /// Where `loc` starts, as `file:line:col` with the file as
+    /// diagnostics name it.
+    pub fn at(&self, loc: Loc) -> String {
+        let (line, col) = self.line_col(loc.file, loc.span.lo);
+        format!("{}:{line}:{col}", self.name(loc.file))
+    }
+
+    /// [`Self::at`] with the file by its own name, without its folders
+    /// (short, for IR listings and trace slices; two files of one name
+    /// are told apart only by the long form).
+    pub fn at_short(&self, loc: Loc) -> String {
+        let (line, col) = self.line_col(loc.file, loc.span.lo);
+        let name = self.name(loc.file);
+        format!("{}:{line}:{col}", name.rsplit('/').next().unwrap_or(name))
+    }
+
     /// The text a span covers.
     pub fn snippet(&self, file: FileId, span: Span) -> &str {
         self.source(file).get(span.range()).unwrap_or("")

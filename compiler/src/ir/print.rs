@@ -88,10 +88,7 @@ fn print_inst(func: &Function, sources: &SourceMap, i: Inst, depth: usize, out: 
     if !d.regions.is_empty() {
         line.push_str(" {");
     }
-    let (l, c) = sources.line_col(d.loc.file, d.loc.span.lo);
-    let name = sources.name(d.loc.file);
-    let name = name.rsplit('/').next().unwrap_or(name);
-    let _ = writeln!(out, "{line}  // {name}:{l}:{c}");
+    let _ = writeln!(out, "{line}  // {}", sources.at_short(d.loc));
     for (k, &r) in d.regions.iter().enumerate() {
         if k > 0 {
             let _ = writeln!(out, "{pad}}} {{");

@@ -506,16 +506,7 @@ impl Registry {
                     .diagnostics
                     .iter()
                     .find(|d| d.is_error())
-                    .map(|d| {
-                        let loc = d.primary.loc;
-                        let (line, col) = out.sources.line_col(loc.file, loc.span.lo);
-                        format!(
-                            "{}:{line}:{col}: {}: {}",
-                            out.sources.name(loc.file),
-                            d.code.as_str(),
-                            d.message
-                        )
-                    })
+                    .map(|d| format!("{}: {}: {}", out.sources.at(d.primary.loc), d.code.as_str(), d.message))
                     .unwrap_or(e);
                 // The registry's constexprs are the likely cause when the
                 // kernel compiles on its own.

@@ -331,10 +331,9 @@ pub(super) fn refuse_symm_at(kernel: &super::Kernel, what: &str, instead: &str) 
     let Some((_, d)) = kernel.func.insts.iter().find(|(_, d)| matches!(d.op, Op::SymmAt)) else {
         return Ok(());
     };
-    let (line, col) = kernel.sources.line_col(d.loc.file, d.loc.span.lo);
     Err(HostError::new(format!(
-        "{what} uses `tl.symm_at` ({}:{line}:{col}), which the host API cannot run across ranks: each rank's \
+        "{what} uses `tl.symm_at` ({}), which the host API cannot run across ranks: each rank's \
          tensor is an allocation of its own, not one symmetric buffer. {instead}",
-        kernel.sources.name(d.loc.file)
+        kernel.sources.at(d.loc)
     )))
 }

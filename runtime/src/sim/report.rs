@@ -258,7 +258,7 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
     for s in &r.slices {
         let d = func.inst(s.inst);
         events.push(json!({
-            "ph": "X", "name": format!("{} {}", d.op.mnemonic(), source_at(func, sources, s.inst, true)),
+            "ph": "X", "name": format!("{} {}", d.op.mnemonic(), sources.at_short(d.loc)),
             "pid": s.rank, "tid": s.engine.index(),
             "ts": t(s.start_ps), "dur": t(s.end_ps - s.start_ps),
             "args": {"source": sources.snippet(d.loc.file, d.loc.span).trim()},
@@ -630,21 +630,6 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
     }
 }
 
-/// Where `inst` is in the source: `file:line:col`, the file as the
-/// diagnostics name it, or with `short` by its own name (as the trace
-/// names slices, for the eye; two files of one name are told apart only
-/// by the long form).
-fn source_at(func: &Function, sources: &SourceMap, inst: Inst, short: bool) -> String {
-    let d = func.inst(inst);
-    let (line, col) = sources.line_col(d.loc.file, d.loc.span.lo);
-    let file = sources.name(d.loc.file);
-    let file = match short {
-        true => file.rsplit('/').next().unwrap_or(file),
-        false => file,
-    };
-    format!("{file}:{line}:{col}")
-}
-
 /// A simulation error as JSON (what `--format json` prints instead of a
 /// summary when a run fails): its kind, the diagnostic as text, the
 /// figures it gives, and for a deadlock or the time limit every PE that
@@ -677,7 +662,7 @@ pub fn error_json(
                 json!({
                     "rank": b.rank,
                     "pe": b.pe.to_string(),
-                    "at": source_at(func, sources, b.inst, false),
+                    "at": sources.at(func.inst(b.inst).loc),
                     "op": func.inst(b.inst).op.mnemonic(),
                     "reason": reason,
                     "note": if running { running_note(b) } else { wait_note(b) },
@@ -693,7 +678,7 @@ pub fn error_json(
             error,
         } => json!({
             "kind": "exec", "rank": rank, "pe": pe.to_string(), "program": program,
-            "at": source_at(func, sources, error.inst, false), "what": error.kind.to_string(),
+            "at": sources.at(func.inst(error.inst).loc), "what": error.kind.to_string(),
         }),
         SimError::Deadlock { time_ps, blocked } => {
             json!({"kind": "deadlock", "at_ps": time_ps, "ranks": ranks(blocked, false)})
@@ -726,7 +711,7 @@ pub fn error_json(
                 }
             };
             if let Some(inst) = at {
-                v["at"] = source_at(func, sources, inst, false).into();
+                v["at"] = sources.at(func.inst(inst).loc).into();
             }
             v
         }
@@ -743,7 +728,7 @@ pub fn error_json(
         } => json!({
             "kind": "slot_capacity", "memory": place.to_string(), "need_bytes": need_bytes,
             "have_bytes": have_bytes, "allocated_bytes": allocated_bytes, "queues": queues,
-            "queue_bytes": queue_bytes, "rank": rank, "at": source_at(func, sources, *inst, false),
+            "queue_bytes": queue_bytes, "rank": rank, "at": sources.at(func.inst(*inst).loc),
         }),
         SimError::Setup(_) => json!({"kind": "setup"}),
     };
