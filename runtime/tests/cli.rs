@@ -2107,3 +2107,131 @@ fn run_and_bench_outputs_are_where_users_look() {
     assert_eq!(rows.len(), 1, "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `tlc run --format json` prints one JSON object on stdout however it
+/// ends: a failure before or after the simulation is a record of its kind
+/// (usage, topology, compile, io, and for `--functional` exec), with the
+/// exit code of the human form; `--functional` itself reports in JSON.
+#[test]
+fn run_json_reports_every_failure_as_one_record() {
+    let dir = temp_dir("json-failures");
+    let record = |o: &Output, code: i32, kind: &str| -> serde_json::Value {
+        assert_eq!(o.status.code(), Some(code), "{}", stderr(o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(text.lines().count(), 1, "one line: {text}");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON record");
+        assert_eq!(v["error"]["kind"], kind, "{v}");
+        assert!(stderr(o).contains("error"), "the human form too: {}", stderr(o));
+        v["error"].clone()
+    };
+    let add = ["run", "stdlib/kernels/add.tl", "--format", "json"];
+    // A bad argument: the message the human form prints.
+    let e = record(&tlc(&[&add[..], &["--pes", "0.0.+1"]].concat()), 2, "usage");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("--pes `0.0.+1`: expected"),
+        "{e}"
+    );
+    let e = record(&tlc(&[&add[..], &["--kernel", "nope"]].concat()), 2, "usage");
+    assert!(
+        e["message"].as_str().unwrap_or("").contains("defines no kernel `nope`"),
+        "{e}"
+    );
+    // One clap refuses, too.
+    let e = record(&tlc(&[&add[..], &["--bogus"]].concat()), 2, "usage");
+    assert!(e["message"].as_str().unwrap_or("").contains("'--bogus'"), "{e}");
+    // A topology file with a bad key: its file, line and key path.
+    let topo = dir.join("t.yaml");
+    std::fs::write(&topo, "name: x\nclock_ghz: -1\n").expect("topology written");
+    let topo = topo.to_string_lossy().into_owned();
+    let e = record(&tlc(&[&add[..], &["--topology", &topo]].concat()), 1, "topology");
+    assert_eq!(e["file"], topo.as_str(), "{e}");
+    assert!(e["line"].as_u64().is_some(), "{e}");
+    // A kernel with errors: the diagnostics as `tlc check --format json`
+    // gives them.
+    let bad = write_kernel(
+        &dir,
+        "bad.tl",
+        "@kernel\ndef bad(x: ptr[f32]):\n    y = tl.load(x + tl.arange(0, 4)\n",
+    );
+    let e = record(&tlc(&["run", &bad, "--format", "json"]), 1, "compile");
+    let d = &e["diagnostics"][0];
+    assert_eq!(
+        (d["code"].as_str(), d["line"].as_u64(), d["column"].as_u64()),
+        (Some("E0012"), Some(3), Some(16)),
+        "{e}"
+    );
+    assert_eq!(d["file"], bad.as_str(), "{e}");
+    // A trace that cannot be written (a directory in its way): nothing ran.
+    let e = record(
+        &tlc(&[
+            &add[..],
+            &[
+                "--arg",
+                "x=zeros(8,f32)",
+                "--arg",
+                "y=zeros(8,f32)",
+                "--arg",
+                "out=zeros(8,f32)",
+                "--arg",
+                "n=8",
+                "--trace",
+                dir.to_str().unwrap_or(""),
+            ],
+        ]
+        .concat()),
+        1,
+        "io",
+    );
+    assert!(e["message"].as_str().unwrap_or("").starts_with("cannot write"), "{e}");
+    // --functional: its error and its success in JSON.
+    let oob = write_kernel(
+        &dir,
+        "oob.tl",
+        "@kernel\ndef oob(x: ptr[i32]):\n    tl.store(x + 100 + tl.arange(0, 8), tl.zeros([8], i32))\n",
+    );
+    let e = record(
+        &tlc(&[
+            "run",
+            &oob,
+            "--arg",
+            "x=zeros(8,i32)",
+            "--functional",
+            "--format",
+            "json",
+        ]),
+        1,
+        "exec",
+    );
+    assert_eq!(e["at"], format!("{oob}:3:5"), "{e}");
+    assert_eq!(e["program"], serde_json::json!([0, 0, 0]), "{e}");
+    let ok = write_kernel(
+        &dir,
+        "ok.tl",
+        "@kernel\ndef ok(x: ptr[i32]):\n    tl.store(x + tl.arange(0, 8), tl.full([8], 3, i32))\n",
+    );
+    let o = tlc(&[
+        "run",
+        &ok,
+        "--arg",
+        "x=zeros(8,i32)",
+        "--functional",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON summary");
+    assert_eq!(
+        (v["functional"].as_bool(), v["programs"].as_u64()),
+        (Some(true), Some(1)),
+        "{v}"
+    );
+    assert_eq!(
+        (v["outputs"][0]["name"].as_str(), v["outputs"][0]["sum"].as_f64()),
+        (Some("x"), Some(24.0)),
+        "{v}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

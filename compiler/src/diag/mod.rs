@@ -8,7 +8,7 @@ mod codes;
 mod render;
 
 pub use codes::Code;
-pub use render::{render_human, render_json, render_summary, ColorMode};
+pub use render::{diagnostic_json, render_human, render_json, render_summary, ColorMode};
 
 use crate::span::{FileId, Loc, Span};
 use codespan_reporting::files::{self, Files, SimpleFile};

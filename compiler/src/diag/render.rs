@@ -99,27 +99,32 @@ fn label_json(l: &Label, sources: &SourceMap, primary: bool) -> serde_json::Valu
     })
 }
 
-/// One JSON object per diagnostic, one per line. Lines and columns are
-/// 1-based; `end` is exclusive.
+/// One diagnostic as a JSON object: its code, severity, message, primary
+/// place (1-based line and column; `end` exclusive), every label, notes
+/// and help.
+pub fn diagnostic_json(d: &Diagnostic, sources: &SourceMap) -> serde_json::Value {
+    let primary = label_json(&d.primary, sources, true);
+    let mut labels = vec![primary.clone()];
+    labels.extend(d.secondary.iter().map(|l| label_json(l, sources, false)));
+    json!({
+        "code": d.code.as_str(),
+        "severity": severity_word(d.severity),
+        "message": d.message,
+        "file": primary["file"],
+        "line": primary["line"],
+        "column": primary["column"],
+        "end": primary["end"],
+        "labels": labels,
+        "notes": d.notes,
+        "help": d.help,
+    })
+}
+
+/// One JSON object per diagnostic ([`diagnostic_json`]), one per line.
 pub fn render_json(diags: &[Diagnostic], sources: &SourceMap) -> String {
     let mut out = String::new();
     for d in diags {
-        let primary = label_json(&d.primary, sources, true);
-        let mut labels = vec![primary.clone()];
-        labels.extend(d.secondary.iter().map(|l| label_json(l, sources, false)));
-        let obj = json!({
-            "code": d.code.as_str(),
-            "severity": severity_word(d.severity),
-            "message": d.message,
-            "file": primary["file"],
-            "line": primary["line"],
-            "column": primary["column"],
-            "end": primary["end"],
-            "labels": labels,
-            "notes": d.notes,
-            "help": d.help,
-        });
-        out.push_str(&obj.to_string());
+        out.push_str(&diagnostic_json(d, sources).to_string());
         out.push('\n');
     }
     out

@@ -185,21 +185,28 @@ pub fn select_pes(topo: &Topology, spec: &str) -> Result<Vec<PeCoord>, String> {
     }
     let mut out = Vec::new();
     for item in spec.split(',') {
-        let parts: Vec<&str> = item.trim().split('.').collect();
-        let nums: Option<Vec<u32>> = parts.iter().map(|p| p.trim().parse::<u32>().ok()).collect();
-        let Some([sip, cube, pe]) = nums.as_deref().and_then(|n| <[u32; 3]>::try_from(n).ok()) else {
+        // Each coordinate is digits only (no sign, no space inside the
+        // item); one too large for the machine, however large, is a PE
+        // that does not exist.
+        let coord = |part: &str| -> Option<u64> {
+            (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| part.parse::<u64>().unwrap_or(u64::MAX))
+        };
+        let nums: Option<Vec<u64>> = item.trim().split('.').map(coord).collect();
+        let Some([sip, cube, pe]) = nums.as_deref().and_then(|n| <[u64; 3]>::try_from(n).ok()) else {
             return Err(format!(
                 "--pes `{spec}`: expected 1, N, cube, sip, all or a list of SIP.CUBE.PE (e.g. 0.0.0,0.0.1)"
             ));
         };
-        if sip >= topo.sips() || cube >= topo.cubes_per_sip() || pe >= topo.pes_per_cube() {
+        let (sips, cubes, pes) = (topo.sips(), topo.cubes_per_sip(), topo.pes_per_cube());
+        if sip >= u64::from(sips) || cube >= u64::from(cubes) || pe >= u64::from(pes) {
             return Err(format!(
-                "--pes: PE {sip}.{cube}.{pe} does not exist (the machine has {} SIPs × {} cubes × {} PEs)",
-                topo.sips(),
-                topo.cubes_per_sip(),
-                topo.pes_per_cube()
+                "--pes: PE {} does not exist (the machine has {sips} SIPs × {cubes} cubes × {pes} PEs)",
+                item.trim()
             ));
         }
+        // In range of the machine's u32 counts, checked just above.
+        let (sip, cube, pe) = (sip as u32, cube as u32, pe as u32);
         let c = PeCoord { sip, cube, pe };
         if out.contains(&c) {
             return Err(format!("--pes: PE {sip}.{cube}.{pe} is listed twice"));
@@ -252,6 +259,22 @@ mod tests {
         }
         // Spaces around the items of a list are allowed.
         assert_eq!(select_pes(&topo, " 0.0.1, 0.0.0 ").unwrap().len(), 2);
+        // Inside an item, digits only: no sign, no space.
+        let usage = "expected 1, N, cube, sip, all or a list of SIP.CUBE.PE";
+        for list in ["0.0.+1", "0 .0.0", "0.0.0 ,0. 0.1", "0.0.-1", "0..0", "0.0.0.0", "0.0"] {
+            let e = select_pes(&topo, list).unwrap_err();
+            assert!(e.contains(usage), "{list}: {e}");
+        }
+        // A coordinate past u32 (or u64) is a PE that does not exist.
+        for (list, pe) in [
+            ("0.0.4294967297", "4294967297"),
+            ("0.0.99999999999999999999", "99999999999999999999"),
+        ] {
+            assert_eq!(
+                select_pes(&topo, list).unwrap_err(),
+                format!("--pes: PE 0.0.{pe} does not exist (the machine has 2 SIPs × 16 cubes × 8 PEs)")
+            );
+        }
     }
 
     #[test]

@@ -156,8 +156,9 @@ enum Command {
         /// Run every program in turn on the untimed executor (no machine,
         /// no communication): the fastest way to check numbers. The
         /// machine's options are errors with it (they were ignored);
-        /// --time-limit bounds the instructions it runs, one per cycle.
-        #[arg(long, conflicts_with_all = ["pes", "threads", "topology", "trace", "trace_links", "format"])]
+        /// --time-limit bounds the instructions it runs, one per cycle;
+        /// --format json gives its outputs (or its error) as one record.
+        #[arg(long, conflicts_with_all = ["pes", "threads", "topology", "trace", "trace_links"])]
         functional: bool,
         /// Bind a constexpr: -D BLOCK=128.
         #[arg(short = 'D', value_name = "NAME=VALUE")]
@@ -243,8 +244,34 @@ enum BenchCommand {
     Tp(bench::TpArgs),
 }
 
+/// A command line clap refuses (or `--help`, `--version`): clap's text
+/// and exit code; for `tlc run … --format json` also a `usage` record on
+/// stdout, as every other failure of `tlc run` has (`run::Failure`).
+fn bad_command_line(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let informational = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let is_run = args.first().is_some_and(|a| a == "run");
+    let json =
+        args.windows(2).any(|w| w[0] == "--format" && w[1] == "json") || args.iter().any(|a| a == "--format=json");
+    if is_run && json && !informational {
+        let text = e.render().to_string();
+        let message = text.lines().next().unwrap_or_default();
+        let message = message.strip_prefix("error: ").unwrap_or(message);
+        outln!(
+            "{}",
+            serde_json::json!({"error": {"kind": "usage", "message": message}})
+        );
+    }
+    let _ = e.print();
+    ExitCode::from(if informational { 0 } else { 2 })
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return bad_command_line(&e),
+    };
     match cli.command {
         Command::Check {
             paths,
@@ -508,15 +535,40 @@ fn bind_layout_of(
     bound
 }
 
-/// Checks `file` and lowers kernel `name`: the IR, or the exit code after
-/// printing why not.
+/// Why a kernel did not lower.
+pub(crate) enum LowerFailure {
+    /// The source has errors: its diagnostics (already printed), as JSON.
+    Diagnostics(Vec<serde_json::Value>),
+    /// The file defines no such kernel: a bad argument (exit 2).
+    NoKernel(String),
+    /// Lowering failed with no diagnostic to say why.
+    Other(String),
+}
+
+impl LowerFailure {
+    /// Prints what the diagnostics do not say already (if anything); the
+    /// exit code.
+    pub(crate) fn report(&self) -> ExitCode {
+        match self {
+            LowerFailure::Diagnostics(_) => ExitCode::from(1),
+            LowerFailure::NoKernel(m) => usage_error(m),
+            LowerFailure::Other(m) => {
+                errln!("error: {m}");
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+/// Checks `file` and lowers kernel `name`: the IR, or why not (the
+/// diagnostics printed).
 pub(crate) fn lower_kernel(
     file: &Path,
     source: &str,
     name: &str,
     options: &sema::Options,
     color: Color,
-) -> Result<(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap), (ExitCode, String)> {
+) -> Result<(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap), LowerFailure> {
     let mut session = sema::Session::new(options.clone());
     session.add_file(
         &file.display().to_string(),
@@ -528,36 +580,46 @@ pub(crate) fn lower_kernel(
     err!("{text}{}", render_summary(&out.diagnostics));
     match ir {
         Ok(f) => Ok((f, out.sources)),
-        Err(_) if out.has_errors() => Err((ExitCode::from(1), String::new())),
+        Err(_) if out.has_errors() => Err(LowerFailure::Diagnostics(
+            out.diagnostics
+                .iter()
+                .map(|d| kernbench_compiler::diag::diagnostic_json(d, &out.sources))
+                .collect(),
+        )),
         // A kernel the file does not define is a bad argument (exit 2),
         // found only when lowering fails: no second check on every run.
         Err(msg) => match kernels_of(file, source, options).0 {
-            names if !names.iter().any(|n| n == name) => Err((
-                ExitCode::from(2),
-                format!(
-                    "`{}` defines no kernel `{name}` (its kernels: {})",
-                    file.display(),
-                    if names.is_empty() {
-                        "none".to_string()
-                    } else {
-                        names.join(", ")
-                    }
-                ),
-            )),
-            _ => Err((ExitCode::from(1), msg)),
+            names if !names.iter().any(|n| n == name) => Err(LowerFailure::NoKernel(format!(
+                "`{}` defines no kernel `{name}` (its kernels: {})",
+                file.display(),
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ))),
+            _ => Err(LowerFailure::Other(msg)),
         },
+    }
+}
+
+/// The topology of `--topology` (the embedded default without one), or
+/// the exit code and why not, printed.
+pub(crate) fn topology_or_error(
+    file: Option<&str>,
+) -> Result<kernbench_runtime::topology::Topology, (ExitCode, kernbench_runtime::topology::TopologyError)> {
+    match file {
+        Some(f) => kernbench_runtime::topology::Topology::load(f).map_err(|e| {
+            errln!("error: {e}");
+            (ExitCode::from(if e.unreadable { 2 } else { 1 }), e)
+        }),
+        None => Ok(kernbench_runtime::topology::Topology::default_machine()),
     }
 }
 
 /// The topology of `--topology`, or the exit code after printing why not.
 pub(crate) fn load_topology(file: Option<&str>) -> Result<kernbench_runtime::topology::Topology, ExitCode> {
-    match file {
-        Some(f) => kernbench_runtime::topology::Topology::load(f).map_err(|e| {
-            errln!("error: {e}");
-            ExitCode::from(if e.unreadable { 2 } else { 1 })
-        }),
-        None => Ok(kernbench_runtime::topology::Topology::default_machine()),
-    }
+    topology_or_error(file).map_err(|(code, _)| code)
 }
 
 fn probe(case: Option<&str>, bytes: &str, topology: Option<&str>, format: Format) -> ExitCode {
@@ -709,12 +771,7 @@ fn emit_ir(a: EmitIrArgs) -> ExitCode {
                 Format::Human => text.push_str(&kernbench_compiler::ir::print_function(&func, &sources)),
                 Format::Json => kernels.push(kernbench_compiler::ir::function_json(&func, &sources)),
             },
-            Err((code, msg)) => {
-                if !msg.is_empty() {
-                    errln!("error: {msg}");
-                }
-                return code;
-            }
+            Err(failure) => return failure.report(),
         }
     }
     match format {

@@ -6,7 +6,7 @@
 
 use super::{
     color_mode, default_stdlib, kernels_of, lower_kernel, parse_defines, read_source, usage_error, Backend, Color,
-    Format,
+    Format, LowerFailure,
 };
 use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
 use kernbench_compiler::sema::{
@@ -220,7 +220,7 @@ fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)], quiet: bool) -
 }
 
 /// Writes `report`'s Chrome trace (of `what`) to `file`, opened before the
-/// run at `path`; false (with the error said) when it cannot.
+/// run at `path`, and says so; why not when it cannot.
 fn write_trace(
     path: &Path,
     mut file: std::fs::File,
@@ -229,20 +229,16 @@ fn write_trace(
     sources: &kernbench_compiler::diag::SourceMap,
     links: Option<usize>,
     what: &str,
-) -> bool {
+) -> Result<(), String> {
     let trace = sim::trace_json(report, func, sources, links);
-    if let Err(e) = file
-        .set_len(0)
+    file.set_len(0)
         .and_then(|()| file.write_all(trace.to_string().as_bytes()))
-    {
-        errln!("error: cannot write `{}`: {e}", path.display());
-        return false;
-    }
+        .map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
     errln!(
         "wrote {}: {what} (open it in https://ui.perfetto.dev or chrome://tracing)",
         path.display()
     );
-    true
+    Ok(())
 }
 
 fn new_data_path(backend: Backend) -> Box<dyn DataPath> {
@@ -293,17 +289,82 @@ fn out_dir_usable(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// How `tlc run` reports a failure that is not the simulation's own (that
+/// one is [`sim::error_json`]'s): the message on stderr as always and, with
+/// `--format json`, one record `{"error": {"kind": …, "message": …}}` on
+/// stdout, so that a script reading stdout gets one JSON object however
+/// the run ends. Kinds: `usage` (a bad argument, exit 2), `topology` (a
+/// bad topology file), `compile` (the kernel has errors: `diagnostics`
+/// as `tlc check --format json` gives them), `io` (a file that cannot be
+/// written), `exec` (a run-time error of `--functional`).
+#[derive(Clone, Copy)]
+struct Failure {
+    json: bool,
+}
+
+impl Failure {
+    /// Prints `record` (the `error` object) with `--format json`; `code`.
+    fn record(self, record: serde_json::Value, code: ExitCode) -> ExitCode {
+        if self.json {
+            outln!("{}", serde_json::json!({ "error": record }));
+        }
+        code
+    }
+
+    /// A bad argument (exit 2).
+    fn usage(self, message: &str) -> ExitCode {
+        let code = usage_error(message);
+        self.record(serde_json::json!({"kind": "usage", "message": message}), code)
+    }
+
+    /// A failure of `kind` the run cannot go on from (exit 1).
+    fn error(self, kind: &str, message: &str) -> ExitCode {
+        errln!("error: {message}");
+        self.record(serde_json::json!({"kind": kind, "message": message}), ExitCode::from(1))
+    }
+
+    /// A topology file that cannot be read (a usage error) or used.
+    fn topology(self, code: ExitCode, e: &kernbench_runtime::topology::TopologyError) -> ExitCode {
+        let record = serde_json::json!({
+            "kind": if e.unreadable { "usage" } else { "topology" },
+            "message": e.to_string(),
+            "file": e.file,
+            "line": e.line,
+            "key": e.path,
+        });
+        self.record(record, code)
+    }
+
+    /// A kernel that does not lower.
+    fn lower(self, failure: &LowerFailure) -> ExitCode {
+        let code = failure.report();
+        let record = match failure {
+            LowerFailure::Diagnostics(diagnostics) => serde_json::json!({
+                "kind": "compile",
+                "message": "the kernel has errors",
+                "diagnostics": diagnostics,
+            }),
+            LowerFailure::NoKernel(m) => serde_json::json!({"kind": "usage", "message": m}),
+            LowerFailure::Other(m) => serde_json::json!({"kind": "compile", "message": m, "diagnostics": []}),
+        };
+        self.record(record, code)
+    }
+}
+
 pub fn run(a: RunArgs) -> ExitCode {
+    let fail = Failure {
+        json: a.format == Format::Json,
+    };
     let defines = match parse_defines(&a.define) {
         Ok(d) => d,
-        Err(e) => return usage_error(&e),
+        Err(e) => return fail.usage(&e),
     };
     if let Some(Err(e)) = a.out.as_deref().map(out_dir_usable) {
-        return usage_error(&e);
+        return fail.usage(&e);
     }
     let grid = match a.grid.as_deref().map(parse_grid).transpose() {
         Ok(g) => g,
-        Err(e) => return usage_error(&e),
+        Err(e) => return fail.usage(&e),
     };
     let mut specs = Vec::new();
     for text in &a.args {
@@ -317,23 +378,23 @@ pub fn run(a: RunArgs) -> ExitCode {
         });
         match parsed {
             Ok(x) if specs.iter().any(|(n, _, _)| *n == x.0) => {
-                return usage_error(&format!("`--arg {}=…` is given twice", x.0))
+                return fail.usage(&format!("`--arg {}=…` is given twice", x.0))
             }
             Ok(x) => specs.push(x),
-            Err(e) => return usage_error(&e),
+            Err(e) => return fail.usage(&e),
         }
     }
-    let topo = match super::load_topology(a.topology.as_deref()) {
+    let topo = match super::topology_or_error(a.topology.as_deref()) {
         Ok(t) => t,
-        Err(code) => return code,
+        Err((code, e)) => return fail.topology(code, &e),
     };
     let pes = match sim::select_pes(&topo, &a.pes) {
         Ok(p) => p,
-        Err(e) => return usage_error(&e),
+        Err(e) => return fail.usage(&e),
     };
     let source = match read_source(&a.file) {
         Ok(s) => s,
-        Err(e) => return usage_error(&e),
+        Err(e) => return fail.usage(&e),
     };
     let mut options = sema::Options {
         defines,
@@ -347,10 +408,10 @@ pub fn run(a: RunArgs) -> ExitCode {
             // Lowering reports the file's errors.
             (_, true) => String::new(),
             (names, false) if names.is_empty() => {
-                return usage_error(&format!("`{}` defines no `@kernel`", a.file.display()))
+                return fail.usage(&format!("`{}` defines no `@kernel`", a.file.display()))
             }
             (many, false) => {
-                return usage_error(&format!(
+                return fail.usage(&format!(
                     "`{}` defines {} kernels ({}): name one with --kernel",
                     a.file.display(),
                     many.len(),
@@ -361,17 +422,12 @@ pub fn run(a: RunArgs) -> ExitCode {
     };
     let (func, sources) = match lower_kernel(&a.file, &source, &kernel, &options, a.color) {
         Ok(x) => x,
-        Err((code, msg)) => {
-            if !msg.is_empty() {
-                errln!("error: {msg}");
-            }
-            return code;
-        }
+        Err(failure) => return fail.lower(&failure),
     };
     for (name, _, _) in &specs {
         if !func.params.iter().any(|p| &p.name == name) {
             let names: Vec<&str> = func.params.iter().map(|p| p.name.as_str()).collect();
-            return usage_error(&format!(
+            return fail.usage(&format!(
                 "kernel `{}` has no parameter `{name}` (parameters: {})",
                 func.name,
                 names.join(", ")
@@ -382,7 +438,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     let mut host_args = Vec::new();
     for p in &func.params {
         let Some((_, spec, layout)) = specs.iter().find(|(n, _, _)| n == &p.name) else {
-            return usage_error(&format!(
+            return fail.usage(&format!(
                 "missing `--arg {}=…` for parameter `{}: {}`",
                 p.name, p.name, p.ty
             ));
@@ -391,18 +447,26 @@ pub fn run(a: RunArgs) -> ExitCode {
             // A scalar is passed by value to every rank: it has no memory
             // or distribution to choose.
             Ok(HostArg::Scalar(_)) if *layout != Layout::default() => {
-                return usage_error(&format!(
+                return fail.usage(&format!(
                     "`--arg {}=…`: `{}` is the scalar `{}`, which takes no layout (`:shard`, `:tcm`, …)",
                     p.name, p.name, p.ty
                 ))
             }
             Ok(h) => host_args.push((p.name.clone(), h, *layout)),
-            Err(e) => return usage_error(&e),
+            Err(e) => return fail.usage(&e),
         }
     }
     let mut dp = new_data_path(a.backend);
     if a.functional {
-        return functional(&func, &sources, &a, grid.unwrap_or([1, 1, 1]), host_args, dp.as_mut());
+        return functional(
+            &func,
+            &sources,
+            &a,
+            fail,
+            grid.unwrap_or([1, 1, 1]),
+            host_args,
+            dp.as_mut(),
+        );
     }
 
     let comm = Communicator::new(pes);
@@ -424,7 +488,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     // others.
     let (rank_args, placed) = match place::place_args(&mut machine, &comm, launch_args) {
         Ok(x) => x,
-        Err(e) => return usage_error(&e),
+        Err(e) => return fail.usage(&e),
     };
     let grid = grid.unwrap_or([comm.world(), 1, 1]);
     // Rank r runs programs r, r + world, …: with fewer programs than
@@ -473,10 +537,7 @@ pub fn run(a: RunArgs) -> ExitCode {
         });
         match made {
             Ok(made) => made_dirs = made,
-            Err(e) => {
-                errln!("error: {e}");
-                return ExitCode::from(1);
-            }
+            Err(e) => return fail.error("io", &e),
         }
     }
     let trace_file = match &a.trace {
@@ -491,9 +552,8 @@ pub fn run(a: RunArgs) -> ExitCode {
                 Some((path, f, new))
             }
             Err(e) => {
-                errln!("error: cannot write `{}`: {e}", path.display());
                 remove_made(&made_dirs);
-                return ExitCode::from(1);
+                return fail.error("io", &format!("cannot write `{}`: {e}", path.display()));
             }
         },
         None => None,
@@ -519,8 +579,9 @@ pub fn run(a: RunArgs) -> ExitCode {
                 // Stopped by a deadlock or the time limit: the trace up to
                 // there shows how it got stuck.
                 (Some((path, file, _)), Some(partial)) => {
-                    // The run's error is the exit code's reason either way.
-                    let _ = write_trace(
+                    // The run's error is the exit code's reason either way
+                    // (and its record the JSON's).
+                    if let Err(e) = write_trace(
                         path,
                         file,
                         &partial,
@@ -528,7 +589,9 @@ pub fn run(a: RunArgs) -> ExitCode {
                         &sources,
                         a.trace_links,
                         "the run until it stopped",
-                    );
+                    ) {
+                        errln!("error: {e}");
+                    }
                 }
                 (Some((path, _, true)), _) => {
                     let _ = std::fs::remove_file(path);
@@ -568,12 +631,17 @@ pub fn run(a: RunArgs) -> ExitCode {
         .iter()
         .map(|t| (t.name.clone(), place::gather(&machine, t)))
         .collect();
-    // Files first: the JSON names them, so they are there when it says so
-    // (a write that fails is the run's error, with no JSON).
+    // Files first: the JSON names them, so they are there when it says so;
+    // a write that fails (a tensor or the trace) is the run's error, and
+    // its record replaces the summary.
     if a.out.is_some() {
         if let Err(e) = emit_tensors(a.out.as_deref(), &tensors, true) {
-            errln!("error: {e}");
-            return ExitCode::from(1);
+            return fail.error("io", &e);
+        }
+    }
+    if let Some((path, file, _)) = trace_file {
+        if let Err(e) = write_trace(path, file, &report, &func, &sources, a.trace_links, "the run") {
+            return fail.error("io", &e);
         }
     }
     match a.format {
@@ -586,11 +654,6 @@ pub fn run(a: RunArgs) -> ExitCode {
                 .map(|(name, rank, elem)| serde_json::json!({"tensor": name, "rank": rank, "element": elem}))
                 .collect();
             outln!("{summary}");
-        }
-    }
-    if let Some((path, file, _)) = trace_file {
-        if !write_trace(path, file, &report, &func, &sources, a.trace_links, "the run") {
-            return ExitCode::from(1);
         }
     }
     for (name, rank, elem) in &diverging {
@@ -613,6 +676,7 @@ fn functional(
     func: &kernbench_compiler::ir::Function,
     sources: &kernbench_compiler::diag::SourceMap,
     a: &RunArgs,
+    fail: Failure,
     grid: [u32; 3],
     host_args: Vec<(String, HostArg, Layout)>,
     dp: &mut dyn DataPath,
@@ -633,8 +697,7 @@ fn functional(
     let plan = plan(func, true);
     let t0 = Instant::now();
     if let Err(e) = dp.prepare(func, &plan) {
-        errln!("error: cannot compile `{}`: {e}", func.name);
-        return ExitCode::from(1);
+        return fail.error("compile", &format!("cannot compile `{}`: {e}", func.name));
     }
     let compile_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
@@ -646,7 +709,13 @@ fn functional(
     let run_ms = t1.elapsed().as_secs_f64() * 1e3;
     if let Err(e) = result {
         err!("{}", render_run_error(func, sources, &e, color_mode(a.color)));
-        return ExitCode::from(1);
+        let [x, y, z] = e.program;
+        let record = serde_json::json!({
+            "kind": "exec", "program": [x, y, z], "at": sources.at(func.inst(e.error.inst).loc),
+            "what": e.error.kind.to_string(),
+            "diagnostic": render_run_error(func, sources, &e, kernbench_compiler::diag::ColorMode::Never).trim_end(),
+        });
+        return fail.record(record, ExitCode::from(1));
     }
     let programs = grid.iter().map(|&g| g as u64).product::<u64>();
     errln!(
@@ -665,9 +734,18 @@ fn functional(
             Some((name.clone(), Tensor::from_bytes(pointee_elem(*elem), shape, &seg.data)?))
         })
         .collect();
-    if let Err(e) = emit_tensors(a.out.as_deref(), &out, false) {
-        errln!("error: {e}");
-        return ExitCode::from(1);
+    // With --format json the outputs are in the record, not on lines.
+    if let Err(e) = emit_tensors(a.out.as_deref(), &out, fail.json) {
+        return fail.error("io", &e);
+    }
+    if fail.json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "functional": true, "kernel": func.name, "grid": grid, "programs": programs,
+                "backend": dp.name(), "outputs": outputs_json(a.out.as_deref(), &out),
+            })
+        );
     }
     ExitCode::SUCCESS
 }
