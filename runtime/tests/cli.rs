@@ -1655,6 +1655,53 @@ fn a_fused_chain_is_named_after_the_operation_making_its_result() {
             (2, "add scale.tl:6:9".to_string(), "v * 2.0 + 1.0".to_string()),
         ]
     );
+    // A chain fused across lines (the softmax's `exp` into the next
+    // line's `sum`) is named by what it computes and both lines, and
+    // lists its members; one on a single line keeps its plain name.
+    let softmax = write_kernel(
+        &dir,
+        "sm.tl",
+        "@tl.kernel\n\
+         def sm(x: ptr[f32], y: ptr[f32], BLOCK: constexpr = 256):\n\
+         \x20   offs = tl.arange(0, BLOCK)\n\
+         \x20   v = tl.load(x + offs)\n\
+         \x20   e = tl.exp(v - tl.max(v, axis=0))\n\
+         \x20   s = tl.sum(e, axis=0)\n\
+         \x20   tl.store(y + offs, e / s)\n",
+    );
+    let o = tlc(&[
+        "run",
+        softmax.as_str(),
+        "--arg",
+        "x=rand(256,f32)",
+        "--arg",
+        "y=zeros(256,f32)",
+        "--trace",
+        &trace.to_string_lossy(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
+    let math: Vec<(String, serde_json::Value)> = t["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"] == 2)
+        .map(|e| (e["name"].as_str().unwrap_or("").to_string(), e["args"]["fused"].clone()))
+        .collect();
+    let fused = serde_json::json!([
+        "splat sm.tl:5:20",
+        "sub sm.tl:5:16",
+        "exp sm.tl:5:9",
+        "reduce_sum sm.tl:6:9"
+    ]);
+    assert_eq!(
+        math,
+        [
+            ("reduce_max sm.tl:5:20".to_string(), serde_json::Value::Null),
+            ("sub+exp+reduce_sum sm.tl:5-6".to_string(), fused),
+            ("div sm.tl:7:24".to_string(), serde_json::Value::Null),
+        ]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

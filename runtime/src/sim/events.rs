@@ -464,19 +464,13 @@ pub(super) fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, 
         Op::Dot { .. } => (Engine::Gemm, false, false),
         _ => (Engine::Math, false, false),
     };
-    let is_address = |i: &Inst| {
-        let d = func.inst(*i);
-        !d.results.is_empty() && d.results.iter().all(|r| address.contains(r))
-    };
+    let is_address = |i: &Inst| is_address_inst(func, *i, address);
     // A fused elementwise chain costs its members' cycles, except those
     // that are address generation.
-    let cycles: u64 = group
-        .insts
-        .iter()
-        .filter(|i| !is_address(i))
-        .map(|i| match func.inst(*i).op {
-            Op::Dot { .. } => cost::dot_cycles_of(topo, func, *i),
-            _ => cost::math_cycles(topo, func, *i),
+    let cycles: u64 = computing_members(func, group, address)
+        .map(|i| match func.inst(i).op {
+            Op::Dot { .. } => cost::dot_cycles_of(topo, func, i),
+            _ => cost::math_cycles(topo, func, i),
         })
         .sum();
     GroupInfo {
@@ -492,9 +486,30 @@ pub(super) fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, 
             // A fused elementwise chain ends in the operation that makes its
             // result, whose span holds the whole expression (`x * 2.0 + 1.0`
             // is the `add`; its first member is the `splat` of 2.0).
-            _ => group.insts.iter().copied().rev().find(|i| !is_address(i)).unwrap_or(i),
+            _ => computing_members(func, group, address).last().unwrap_or(i),
         },
     }
+}
+
+/// Whether instruction `i` only generates addresses (every result is in
+/// `address`, [`super::agu::address_values`]).
+fn is_address_inst(func: &Function, i: Inst, address: &HashSet<Value>) -> bool {
+    let d = func.inst(i);
+    !d.results.is_empty() && d.results.iter().all(|r| address.contains(r))
+}
+
+/// A group's members that compute data (not address generation), in
+/// order: what a fused chain costs, and (the last) what names it.
+pub(super) fn computing_members<'g>(
+    func: &'g Function,
+    group: &'g kernbench_compiler::datapath::Group,
+    address: &'g HashSet<Value>,
+) -> impl DoubleEndedIterator<Item = Inst> + 'g {
+    group
+        .insts
+        .iter()
+        .copied()
+        .filter(move |i| !is_address_inst(func, *i, address))
 }
 
 impl<'a> Sim<'a> {

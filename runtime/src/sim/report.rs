@@ -9,7 +9,7 @@ use crate::topology::PeCoord;
 use codespan_reporting::diagnostic as cs;
 use codespan_reporting::term;
 use kernbench_compiler::diag::{ColorMode, SourceMap};
-use kernbench_compiler::ir::{Function, Inst};
+use kernbench_compiler::ir::{Function, Inst, Op};
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap};
 
@@ -255,13 +255,23 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
             }));
         }
     }
+    let chains = fused_chains(func, sources);
     for s in &r.slices {
         let d = func.inst(s.inst);
+        let chain = chains.get(&s.inst).filter(|_| s.engine == Engine::Math);
+        let mut args = json!({"source": sources.snippet(d.loc.file, d.loc.span).trim()});
+        let name = match chain {
+            Some(c) => {
+                args["fused"] = c.members.clone().into();
+                c.name.clone()
+            }
+            None => format!("{} {}", d.op.mnemonic(), sources.at_short(d.loc)),
+        };
         events.push(json!({
-            "ph": "X", "name": format!("{} {}", d.op.mnemonic(), sources.at_short(d.loc)),
+            "ph": "X", "name": name,
             "pid": s.rank, "tid": s.engine.index(),
             "ts": t(s.start_ps), "dur": t(s.end_ps - s.start_ps),
-            "args": {"source": sources.snippet(d.loc.file, d.loc.span).trim()},
+            "args": args,
         }));
     }
     // Counter tracks for the busy links: 1 while a transfer holds it. The
@@ -288,6 +298,75 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
         events.push(json!({"ph": "C", "name": name, "pid": links_pid, "ts": t(e), "args": {"busy": 0}}));
     }
     json!({ "traceEvents": events, "displayTimeUnit": "ns" })
+}
+
+/// A fused elementwise chain whose computing members come from more than
+/// one source line: its trace name and its members' places.
+struct FusedChain {
+    /// The computing members' mnemonics (`sub+exp+reduce_sum`, or the
+    /// first and last of more than three) and the lines (`softmax.tl:10-11`;
+    /// the label's place when the members are in several files).
+    name: String,
+    /// Each computing member as `mnemonic file:line:col`.
+    members: Vec<String>,
+}
+
+/// The chains of the simulator's plan (`Fusion::Compute`, as the launch
+/// makes it) that span several source lines, by label (the member making
+/// the result, which their slices carry): one name would otherwise hide
+/// the other lines' work (a softmax's `exp` fused into the `sum` of the
+/// next line).
+fn fused_chains(func: &Function, sources: &SourceMap) -> HashMap<Inst, FusedChain> {
+    let plan = kernbench_compiler::datapath::plan_with(func, kernbench_compiler::datapath::Fusion::Compute);
+    let address = super::agu::address_values(func);
+    let mut chains = HashMap::new();
+    for group in &plan.groups {
+        let members: Vec<Inst> = super::events::computing_members(func, group, &address).collect();
+        let (Some(&first), Some(&last)) = (members.first(), members.last()) else {
+            continue;
+        };
+        let line_of = |i: Inst| {
+            let loc = func.inst(i).loc;
+            (loc.file, sources.line_col(loc.file, loc.span.lo).0)
+        };
+        let lines: Vec<_> = members.iter().map(|&i| line_of(i)).collect();
+        if lines.iter().all(|l| *l == lines[0]) {
+            continue;
+        }
+        let label = func.inst(last).loc;
+        let place = if lines.iter().all(|(f, _)| *f == label.file) {
+            let lo = lines.iter().map(|(_, l)| *l).min().unwrap_or(0);
+            let hi = lines.iter().map(|(_, l)| *l).max().unwrap_or(0);
+            let name = sources.name(label.file);
+            format!("{}:{lo}-{hi}", name.rsplit('/').next().unwrap_or(name))
+        } else {
+            sources.at_short(label)
+        };
+        let mnemonic = |i: Inst| func.inst(i).op.mnemonic();
+        // Named by what computes: a splat or broadcast only widens a
+        // scalar for the others.
+        let computing: Vec<String> = members
+            .iter()
+            .filter(|&&i| !matches!(func.inst(i).op, Op::Splat | Op::Broadcast))
+            .map(|&i| mnemonic(i).to_string())
+            .collect();
+        let ops = match computing.as_slice() {
+            [] => format!("{}…{}", mnemonic(first), mnemonic(last)),
+            few @ ([_] | [_, _] | [_, _, _]) => few.join("+"),
+            [head, .., tail] => format!("{head}+…+{tail}"),
+        };
+        chains.insert(
+            last,
+            FusedChain {
+                name: format!("{ops} {place}"),
+                members: members
+                    .iter()
+                    .map(|&i| format!("{} {}", mnemonic(i), sources.at_short(func.inst(i).loc)))
+                    .collect(),
+            },
+        );
+    }
+    chains
 }
 
 /// Why a PE could not go on when the machine stopped.
