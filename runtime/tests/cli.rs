@@ -1224,18 +1224,58 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         1,
         "= rank 0 (sip 0, cube 0, pe 0) is blocked in a receive: waiting for data from rank 2",
     );
-    // `--algo default` runs what ccl.yaml's defaults pick, and says so.
-    let o = tlc(&["bench", "ccl", "--algo", "default", "--sizes", "1K", "--pes", "2"]);
+    // `--algo default` runs what ccl.yaml's defaults pick, and says so:
+    // each size with the algorithm picked for it, and an algorithm no
+    // size picks not at all.
+    let o = tlc(&["bench", "ccl", "--algo", "default", "--sizes", "1K,16K", "--pes", "2"]);
     assert_stdout(
         &o,
         0,
         "# the defaults for all_reduce: `rd_allreduce` below 16384 bytes per rank, `ring_allreduce` from there on",
     );
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        text.contains("# all_reduce with `rd_allreduce`") && text.contains("# all_reduce with `ring_allreduce`"),
+    let table = |name: &str| -> Vec<u64> {
+        let head = format!("# all_reduce with `{name}`");
+        let Some(at) = text.find(&head) else { return Vec::new() };
+        text[at..]
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.starts_with("# Out of bounds"))
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+            .collect()
+    };
+    assert_eq!(
+        (table("rd_allreduce"), table("ring_allreduce")),
+        (vec![1024], vec![16384]),
         "{text}"
     );
+    let o = tlc(&["bench", "ccl", "--algo", "default", "--sizes", "1K", "--pes", "2"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!text.contains("with `ring_allreduce`"), "{text}");
+    // An all-gather's count is a rank's elements, as nccl-tests prints it,
+    // and it has no reduction, in the JSON as in the table.
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--op",
+        "all_gather",
+        "--sizes",
+        "1K",
+        "--pes",
+        "8",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    let row = &v[0]["rows"][0];
+    assert_eq!(
+        (row["size"].as_u64(), row["count"].as_u64()),
+        (Some(1024), Some(32)),
+        "{v}"
+    );
+    assert_eq!(v[0]["redop"], "none", "{v}");
     // Only a broadcast has a root; one outside the communicator is a
     // usage error, said once before anything runs.
     assert_eq!(tlc(&["bench", "ccl", "--root", "1"]).status.code(), Some(2));
@@ -2186,6 +2226,19 @@ fn run_json_reports_every_failure_as_one_record() {
         e["message"].as_str().unwrap_or("").contains("defines no kernel `nope`"),
         "{e}"
     );
+    // A --stdlib that is no folder is bad usage, before anything looks in
+    // it (here and in `bench ccl`).
+    let e = record(
+        &tlc(&[&add[..], &["--stdlib", "/nonexistent-kernbench"]].concat()),
+        2,
+        "usage",
+    );
+    assert_eq!(e["message"], "--stdlib `/nonexistent-kernbench`: no such folder", "{e}");
+    assert_exit(
+        &tlc(&["bench", "ccl", "--stdlib", "/nonexistent-kernbench", "--sizes", "1K"]),
+        2,
+        "--stdlib `/nonexistent-kernbench`: no such folder",
+    );
     // One clap refuses, too.
     let e = record(&tlc(&[&add[..], &["--bogus"]].concat()), 2, "usage");
     assert!(e["message"].as_str().unwrap_or("").contains("'--bogus'"), "{e}");
@@ -2280,5 +2333,13 @@ fn run_json_reports_every_failure_as_one_record() {
         (Some("x"), Some(24.0)),
         "{v}"
     );
+    // Integer outputs are summed exactly and shown as integers, in the
+    // JSON and on the summary line.
+    assert!(
+        v["outputs"][0]["sum"].is_i64() && v["outputs"][0]["max"].is_i64(),
+        "{v}"
+    );
+    let o = tlc(&["run", &ok, "--arg", "x=zeros(8,i32)"]);
+    assert_stdout(&o, 0, "  x: i32[8]  sum 24  min 3  max 3\n");
     let _ = std::fs::remove_dir_all(&dir);
 }

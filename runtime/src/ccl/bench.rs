@@ -487,7 +487,9 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
     let algbw = bytes as f64 * 1000.0 / t as f64;
     Ok(Row {
         size_bytes: bytes,
-        count: bytes / esz,
+        // As nccl-tests prints it: elements per rank (for all-gather
+        // and reduce-scatter a rank's share of `size`, not the total).
+        count: per_rank,
         time_ps: t,
         algbw_gbps: algbw,
         busbw_gbps: algbw * a.collective.bus_factor(comm.world()),

@@ -3,7 +3,7 @@
 //! with simulated times. `tlc bench sim`: the simulator's own speed
 //! (events per wall-clock second) on one all-reduce, run several times.
 
-use super::{default_stdlib, load_topology, usage_error, Format};
+use super::{load_topology, usage_error, Format};
 use indicatif::{ProgressBar, ProgressStyle};
 use kernbench_compiler::datapath::jit::Jit;
 use kernbench_compiler::sema::DType;
@@ -243,7 +243,7 @@ fn machine_and_registry(
 ) -> Result<(Topology, Vec<PeCoord>, Registry), ExitCode> {
     let topo = load_topology(topology)?;
     let pes = sim::select_pes(&topo, pes).map_err(|e| usage_error(&e))?;
-    let Some(root) = stdlib.or_else(default_stdlib) else {
+    let Some(root) = super::stdlib_root(stdlib).map_err(|e| usage_error(&e))? else {
         errln!("error: cannot find the stdlib (set KERNBENCH_STDLIB or pass --stdlib)");
         return Err(ExitCode::from(2));
     };
@@ -309,7 +309,19 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             return ExitCode::from(if e.unreadable { 2 } else { 1 });
         }
     }
-    let algos: Vec<String> = if a.algo == "default" {
+    // With `--algo default`, each size runs only the algorithm the
+    // defaults pick for it, by the bytes of each rank's input, as
+    // `distributed` picks (a curve, not every default at every size).
+    let by_default = a.algo == "default";
+    let world = pes.len() as u64;
+    let picked_for = |size: u64| -> Option<String> {
+        let per_rank_input = match op {
+            Collective::AllGather => size / world.max(1),
+            _ => size,
+        };
+        reg.default_for_size(op, per_rank_input).ok().map(|x| x.name.clone())
+    };
+    let algos: Vec<String> = if by_default {
         // What the registry's `defaults` pick for this collective (what
         // `distributed.all_reduce` and the others run): the default, and
         // the one for small buffers when `defaults.small` names one.
@@ -349,7 +361,21 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             Err(e) => return usage_error(&e),
         }
     };
-    let progress = ProgressBar::new((algos.len() * sizes.len()) as u64);
+    let mut algos = algos;
+    if by_default {
+        // A default no size picks has no rows to show.
+        algos.retain(|name| {
+            sizes
+                .iter()
+                .any(|&size| picked_for(size).as_deref() == Some(name.as_str()))
+        });
+    }
+    let runs = if by_default {
+        sizes.len()
+    } else {
+        algos.len() * sizes.len()
+    };
+    let progress = ProgressBar::new(runs as u64);
     progress.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -395,14 +421,22 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             Err(e) => {
                 progress.suspend(|| errln!("error: {e}"));
                 failed = true;
-                progress.inc(sizes.len() as u64);
+                let mine = sizes
+                    .iter()
+                    .filter(|&&size| !by_default || picked_for(size).as_deref() == Some(name.as_str()))
+                    .count();
+                progress.inc(mine as u64);
             }
         }
     }
     // Size by size, so every algorithm shares a size's data.
     let mut cache = bench::DataCache::default();
     for &size in &sizes {
+        let picked = picked_for(size).filter(|_| by_default);
         for p in prepared.iter_mut() {
+            if picked.as_ref().is_some_and(|name| *name != p.alg.name) {
+                continue;
+            }
             progress.set_message(format!("{} {size} B", p.alg.name));
             let case = bench::Case {
                 topo: &topo,
@@ -509,16 +543,22 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                         sizes.join(", ")
                     ));
                 }
+                // A size that failed to run is a failure even with no
+                // wrong value among those that ran.
                 o.push_str(&format!(
                     "# Out of bounds values : {wrong} {}\n",
-                    if ok { "OK" } else { "FAILED" }
+                    match (wrong, p.failed_sizes.len()) {
+                        (0, 0) => "OK",
+                        (0, _) => "FAILED (in the sizes that failed)",
+                        _ => "FAILED",
+                    }
                 ));
                 o.push_str(&format!("# Avg bus bandwidth    : {avg_bus:.3} \n#\n"));
                 progress.suspend(|| out!("{o}"));
             }
             Format::Json => json_out.push(json!({
                 "op": op.key(), "algorithm": name, "module": shown(&alg.module),
-                "ranks": ranks, "dtype": bench::type_name(dtype), "redop": redop.name(),
+                "ranks": ranks, "dtype": bench::type_name(dtype), "redop": if op.reduces() { redop.name() } else { "none" },
                 "root": (op == Collective::Broadcast).then(|| bench::broadcast_root(a.root, ranks as u64)),
                 "reference_bottleneck_gbps": bw, "reference_mean_hop_ns": alpha,
                 "reference_ring_hops": hops, "reference_ring_latency_us": ring_us,

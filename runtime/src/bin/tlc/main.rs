@@ -395,6 +395,17 @@ pub(crate) fn default_stdlib() -> Option<PathBuf> {
     kernbench_runtime::host::default_stdlib()
 }
 
+/// The stdlib folder: `--stdlib DIR` when given (a path that is not a
+/// folder is bad usage, said before anything looks in it), else the
+/// default one ([`default_stdlib`]).
+pub(crate) fn stdlib_root(given: Option<PathBuf>) -> Result<Option<PathBuf>, String> {
+    match given {
+        Some(dir) if !dir.is_dir() => Err(format!("--stdlib `{}`: no such folder", dir.display())),
+        Some(dir) => Ok(Some(dir)),
+        None => Ok(default_stdlib()),
+    }
+}
+
 /// Parses `-D NAME=VALUE` flags.
 pub(crate) fn parse_defines(defines: &[String]) -> Result<std::collections::BTreeMap<String, Konst>, String> {
     let mut out = std::collections::BTreeMap::new();
@@ -750,14 +761,15 @@ fn emit_ir(a: EmitIrArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return usage_error(&e),
     };
+    let stdlib_root = match stdlib_root(stdlib) {
+        Ok(s) => s,
+        Err(e) => return usage_error(&e),
+    };
     let topo = match load_topology(topology.as_deref()) {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let mut options = sema::Options {
-        defines,
-        stdlib_root: stdlib.or_else(default_stdlib),
-    };
+    let mut options = sema::Options { defines, stdlib_root };
     bind_layout(file, &source, &mut options, &topo);
     let names: Vec<String> = match kernel {
         Some(k) => vec![k.to_string()],
@@ -797,14 +809,15 @@ fn check(
         Ok(f) => f,
         Err(e) => return usage_error(&e),
     };
+    let stdlib_root = match stdlib_root(stdlib) {
+        Ok(s) => s,
+        Err(e) => return usage_error(&e),
+    };
     let topo = match load_topology(topology) {
         Ok(t) => t,
         Err(code) => return code,
     };
-    let mut options = sema::Options {
-        defines,
-        stdlib_root: stdlib.or_else(default_stdlib),
-    };
+    let mut options = sema::Options { defines, stdlib_root };
     // A file that cannot be read (not UTF-8, say) is reported and the
     // others are still checked; the run then fails (exit 1).
     let mut readable = Vec::with_capacity(files.len());

@@ -5,8 +5,7 @@
 //! back.
 
 use super::{
-    color_mode, default_stdlib, kernels_of, lower_kernel, parse_defines, read_source, usage_error, Backend, Color,
-    Format, LowerFailure,
+    color_mode, kernels_of, lower_kernel, parse_defines, read_source, usage_error, Backend, Color, Format, LowerFailure,
 };
 use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
 use kernbench_compiler::sema::{
@@ -95,11 +94,41 @@ fn pointee_elem(e: Elem) -> Elem {
     }
 }
 
+/// A summary figure: exact for integer tensors (no rounding through a
+/// float, no decimals), the float value otherwise.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Figure {
+    Int(i128),
+    Float(f64),
+}
+
+impl Figure {
+    fn text(self) -> String {
+        match self {
+            Figure::Int(v) => v.to_string(),
+            Figure::Float(v) => format!("{v:.6}"),
+        }
+    }
+
+    /// JSON has no infinities nor NaN: those are the strings "inf",
+    /// "-inf" and "nan" (serde_json would write null, which reads as no
+    /// data); an integer past i64 (a sum) is the nearest float.
+    fn json(self) -> serde_json::Value {
+        match self {
+            Figure::Int(v) => i64::try_from(v).map_or_else(|_| (v as f64).into(), Into::into),
+            Figure::Float(v) if v.is_finite() => v.into(),
+            Figure::Float(v) if v.is_nan() => "nan".into(),
+            Figure::Float(v) if v > 0.0 => "inf".into(),
+            Figure::Float(_) => "-inf".into(),
+        }
+    }
+}
+
 /// What an output's summary says of it.
 struct Stats {
-    sum: f64,
+    sum: Figure,
     /// Of the values that are not NaN (none when every value is NaN).
-    min_max: Option<(f64, f64)>,
+    min_max: Option<(Figure, Figure)>,
     nans: usize,
 }
 
@@ -108,6 +137,35 @@ fn stats(t: &Tensor) -> Stats {
     use kernbench_compiler::datapath::elem;
     let d = t.dtype();
     let size = d.size_bytes() as usize;
+    let values = t.bytes().len() / size.max(1);
+    if !d.is_float() {
+        // Integers add up exactly (an i128 holds any sum of i64s a
+        // machine can hold).
+        let (mut sum, mut lo, mut hi) = (0i128, i64::MAX, i64::MIN);
+        let mut add = |v: i64| {
+            sum += i128::from(v);
+            lo = lo.min(v);
+            hi = hi.max(v);
+        };
+        match d {
+            DType::I32 => t
+                .bytes()
+                .chunks_exact(4)
+                .for_each(|c| add(i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))),
+            _ => {
+                for c in t.bytes().chunks_exact(size.max(1)) {
+                    let mut w = [0u8; 8];
+                    w[..size].copy_from_slice(c);
+                    add(elem::to_i64(d, u64::from_le_bytes(w)));
+                }
+            }
+        }
+        return Stats {
+            sum: Figure::Int(sum),
+            min_max: (values > 0).then_some((Figure::Int(lo.into()), Figure::Int(hi.into()))),
+            nans: 0,
+        };
+    }
     let (mut sum, mut lo, mut hi) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY);
     // `f64::min` passes over NaN: they are counted, and min and max are
     // those of the other values (the sum is NaN, as it should be).
@@ -120,35 +178,25 @@ fn stats(t: &Tensor) -> Stats {
         lo = lo.min(v);
         hi = hi.max(v);
     };
-    // The common dtypes without a per-element dispatch (outputs of a
-    // many-PE run are hundreds of MiB); the same values in the same order.
+    // f32 without a per-element dispatch (outputs of a many-PE run are
+    // hundreds of MiB); the same values in the same order.
     match d {
-        DType::I32 => t
-            .bytes()
-            .chunks_exact(4)
-            .for_each(|c| add(i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)),
         DType::F32 => t
             .bytes()
             .chunks_exact(4)
             .for_each(|c| add(f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)),
         _ => {
-            for c in t.bytes().chunks_exact(size) {
+            for c in t.bytes().chunks_exact(size.max(1)) {
                 let mut w = [0u8; 8];
                 w[..size].copy_from_slice(c);
-                let b = u64::from_le_bytes(w);
-                add(if d.is_float() {
-                    elem::to_f32(d, b) as f64
-                } else {
-                    elem::to_i64(d, b) as f64
-                });
+                add(elem::to_f32(d, u64::from_le_bytes(w)) as f64);
             }
         }
     }
-    let values = t.bytes().len() / size.max(1);
     Stats {
-        sum,
+        sum: Figure::Float(sum),
         // No values, or only NaN: no range.
-        min_max: (nans < values).then_some((lo, hi)),
+        min_max: (nans < values).then_some((Figure::Float(lo), Figure::Float(hi))),
         nans,
     }
 }
@@ -156,30 +204,22 @@ fn stats(t: &Tensor) -> Stats {
 /// A tensor's one-line summary (sum, min, max).
 fn summary_line(name: &str, t: &Tensor) -> String {
     let Stats { sum, min_max, nans } = stats(t);
-    let range = min_max.map_or(String::new(), |(lo, hi)| format!("  min {lo:.6}  max {hi:.6}"));
+    let range = min_max.map_or(String::new(), |(lo, hi)| {
+        format!("  min {}  max {}", lo.text(), hi.text())
+    });
     // Min and max are the other values'; with none, say every one is NaN.
     let nans = match (nans, min_max) {
         (0, _) => String::new(),
         (n, None) if n == t.numel() => format!("  all {n} NaN"),
         (n, _) => format!("  {n} NaN"),
     };
-    format!("  {name}: {}{:?}  sum {sum:.6}{range}{nans}", t.dtype(), t.shape)
+    format!("  {name}: {}{:?}  sum {}{range}{nans}", t.dtype(), t.shape, sum.text())
 }
 
 /// The outputs as JSON: name, dtype, shape, sum, min, max, NaN count,
 /// and the file `--out` wrote (min and max are null when every value is
 /// NaN).
 fn outputs_json(out: Option<&Path>, tensors: &[(String, Tensor)]) -> serde_json::Value {
-    // JSON has no infinities nor NaN: those are the strings "inf", "-inf"
-    // and "nan" (serde_json would write null, which reads as no data).
-    let finite = |v: f64| -> serde_json::Value {
-        match v {
-            v if v.is_finite() => v.into(),
-            v if v.is_nan() => "nan".into(),
-            v if v > 0.0 => "inf".into(),
-            _ => "-inf".into(),
-        }
-    };
     tensors
         .iter()
         .map(|(name, t)| {
@@ -188,9 +228,9 @@ fn outputs_json(out: Option<&Path>, tensors: &[(String, Tensor)]) -> serde_json:
                 "name": name,
                 "dtype": t.dtype().to_string(),
                 "shape": t.shape.to_vec(),
-                "sum": finite(st.sum),
-                "min": st.min_max.map(|m| finite(m.0)),
-                "max": st.min_max.map(|m| finite(m.1)),
+                "sum": st.sum.json(),
+                "min": st.min_max.map(|m| m.0.json()),
+                "max": st.min_max.map(|m| m.1.json()),
                 "nan": st.nans,
                 "file": out.map(|d| d.join(format!("{name}.npy")).display().to_string()),
             })
@@ -396,10 +436,11 @@ pub fn run(a: RunArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail.usage(&e),
     };
-    let mut options = sema::Options {
-        defines,
-        stdlib_root: a.stdlib.clone().or_else(default_stdlib),
+    let stdlib_root = match super::stdlib_root(a.stdlib.clone()) {
+        Ok(s) => s,
+        Err(e) => return fail.usage(&e),
     };
+    let mut options = sema::Options { defines, stdlib_root };
     super::bind_layout(&a.file, &source, &mut options, &topo);
     let kernel = match &a.kernel {
         Some(k) => k.clone(),
