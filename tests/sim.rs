@@ -2139,7 +2139,48 @@ def never(flag: ptr[i32]):
     let SimError::Deadlock { blocked, .. } = e else {
         panic!("{e:?}")
     };
-    assert_eq!(blocked[0].reason, sim::WaitReason::Signal);
+    // What the word holds and what it waits for.
+    assert_eq!(
+        blocked[0].reason,
+        sim::WaitReason::Signal {
+            holds: Some(0),
+            want: 1
+        }
+    );
+    // Set, but to another value: the note says which.
+    let src = "
+@kernel
+def other(flag: ptr[i32]):
+    if tl.rank() == 0:
+        tl.notify(flag, 1, 3)
+    else:
+        tl.wait_until(flag, 4)
+";
+    let (func, _) = lower(src, "other", &[]);
+    let e = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(0, 5, 2)],
+        &func,
+        vec![tensor("flag", Tensor::zeros(Elem::Num(DType::I32), &[2]), &["shard"])],
+        None,
+        false,
+    )
+    .err()
+    .expect("deadlock");
+    let SimError::Deadlock { blocked, .. } = e else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        (blocked.len(), blocked[0].rank, &blocked[0].reason),
+        (
+            1,
+            1,
+            &sim::WaitReason::Signal {
+                holds: Some(3),
+                want: 4
+            }
+        )
+    );
 }
 
 /// A notify waits for every earlier memory operation of its PE to finish,

@@ -317,9 +317,14 @@ fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Err
     }
     // serde_yaml locates value errors at the enclosing mapping; the
     // key's own line is more useful when the path names a key.
+    // serde_yaml puts a missing key at the end of the input, the line
+    // after the last one: the file's last line is where a reader looks
+    // (a syntax error keeps the parser's place, where the file stopped).
+    let last_line = text.lines().count().max(1);
     let line = match key_line(text, &path) {
         Some(l) if !syntax && !message.starts_with("unknown field") => Some(l),
-        _ => inner.location().map(|l| l.line()),
+        _ if syntax => inner.location().map(|l| l.line()),
+        _ => inner.location().map(|l| l.line().min(last_line)),
     };
     YamlError {
         file: file.to_string(),

@@ -1050,7 +1050,19 @@ impl Sim<'_> {
                 .or_else(oldest_op)
                 .unwrap_or_else(|| func.region(func.body).insts[0]);
             let reason = match pe.stall {
-                Stall::Signal => WaitReason::Signal,
+                Stall::Signal => {
+                    let (addr, dt, want) = pe.signal_wait.unwrap_or((0, DType::I32, 0));
+                    let size = dt.size_bytes() as usize;
+                    let mut buf = [0u8; 8];
+                    let holds = self
+                        .mem
+                        .peek(addr, &mut buf[..size])
+                        .map(|()| kernbench_compiler::datapath::elem::to_i64(dt, u64::from_le_bytes(buf)));
+                    WaitReason::Signal {
+                        holds,
+                        want: kernbench_compiler::datapath::elem::to_i64(dt, want),
+                    }
+                }
                 // Waiting for the token of its last round.
                 Stall::Data if pe.barrier_round > 0 && pe.wait_for.is_some() => {
                     let (_, from) = self.barrier_peers(p, pe.barrier_round - 1);

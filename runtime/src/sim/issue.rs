@@ -818,8 +818,10 @@ impl Sim<'_> {
         let mask = if size == 8 { u64::MAX } else { (1u64 << (8 * size)) - 1 };
         if u64::from_le_bytes(buf) & mask != vals[1].scalar() & mask {
             self.signal_waiters.push(p as u32);
+            self.pes[p].signal_wait = Some((addr, dt, vals[1].scalar() & mask));
             return Ok(self.stall(p, Stall::Signal));
         }
+        self.pes[p].signal_wait = None;
         self.dispatch(p, t);
         self.advance(p);
         Ok(true)

@@ -418,6 +418,23 @@ impl<'a> MemView<'a> {
 impl MemView<'_> {
     /// The `len` bytes at `addr`, inside one segment this view owns; the
     /// fault of a read or a `write` of them otherwise.
+    /// Copies `out.len()` bytes at `addr` into `out` through a shared
+    /// borrow (for reports made after the run stopped); `None` outside the
+    /// segments this view owns.
+    pub fn peek(&self, addr: u64, out: &mut [u8]) -> Option<()> {
+        let s = self.raw(addr)?;
+        let off = usize::try_from(addr - s.base).ok()?;
+        if off.checked_add(out.len())? > s.len {
+            return None;
+        }
+        // SAFETY: as in `segment`: `s` is a live segment this view owns, and
+        // nothing writes it while this shared borrow of the view lasts (the
+        // view's writes need it mutably); the range was checked above.
+        let bytes = unsafe { std::slice::from_raw_parts(s.ptr.add(off), out.len()) };
+        out.copy_from_slice(bytes);
+        Some(())
+    }
+
     fn span(&mut self, addr: u64, len: usize, write: bool) -> Result<&mut [u8], MemFault> {
         let fault = MemFault {
             addr,

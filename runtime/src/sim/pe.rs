@@ -440,6 +440,9 @@ pub struct PeState {
     /// Rounds of the current barrier begun (0: not in one): its token of
     /// round `barrier_round - 1` is the one it waits for.
     pub barrier_round: u8,
+    /// `tl.wait_until` stalled on: the signal word's address and dtype,
+    /// and the value it waits for (what a deadlock's note compares).
+    pub signal_wait: Option<(u64, DType, u64)>,
     /// A blocking receive or wait: issue resumes when this is ready.
     pub wait_for: Option<Rc<Slot>>,
     /// Per address-generation cone (`Sim::cones`), its last evaluation.
@@ -561,6 +564,7 @@ impl PeState {
             last_done_ps: t0,
             end_ps: t0,
             barrier_round: 0,
+            signal_wait: None,
             wait_for: None,
             cone_memo: vec![ConeMemo::default(); n_cones],
             dir_queues: [[u32::MAX; Direction::COUNT]; 2],

@@ -379,8 +379,10 @@ pub enum WaitReason {
     /// Waiting at `tl.barrier` for the token of round `round` (of
     /// `rounds`) from `from_rank`.
     Barrier { from_rank: u32, round: u32, rounds: u32 },
-    /// `tl.wait_until` on a signal word that never gets its value.
-    Signal,
+    /// `tl.wait_until` on a signal word that never gets the value it
+    /// waits for: what the word holds when the machine stopped (none if
+    /// it cannot be read) and that value, both as the word's dtype.
+    Signal { holds: Option<i64>, want: i64 },
     /// Waiting for one of its own operations that cannot start.
     Other,
 }
@@ -593,7 +595,13 @@ fn wait_note(b: &Blocked) -> String {
                 b.rank, b.pe
             )
         }
-        WaitReason::Signal => format!("rank {} {} waits for a signal word that nobody sets", b.rank, b.pe),
+        WaitReason::Signal { holds, want } => match holds {
+            Some(h) => format!(
+                "rank {} {} waits for its signal word to hold {want}; it holds {h}, and nothing left to happen sets it",
+                b.rank, b.pe
+            ),
+            None => format!("rank {} {} waits for its signal word to hold {want}", b.rank, b.pe),
+        },
         WaitReason::Other => format!("rank {} {} waits for its own operations", b.rank, b.pe),
     }
 }
@@ -734,7 +742,7 @@ pub fn error_json(
                         round,
                         rounds,
                     } => json!({"kind": "barrier", "from_rank": from_rank, "round": round, "rounds": rounds}),
-                    WaitReason::Signal => json!({"kind": "signal"}),
+                    WaitReason::Signal { holds, want } => json!({"kind": "signal", "holds": holds, "want": want}),
                     WaitReason::Other if running => json!({"kind": "running"}),
                     WaitReason::Other => json!({"kind": "own_operations"}),
                 };

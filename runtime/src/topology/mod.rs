@@ -352,6 +352,9 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().starts_with("topology.yaml:"), "{e}");
+        // An error at the end of the input is on the file's last line.
+        let e = Topology::parse("c.yaml", "# only a comment\n").expect_err("empty");
+        assert_eq!((e.line, e.message.as_str()), (Some(1), "missing field `name`"), "{e}");
 
         let missing = DEFAULT_YAML.replace(
             "  sip_grid: [2, 1]            # width × height of the SIP arrangement\n",
@@ -406,7 +409,9 @@ mod tests {
                 "at most 1048576",
             ),
             ("sips: 2", "sips: 4294967297", "system.sips", "at most 65536"),
-            ("clock_ghz: 1.0", "clock_ghz: 1e-17", "clock_ghz", "from 0.001 to 1000"),
+            ("clock_ghz: 1.0", "clock_ghz: 1e-17", "clock_ghz", "from 0.001 to 1000, got 1e-17"),
+            // Shown as written, not with its 301 digits.
+            ("clock_ghz: 1.0", "clock_ghz: 1e300", "clock_ghz", "from 0.001 to 1000, got 1e300"),
             ("clock_ghz: 1.0", "clock_ghz: 5000", "clock_ghz", "from 0.001 to 1000"),
             (
                 "hop_latency_ns: 2",

@@ -88,10 +88,21 @@ impl<'de, const MIN_MILLI: u64, const MAX: u64> Deserialize<'de> for Ranged<MIN_
         let min = MIN_MILLI as f64 / 1000.0;
         if !(v >= min && v <= MAX as f64) {
             return Err(serde::de::Error::custom(format!(
-                "expected a number from {min} to {MAX}, got {v}"
+                "expected a number from {min} to {MAX}, got {}",
+                shown_number(v)
             )));
         }
         Ok(Ranged(v))
+    }
+}
+
+/// `v` as a reader wrote it: Rust prints `1e300` with all its 301
+/// digits, so a very large or very small number is shown in exponent form.
+fn shown_number(v: f64) -> String {
+    if v != 0.0 && v.is_finite() && !(1e-6..1e15).contains(&v.abs()) {
+        format!("{v:e}")
+    } else {
+        v.to_string()
     }
 }
 
@@ -105,7 +116,8 @@ impl<'de> Deserialize<'de> for Fraction {
         let v = f64::deserialize(d)?;
         if !(v > 0.0 && v <= 1.0) {
             return Err(serde::de::Error::custom(format!(
-                "expected a fraction in (0, 1], got {v}"
+                "expected a fraction in (0, 1], got {}",
+                shown_number(v)
             )));
         }
         Ok(Fraction(v))
