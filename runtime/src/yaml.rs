@@ -303,6 +303,24 @@ fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Err
         }
     }
     let mut message = plain_types(&shorten_quoted(&message));
+    // YAML reads a number past f64's range (`1e400`) as a string.
+    if let Some((quoted, expected)) = message
+        .strip_prefix("got the string \"")
+        .and_then(|m| m.split_once("\", "))
+    {
+        if quoted.parse::<f64>().is_ok_and(f64::is_infinite) {
+            message = format!("got {quoted}, a number too large to hold, {expected}");
+        }
+    }
+    // A tab in the indentation stops the parser with the previous key's
+    // path, which is not where the tab is: the line says it, and what to
+    // write instead.
+    let path = if syntax && message.contains("tab character") {
+        message.push_str(" (YAML indents with spaces, not tabs)");
+        String::new()
+    } else {
+        path
+    };
     // A key indented as the mapping's sibling instead of its child.
     if let Some(field) = message
         .strip_prefix("missing field `")
@@ -543,6 +561,22 @@ mod tests {
         }
         let v = parse::<Loose>("t.yaml", "x: 18446744073709551616\n").expect("a number");
         assert_eq!(v.x, 18446744073709551616.0);
+        // A tab in the indentation: its line, no other key's path, and
+        // what YAML wants instead.
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Nested {
+            a: std::collections::BTreeMap<String, u32>,
+        }
+        let e = parse::<Nested>("t.yaml", "a:\n  b: 1\n\tc: 2\n").expect_err("a tab");
+        assert_eq!((e.line, e.path.as_str()), (Some(3), ""), "{e}");
+        assert!(e.message.ends_with("(YAML indents with spaces, not tabs)"), "{e}");
+        // A number too large for a float is read as a string: said so.
+        let e = parse::<Loose>("t.yaml", "x: 1e400\n").expect_err("past f64");
+        assert_eq!(
+            e.message, "got 1e400, a number too large to hold, expected a number",
+            "{e}"
+        );
     }
 
     /// A key in a flow mapping is found at its parent's line.
