@@ -2119,27 +2119,32 @@ fn one_sided_puts_are_ordered_by_notify_and_wait_until() {
             "the signal leaves after the put has landed"
         );
     }
-    // Nobody sets the signal: a deadlock naming the wait.
+    // Nobody sets the signal: a deadlock naming the wait, what the word
+    // holds and what it waits for.
+    let blocked_on_flag = |src: &str, name: &str, pes: Vec<PeCoord>| -> Vec<sim::Blocked> {
+        let (func, _) = lower(src, name, &[]);
+        let n = pes.len();
+        let e = simulate(
+            &topo,
+            pes,
+            &func,
+            vec![tensor("flag", Tensor::zeros(Elem::Num(DType::I32), &[n]), &["shard"])],
+            None,
+            false,
+        )
+        .err()
+        .expect("deadlock");
+        let SimError::Deadlock { blocked, .. } = e else {
+            panic!("{e:?}")
+        };
+        blocked
+    };
     let src = "
 @kernel
 def never(flag: ptr[i32]):
     tl.wait_until(flag, 1)
 ";
-    let (func, _) = lower(src, "never", &[]);
-    let e = simulate(
-        &topo,
-        vec![pe(0, 0, 0)],
-        &func,
-        vec![tensor("flag", Tensor::zeros(Elem::Num(DType::I32), &[1]), &[])],
-        None,
-        false,
-    )
-    .err()
-    .expect("deadlock");
-    let SimError::Deadlock { blocked, .. } = e else {
-        panic!("{e:?}")
-    };
-    // What the word holds and what it waits for.
+    let blocked = blocked_on_flag(src, "never", vec![pe(0, 0, 0)]);
     assert_eq!(
         blocked[0].reason,
         sim::WaitReason::Signal {
@@ -2156,20 +2161,7 @@ def other(flag: ptr[i32]):
     else:
         tl.wait_until(flag, 4)
 ";
-    let (func, _) = lower(src, "other", &[]);
-    let e = simulate(
-        &topo,
-        vec![pe(0, 0, 0), pe(0, 5, 2)],
-        &func,
-        vec![tensor("flag", Tensor::zeros(Elem::Num(DType::I32), &[2]), &["shard"])],
-        None,
-        false,
-    )
-    .err()
-    .expect("deadlock");
-    let SimError::Deadlock { blocked, .. } = e else {
-        panic!("{e:?}")
-    };
+    let blocked = blocked_on_flag(src, "other", vec![pe(0, 0, 0), pe(0, 5, 2)]);
     assert_eq!(
         (blocked.len(), blocked[0].rank, &blocked[0].reason),
         (

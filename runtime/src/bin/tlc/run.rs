@@ -132,6 +132,16 @@ struct Stats {
     nans: usize,
 }
 
+/// Calls `f` with each element's bits, in order.
+fn each_word(t: &Tensor, mut f: impl FnMut(u64)) {
+    let size = t.dtype().size_bytes() as usize;
+    for c in t.bytes().chunks_exact(size.max(1)) {
+        let mut w = [0u8; 8];
+        w[..size].copy_from_slice(c);
+        f(u64::from_le_bytes(w));
+    }
+}
+
 /// A tensor's sum, min, max and NaN count.
 fn stats(t: &Tensor) -> Stats {
     use kernbench_compiler::datapath::elem;
@@ -152,13 +162,7 @@ fn stats(t: &Tensor) -> Stats {
                 .bytes()
                 .chunks_exact(4)
                 .for_each(|c| add(i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))),
-            _ => {
-                for c in t.bytes().chunks_exact(size.max(1)) {
-                    let mut w = [0u8; 8];
-                    w[..size].copy_from_slice(c);
-                    add(elem::to_i64(d, u64::from_le_bytes(w)));
-                }
-            }
+            _ => each_word(t, |b| add(elem::to_i64(d, b))),
         }
         return Stats {
             sum: Figure::Int(sum),
@@ -185,13 +189,7 @@ fn stats(t: &Tensor) -> Stats {
             .bytes()
             .chunks_exact(4)
             .for_each(|c| add(f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)),
-        _ => {
-            for c in t.bytes().chunks_exact(size.max(1)) {
-                let mut w = [0u8; 8];
-                w[..size].copy_from_slice(c);
-                add(elem::to_f32(d, u64::from_le_bytes(w)) as f64);
-            }
-        }
+        _ => each_word(t, |b| add(elem::to_f32(d, b) as f64)),
     }
     Stats {
         sum: Figure::Float(sum),
