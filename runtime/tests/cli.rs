@@ -678,6 +678,48 @@ fn run_on_many_pes_shards_gathers_and_reports_time() {
     assert!(events
         .iter()
         .any(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("rank 3 "))));
+    // The issue unit's stalls, a thread of their own: each fills a gap
+    // between its busy spans, ending where the next one starts, named by
+    // the instruction it could not go past. In this ring that is only
+    // ever a blocking receive.
+    let on = |pid: u64, tid: u64| -> Vec<&serde_json::Value> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid)
+            .collect()
+    };
+    let mut stalls = 0;
+    for pid in 0..4 {
+        let spans: Vec<(f64, f64)> = on(pid, 5)
+            .iter()
+            .map(|e| {
+                let ts = e["ts"].as_f64().unwrap_or(0.0);
+                (ts, ts + e["dur"].as_f64().unwrap_or(0.0))
+            })
+            .collect();
+        for e in on(pid, 6) {
+            stalls += 1;
+            let name = e["name"].as_str().unwrap_or("");
+            assert!(name.starts_with("recv ring_allreduce.tl:"), "{e}");
+            assert_eq!(e["args"]["why"], "waits for the message it receives", "{e}");
+            let (ts, end) = (
+                e["ts"].as_f64().unwrap_or(0.0),
+                e["ts"].as_f64().unwrap_or(0.0) + e["dur"].as_f64().unwrap_or(0.0),
+            );
+            assert!(
+                spans.iter().any(|&(_, se)| (se - ts).abs() < 1e-9),
+                "starts where a span ends: {e}"
+            );
+            assert!(
+                spans.iter().any(|&(ss, _)| (ss - end).abs() < 1e-9),
+                "ends where the next span starts: {e}"
+            );
+        }
+    }
+    assert!(stalls >= 4, "{stalls} stalls");
+    assert!(events
+        .iter()
+        .any(|e| e["ph"] == "M" && e["tid"] == 6 && e["args"]["name"] == "issue stalls"));
     // A counter track for every link that carried data, and with
     // `--trace-links` for that many.
     let tracks = |events: &[serde_json::Value]| {

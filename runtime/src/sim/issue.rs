@@ -97,8 +97,41 @@ impl Sim<'_> {
 
     /// Stops issuing until the reason goes away; always false.
     fn stall(&mut self, p: usize, why: Stall) -> bool {
+        if self.trace {
+            self.note_stall(p, why);
+        }
         self.pes[p].stall = why;
         false
+    }
+
+    /// Records a stall for the trace: the instruction the issue unit
+    /// cannot go past (for a blocking receive, wait or barrier, the one
+    /// whose data it waits for), unless it stalled there already with no
+    /// dispatch since.
+    fn note_stall(&mut self, p: usize, why: Stall) {
+        let pe = &self.pes[p];
+        let inst = match pe.wait_for {
+            Some(_) if why == Stall::Data => pe.wait_inst,
+            _ => pe
+                .frames
+                .last()
+                .and_then(|f| self.plan.steps[f.region].get(f.idx))
+                .map(|s| match *s {
+                    Step::Inst(i) | Step::Relabel(i) | Step::Control(i) => i,
+                    Step::Group(g) => self.groups[g].label,
+                }),
+        };
+        let pe = &mut self.pes[p];
+        let (Some(inst), Some(stalls)) = (inst, pe.issue_stalls.as_mut()) else {
+            return;
+        };
+        let last_dispatch_end = pe.issue_spans.as_ref().and_then(|s| s.last()).map_or(0, |s| s.1);
+        if let Some(&(at, i, w)) = stalls.last() {
+            if i == inst && w == why && last_dispatch_end <= at {
+                return;
+            }
+        }
+        stalls.push((pe.issue_ps, inst, why));
     }
 
     fn advance(&mut self, p: usize) {
@@ -163,6 +196,7 @@ impl Sim<'_> {
                 let fut = self.pes[p].get(d.args[0]).clone();
                 if let Val::Pending(slot) = &fut {
                     self.pes[p].wait_for = Some(slot.clone());
+                    self.pes[p].wait_inst = Some(i);
                 }
                 self.pes[p].set(d.results[0], fut);
                 let t = self.pes[p].issue_ps;
@@ -676,6 +710,7 @@ impl Sim<'_> {
         self.enqueue(p, Engine::Recv, t, op);
         if !is_async {
             self.pes[p].wait_for = Some(slot);
+            self.pes[p].wait_inst = Some(i);
         }
         self.advance(p);
         Ok(true)
@@ -883,6 +918,7 @@ impl Sim<'_> {
         }
         let pe = &mut self.pes[p];
         pe.wait_for = Some(token);
+        pe.wait_inst = Some(i);
         pe.barrier_round = round + 1;
         Ok(true)
     }

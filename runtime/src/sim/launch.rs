@@ -291,6 +291,7 @@ impl<'a> Shared<'a> {
         );
         if self.trace {
             pe.issue_spans = Some(Vec::new());
+            pe.issue_stalls = Some(Vec::new());
         }
         pe
     }

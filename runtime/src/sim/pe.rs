@@ -402,6 +402,24 @@ pub enum Stall {
     Finished,
 }
 
+impl Stall {
+    /// Why, in a trace's words.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Stall::None => "may go on",
+            Stall::Data => "waits for a value not produced yet",
+            Stall::QueueFull(Engine::Dma) => "the DMA queue is full",
+            Stall::QueueFull(Engine::Gemm) => "the GEMM queue is full",
+            Stall::QueueFull(Engine::Math) => "the MATH queue is full",
+            Stall::QueueFull(Engine::Send) => "the send queue is full",
+            Stall::QueueFull(Engine::Recv) => "the receive queue is full",
+            Stall::Drain => "waits for its engines to drain",
+            Stall::Signal => "waits for a signal word",
+            Stall::Finished => "finished",
+        }
+    }
+}
+
 pub struct PeState {
     /// Programs still to run (flattened grid indices).
     pub programs: Programs,
@@ -462,6 +480,13 @@ pub struct PeState {
     /// When tracing, the issue unit's busy spans: back-to-back dispatches
     /// merged into one `[start, end)`; a stall ends a span.
     pub issue_spans: Option<Vec<(u64, u64)>>,
+    /// When tracing, where the issue unit stopped and why: its clock, the
+    /// instruction it could not go past, the reason; one per stall (a
+    /// retry that stalls again at the same place, with no dispatch
+    /// between, adds none).
+    pub issue_stalls: Option<Vec<(u64, Inst, Stall)>>,
+    /// The receive, wait or barrier whose data `wait_for` waits for.
+    pub wait_inst: Option<Inst>,
 }
 
 /// The PEs a shard of a launch holds (`launch.rs`): a contiguous range of
@@ -571,6 +596,8 @@ impl PeState {
             dma_routes: [None, None],
             last_extent: Cell::new(None),
             issue_spans: None,
+            issue_stalls: None,
+            wait_inst: None,
         }
     }
 

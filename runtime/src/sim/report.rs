@@ -36,6 +36,9 @@ pub struct PeStat {
     /// When tracing, the issue unit's busy spans `[start, end)` in order
     /// (back-to-back dispatches merged).
     pub issue_spans: Vec<(u64, u64)>,
+    /// When tracing, each stall of the issue unit in order: its clock then,
+    /// the instruction it could not go past, and why.
+    pub issue_stalls: Vec<(u64, Inst, &'static str)>,
 }
 
 #[derive(Clone, Debug)]
@@ -240,18 +243,37 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
         events.push(
             json!({"ph": "M", "name": "process_name", "pid": k, "args": {"name": format!("rank {} {}", p.rank, p.pe)}}),
         );
-        for (e, name) in Engine::NAMES.iter().enumerate() {
+        for (e, name) in Engine::NAMES.iter().chain(&["issue stalls"]).enumerate() {
             events.push(json!({"ph": "M", "name": "thread_name", "pid": k, "tid": e, "args": {"name": name}}));
         }
     }
     let t = |ps: u64| ps as f64 / 1e6;
     // The issue unit's thread: when it dispatched (scalars, control flow,
-    // operations handed to the engines), in spans between its stalls.
+    // operations handed to the engines), in spans between its stalls; and
+    // under it a thread of the stalls, each from where the issue unit
+    // stopped to its next dispatch (or its end), named by the instruction
+    // it could not go past, with why.
     for (k, p) in r.pes.iter().enumerate() {
         for &(s, e) in &p.issue_spans {
             events.push(json!({
                 "ph": "X", "name": "issue", "pid": k, "tid": Engine::COUNT,
                 "ts": t(s), "dur": t(e - s),
+            }));
+        }
+        let mut next_span = 0;
+        for &(at, inst, why) in &p.issue_stalls {
+            while p.issue_spans.get(next_span).is_some_and(|&(s, _)| s < at) {
+                next_span += 1;
+            }
+            let until = p.issue_spans.get(next_span).map_or(p.end_ps, |&(s, _)| s);
+            if until <= at {
+                continue;
+            }
+            let d = func.inst(inst);
+            events.push(json!({
+                "ph": "X", "name": format!("{} {}", d.op.mnemonic(), sources.at_short(d.loc)),
+                "pid": k, "tid": Engine::COUNT + 1, "ts": t(at), "dur": t(until - at),
+                "args": {"why": why},
             }));
         }
     }
@@ -862,6 +884,7 @@ mod tests {
             end_ps: 3,
             busy_ps: [busy; Engine::COUNT + 1],
             issue_spans: Vec::new(),
+            issue_stalls: Vec::new(),
         };
         for busy in [vec![1, 1, 1], vec![1, 2, 2], vec![0, 3, 1]] {
             let r = Report {
