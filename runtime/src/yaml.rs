@@ -308,7 +308,8 @@ fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Err
         .strip_prefix("got the string \"")
         .and_then(|m| m.split_once("\", "))
     {
-        if quoted.parse::<f64>().is_ok_and(f64::is_infinite) {
+        // Digits: `inf` and `infinity` parse as f64 too, but are words.
+        if quoted.bytes().any(|b| b.is_ascii_digit()) && quoted.parse::<f64>().is_ok_and(f64::is_infinite) {
             message = format!("got {quoted}, a number too large to hold, {expected}");
         }
     }
@@ -577,6 +578,9 @@ mod tests {
             e.message, "got 1e400, a number too large to hold, expected a number",
             "{e}"
         );
+        // A word Rust would read as infinity is still a word.
+        let e = parse::<Loose>("t.yaml", "x: inf\n").expect_err("a word");
+        assert_eq!(e.message, "got the string \"inf\", expected a number", "{e}");
     }
 
     /// A key in a flow mapping is found at its parent's line.

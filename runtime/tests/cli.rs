@@ -679,42 +679,46 @@ fn run_on_many_pes_shards_gathers_and_reports_time() {
         .iter()
         .any(|e| e["ph"] == "M" && e["args"]["name"].as_str().is_some_and(|n| n.starts_with("rank 3 "))));
     // The issue unit's stalls, a thread of their own: each fills a gap
-    // between its busy spans, ending where the next one starts, named by
-    // the instruction it could not go past. In this ring that is only
-    // ever a blocking receive.
-    let on = |pid: u64, tid: u64| -> Vec<&serde_json::Value> {
+    // between its busy spans, from where one ends to where the next
+    // starts, named by the instruction it could not go past; every gap
+    // has one. In this ring that is a blocking receive, and at the end
+    // the return, where it waits for its engines to drain.
+    let on = |pid: u64, tid: u64| -> Vec<(f64, f64, String, String)> {
         events
             .iter()
             .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid)
-            .collect()
-    };
-    let mut stalls = 0;
-    for pid in 0..4 {
-        let spans: Vec<(f64, f64)> = on(pid, 5)
-            .iter()
             .map(|e| {
                 let ts = e["ts"].as_f64().unwrap_or(0.0);
-                (ts, ts + e["dur"].as_f64().unwrap_or(0.0))
+                let name = e["name"].as_str().unwrap_or("").to_string();
+                let why = e["args"]["why"].as_str().unwrap_or("").to_string();
+                (ts, ts + e["dur"].as_f64().unwrap_or(0.0), name, why)
             })
+            .collect()
+    };
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    let mut stalls = 0;
+    for pid in 0..4 {
+        let spans = on(pid, 5);
+        let gaps: Vec<(f64, f64)> = spans
+            .windows(2)
+            .map(|w| (w[0].1, w[1].0))
+            .filter(|g| g.1 > g.0 + 1e-9)
             .collect();
-        for e in on(pid, 6) {
-            stalls += 1;
-            let name = e["name"].as_str().unwrap_or("");
-            assert!(name.starts_with("recv ring_allreduce.tl:"), "{e}");
-            assert_eq!(e["args"]["why"], "waits for the message it receives", "{e}");
-            let (ts, end) = (
-                e["ts"].as_f64().unwrap_or(0.0),
-                e["ts"].as_f64().unwrap_or(0.0) + e["dur"].as_f64().unwrap_or(0.0),
-            );
-            assert!(
-                spans.iter().any(|&(_, se)| (se - ts).abs() < 1e-9),
-                "starts where a span ends: {e}"
-            );
-            assert!(
-                spans.iter().any(|&(ss, _)| (ss - end).abs() < 1e-9),
-                "ends where the next span starts: {e}"
-            );
+        let st = on(pid, 6);
+        let (last, rest) = st.split_last().expect("stalls");
+        assert_eq!(rest.len(), gaps.len(), "one stall per gap on rank {pid}: {st:?}");
+        for ((ts, end, name, why), gap) in rest.iter().zip(&gaps) {
+            assert!(name.starts_with("recv ring_allreduce.tl:"), "{name}");
+            assert_eq!(why, "waits for the message it receives");
+            assert!(close(*ts, gap.0) && close(*end, gap.1), "{ts}..{end} fills {gap:?}");
         }
+        assert!(last.2.starts_with("return ring_allreduce.tl:"), "{last:?}");
+        assert_eq!(last.3, "waits for its engines to drain");
+        assert!(
+            close(last.0, spans.last().map_or(0.0, |s| s.1)) && last.1 > last.0,
+            "{last:?}"
+        );
+        stalls += st.len();
     }
     assert!(stalls >= 4, "{stalls} stalls");
     assert!(events
@@ -1711,7 +1715,7 @@ fn a_fused_chain_is_named_after_the_operation_making_its_result() {
     );
     let mut names: Vec<(u64, String, String)> = events
         .iter()
-        .filter(|e| e["ph"] == "X" && e["tid"] != 5)
+        .filter(|e| e["ph"] == "X" && e["tid"].as_u64().is_some_and(|t| t < 5))
         .map(|e| {
             (
                 e["tid"].as_u64().unwrap_or(99),
@@ -1879,6 +1883,18 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
         .filter(|e| e["ph"] == "X" && e["name"].as_str().is_some_and(|n| n.starts_with("send ")))
         .count();
     assert_eq!((loads, sends), (2, 0), "{events:?}");
+    // Each rank's trace ends in the stall it was stuck in, the receive,
+    // until the deadlock stopped the run.
+    for pid in 0..2 {
+        let stalls: Vec<&serde_json::Value> = events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == 6)
+            .collect();
+        let last = stalls.last().expect("the stall it was stuck in");
+        assert!(last["name"].as_str().is_some_and(|n| n.starts_with("recv ")), "{last}");
+        assert_eq!(last["args"]["why"], "waits for the message it receives", "{last}");
+        assert!(last["dur"].as_f64().unwrap_or(0.0) > 0.0, "{last}");
+    }
     // With --format json, a failed run prints the error as JSON on stdout
     // (the diagnostic stays on stderr): each blocked rank, where and why,
     // and the summary of what ran until then.
@@ -1887,6 +1903,13 @@ fn run_stops_at_its_time_limit_and_checks_the_trace_path_first() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON error record");
     let error = &v["error"];
     assert_eq!(error["kind"], "deadlock", "{v}");
+    // Every record has a one-line message, the diagnostic's headline.
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("deadlock in `dead`") && !m.contains('\n')),
+        "{v}"
+    );
     let ranks = error["ranks"].as_array().expect("blocked ranks");
     assert_eq!(ranks.len(), 2, "{v}");
     for (r, blocked) in ranks.iter().enumerate() {
@@ -2281,6 +2304,20 @@ fn run_json_reports_every_failure_as_one_record() {
         2,
         "--stdlib `/nonexistent-kernbench`: no such folder",
     );
+    // clap's whole message (what is missing), and no panic on an argument
+    // that is not UTF-8.
+    let e = record(&tlc(&["run", "--format", "json"]), 2, "usage");
+    assert!(e["message"].as_str().unwrap_or("").contains("<FILE>"), "{e}");
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let o = Command::new(env!("CARGO_BIN_EXE_tlc"))
+            .args(["run", "--bogus", "--format", "json"])
+            .arg(std::ffi::OsStr::from_bytes(b"\xff.tl"))
+            .current_dir(repo())
+            .output()
+            .expect("tlc runs");
+        record(&o, 2, "usage");
+    }
     // One clap refuses, too.
     let e = record(&tlc(&[&add[..], &["--bogus"]].concat()), 2, "usage");
     assert!(e["message"].as_str().unwrap_or("").contains("'--bogus'"), "{e}");
@@ -2349,6 +2386,12 @@ fn run_json_reports_every_failure_as_one_record() {
     );
     assert_eq!(e["at"], format!("{oob}:3:5"), "{e}");
     assert_eq!(e["program"], serde_json::json!([0, 0, 0]), "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("outside every allocation")),
+        "{e}"
+    );
     let ok = write_kernel(
         &dir,
         "ok.tl",

@@ -70,6 +70,29 @@ impl Checker {
         else {
             return Val::unknown();
         };
+        // A required argument that is `None` (the result of a helper with
+        // no `return`, say) is no value at all: said here, where the rules
+        // below would take it for an optional argument left out. An `axis`
+        // may be None (`tl.argmax(x, axis=None)`: over every element).
+        for (p, arg) in sig.params.iter().zip(&bound.fixed) {
+            let Some(arg) = arg
+                .as_ref()
+                .filter(|_| p.default == ArgDefault::Required && p.name != "axis")
+            else {
+                continue;
+            };
+            if arg.val.konst == Some(Konst::None) {
+                let d = Diagnostic::new(
+                    Code::E0300,
+                    format!("`{}` of `{}` needs a value, found None", p.name, b.qualified()),
+                    self.loc(f, arg.span),
+                    "this is None",
+                )
+                .with_help("a helper with no `return` gives None: return the value it computes");
+                self.emit(f, d);
+                return Val::unknown();
+            }
+        }
         let a = Args {
             builtin: b,
             bound,

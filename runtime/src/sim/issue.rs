@@ -120,7 +120,9 @@ impl Sim<'_> {
                     Step::Inst(i) | Step::Relabel(i) | Step::Control(i) => i,
                     Step::Group(g) => self.groups[g].label,
                 }),
-        };
+        }
+        // At the program's end (no frame left) it drains at the return.
+        .or_else(|| self.func.region(self.func.body).insts.last().copied());
         let pe = &mut self.pes[p];
         let (Some(inst), Some(stalls)) = (inst, pe.issue_stalls.as_mut()) else {
             return;

@@ -416,8 +416,6 @@ impl<'a> MemView<'a> {
 }
 
 impl MemView<'_> {
-    /// The `len` bytes at `addr`, inside one segment this view owns; the
-    /// fault of a read or a `write` of them otherwise.
     /// Copies `out.len()` bytes at `addr` into `out` through a shared
     /// borrow (for reports made after the run stopped); `None` outside the
     /// segments this view owns.
@@ -435,6 +433,8 @@ impl MemView<'_> {
         Some(())
     }
 
+    /// The `len` bytes at `addr`, inside one segment this view owns; the
+    /// fault of a read or a `write` of them otherwise.
     fn span(&mut self, addr: u64, len: usize, write: bool) -> Result<&mut [u8], MemFault> {
         let fault = MemFault {
             addr,

@@ -45,8 +45,8 @@ pub use comm::{mesh_dims, ring_order, select_pes, Communicator};
 pub use fabric::{Endpoint, Fabric, LinkId, PathCost, Transfer, LINK_CLASSES};
 pub use memory::{symm_at_origin, MemView, OutOfMemory, Placement, SimMemory};
 pub use report::{
-    error_json, ranks_in, render_deadlock, render_sim_error, render_sim_error_in, render_unreceived, summary_json,
-    summary_text, trace_json, Blocked, LinkStat, PeStat, Report, Slice, Unreceived, WaitReason,
+    error_json, first_line, ranks_in, render_deadlock, render_sim_error, render_sim_error_in, render_unreceived,
+    summary_json, summary_text, trace_json, Blocked, LinkStat, PeStat, Report, Slice, Unreceived, WaitReason,
 };
 
 use crate::topology::schema::Ipcq;

@@ -260,12 +260,21 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
                 "ts": t(s), "dur": t(e - s),
             }));
         }
-        let mut next_span = 0;
-        for &(at, inst, why) in &p.issue_stalls {
-            while p.issue_spans.get(next_span).is_some_and(|&(s, _)| s < at) {
-                next_span += 1;
+        let spans = &p.issue_spans;
+        for (n, &(at, inst, why)) in p.issue_stalls.iter().enumerate() {
+            // Inside a busy span: the stall cleared at once (the issue
+            // unit runs ahead of the clock) and dispatch went on.
+            let i = spans.partition_point(|&(s, _)| s <= at);
+            if i > 0 && spans[i - 1].1 > at {
+                continue;
             }
-            let until = p.issue_spans.get(next_span).map_or(p.end_ps, |&(s, _)| s);
+            // Until the next dispatch, or the next stall (a new reason), or
+            // the PE's end; a PE the run stopped (a deadlock, the time
+            // limit) is stuck until the stop.
+            let gap_end = spans
+                .get(i)
+                .map_or(if p.end_ps > at { p.end_ps } else { r.end_ps }, |&(s, _)| s);
+            let until = p.issue_stalls.get(n + 1).map_or(gap_end, |&(t, _, _)| t.min(gap_end));
             if until <= at {
                 continue;
             }
@@ -320,6 +329,16 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
         events.push(json!({"ph": "C", "name": name, "pid": links_pid, "ts": t(e), "args": {"busy": 0}}));
     }
     json!({ "traceEvents": events, "displayTimeUnit": "ns" })
+}
+
+/// A rendered diagnostic's headline, without its `error: ` or
+/// `error[E…]: ` lead: what every JSON error record gives as `message`.
+pub fn first_line(rendered: &str) -> &str {
+    let line = rendered.lines().next().unwrap_or_default();
+    match line.split_once(": ") {
+        Some((lead, rest)) if lead.starts_with("error") => rest,
+        _ => line,
+    }
 }
 
 /// A fused elementwise chain whose computing members come from more than
@@ -841,9 +860,9 @@ pub fn error_json(
         }),
         SimError::Setup(_) => json!({"kind": "setup"}),
     };
-    error["diagnostic"] = render_sim_error_in(mem, func, sources, e, ColorMode::Never)
-        .trim_end()
-        .into();
+    let diagnostic = render_sim_error_in(mem, func, sources, e, ColorMode::Never);
+    error["message"] = first_line(&diagnostic).into();
+    error["diagnostic"] = diagnostic.trim_end().into();
     let mut v = json!({ "error": error });
     if let Some(r) = partial {
         v["partial"] = summary_json(r);

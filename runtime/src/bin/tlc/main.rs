@@ -250,14 +250,27 @@ enum BenchCommand {
 fn bad_command_line(e: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let informational = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // The options before a `--` (after it everything is a file name); an
+    // argument that is not UTF-8 is none of these words.
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_str().unwrap_or("").to_string())
+        .take_while(|a| a != "--")
+        .collect();
     let is_run = args.first().is_some_and(|a| a == "run");
     let json =
         args.windows(2).any(|w| w[0] == "--format" && w[1] == "json") || args.iter().any(|a| a == "--format=json");
     if is_run && json && !informational {
+        // clap's message: its first line and the lines that go on with it
+        // (the missing arguments, the possible values), up to the usage.
         let text = e.render().to_string();
-        let message = text.lines().next().unwrap_or_default();
-        let message = message.strip_prefix("error: ").unwrap_or(message);
+        let message: Vec<&str> = text
+            .lines()
+            .take_while(|l| !l.is_empty() && !l.starts_with("Usage:"))
+            .map(str::trim)
+            .collect();
+        let message = message.join(" ");
+        let message = message.strip_prefix("error: ").unwrap_or(&message);
         outln!(
             "{}",
             serde_json::json!({"error": {"kind": "usage", "message": message}})

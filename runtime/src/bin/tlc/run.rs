@@ -749,10 +749,11 @@ fn functional(
     if let Err(e) = result {
         err!("{}", render_run_error(func, sources, &e, color_mode(a.color)));
         let [x, y, z] = e.program;
+        let diagnostic = render_run_error(func, sources, &e, kernbench_compiler::diag::ColorMode::Never);
         let record = serde_json::json!({
             "kind": "exec", "program": [x, y, z], "at": sources.at(func.inst(e.error.inst).loc),
-            "what": e.error.kind.to_string(),
-            "diagnostic": render_run_error(func, sources, &e, kernbench_compiler::diag::ColorMode::Never).trim_end(),
+            "what": e.error.kind.to_string(), "message": sim::first_line(&diagnostic),
+            "diagnostic": diagnostic.trim_end(),
         });
         return fail.record(record, ExitCode::from(1));
     }
