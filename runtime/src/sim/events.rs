@@ -797,19 +797,7 @@ impl Sim<'_> {
                 end_ps: s.end_ps,
                 busy_ps: s.busy_ps,
                 issue_spans: s.issue_spans.clone().unwrap_or_default(),
-                issue_stalls: s
-                    .issue_stalls
-                    .iter()
-                    .flatten()
-                    .map(|&(t, i, why)| {
-                        let why = match (why, &self.func.inst(i).op) {
-                            (Stall::Data, Op::Recv { .. } | Op::Wait) => "waits for the message it receives",
-                            (Stall::Data, Op::Barrier) => "waits for a barrier token",
-                            _ => why.describe(),
-                        };
-                        (t, i, why)
-                    })
-                    .collect(),
+                issue_stalls: s.issue_stalls.clone().unwrap_or_default(),
             })
             .collect();
         // A message to another SIP that nobody received still arrived.

@@ -110,6 +110,7 @@ impl Sim<'_> {
     /// dispatch since.
     fn note_stall(&mut self, p: usize, why: Stall) {
         let pe = &self.pes[p];
+        let blocking = pe.wait_for.is_some() && why == Stall::Data;
         let inst = match pe.wait_for {
             Some(_) if why == Stall::Data => pe.wait_inst,
             _ => pe
@@ -123,8 +124,16 @@ impl Sim<'_> {
         }
         // At the program's end (no frame left) it drains at the return.
         .or_else(|| self.func.region(self.func.body).insts.last().copied());
+        let Some(inst) = inst else { return };
+        // A blocking receive, wait or barrier waits for what arrives; any
+        // other stall for data waits for a value (a recv's peer rank, say).
+        let why = match (blocking, &self.func.inst(inst).op) {
+            (true, Op::Barrier) => "waits for a barrier token",
+            (true, _) => "waits for the message it receives",
+            (false, _) => why.describe(),
+        };
         let pe = &mut self.pes[p];
-        let (Some(inst), Some(stalls)) = (inst, pe.issue_stalls.as_mut()) else {
+        let Some(stalls) = pe.issue_stalls.as_mut() else {
             return;
         };
         let last_dispatch_end = pe.issue_spans.as_ref().and_then(|s| s.last()).map_or(0, |s| s.1);

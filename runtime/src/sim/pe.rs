@@ -484,7 +484,7 @@ pub struct PeState {
     /// instruction it could not go past, the reason; one per stall (a
     /// retry that stalls again at the same place, with no dispatch
     /// between, adds none).
-    pub issue_stalls: Option<Vec<(u64, Inst, Stall)>>,
+    pub issue_stalls: Option<Vec<(u64, Inst, &'static str)>>,
     /// The receive, wait or barrier whose data `wait_for` waits for.
     pub wait_inst: Option<Inst>,
 }
