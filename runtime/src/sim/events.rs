@@ -923,6 +923,12 @@ impl Sim<'_> {
         }
     }
 
+    /// The step PE `p`'s issue unit is at (none once its program returned).
+    pub(super) fn issue_step(&self, p: usize) -> Option<kernbench_compiler::datapath::Step> {
+        let f = self.pes[p].frames.last()?;
+        self.plan.steps[f.region].get(f.idx).copied()
+    }
+
     /// The data messages left in their receivers' slots, per queue (the
     /// receiver's side of one between two processes: the sender's does
     /// not keep them).
@@ -1030,15 +1036,12 @@ impl Sim<'_> {
                 .then(oldest_op)
                 .flatten()
                 .or_else(|| {
-                    pe.frames
-                        .last()
-                        .and_then(|f| self.plan.steps[f.region].get(f.idx))
-                        .map(|s| match *s {
-                            kernbench_compiler::datapath::Step::Inst(i)
-                            | kernbench_compiler::datapath::Step::Relabel(i)
-                            | kernbench_compiler::datapath::Step::Control(i) => i,
-                            kernbench_compiler::datapath::Step::Group(g) => self.plan.groups[g].insts[0],
-                        })
+                    self.issue_step(p).map(|s| match s {
+                        kernbench_compiler::datapath::Step::Inst(i)
+                        | kernbench_compiler::datapath::Step::Relabel(i)
+                        | kernbench_compiler::datapath::Step::Control(i) => i,
+                        kernbench_compiler::datapath::Step::Group(g) => self.plan.groups[g].insts[0],
+                    })
                 })
                 // Its program has returned and a time limit stopped it
                 // before it ended: at the return.

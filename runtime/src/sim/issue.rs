@@ -113,14 +113,10 @@ impl Sim<'_> {
         let blocking = pe.wait_for.is_some() && why == Stall::Data;
         let inst = match pe.wait_for {
             Some(_) if why == Stall::Data => pe.wait_inst,
-            _ => pe
-                .frames
-                .last()
-                .and_then(|f| self.plan.steps[f.region].get(f.idx))
-                .map(|s| match *s {
-                    Step::Inst(i) | Step::Relabel(i) | Step::Control(i) => i,
-                    Step::Group(g) => self.groups[g].label,
-                }),
+            _ => self.issue_step(p).map(|s| match s {
+                Step::Inst(i) | Step::Relabel(i) | Step::Control(i) => i,
+                Step::Group(g) => self.groups[g].label,
+            }),
         }
         // At the program's end (no frame left) it drains at the return.
         .or_else(|| self.func.region(self.func.body).insts.last().copied());
