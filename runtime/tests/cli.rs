@@ -1788,6 +1788,51 @@ fn a_fused_chain_is_named_after_the_operation_making_its_result() {
             ("div sm.tl:7:24".to_string(), serde_json::Value::Null),
         ]
     );
+    // Eight rounds of it fill the MATH queue (8 deep): the issue unit
+    // stalls at each of the three groups in turn, and a stall at the chain
+    // carries the chain's name, as its MATH slice does.
+    let rounds = write_kernel(
+        &dir,
+        "sm8.tl",
+        "@tl.kernel\n\
+         def sm8(x: ptr[f32], y: ptr[f32], BLOCK: constexpr = 256):\n\
+         \x20   offs = tl.arange(0, BLOCK)\n\
+         \x20   v = tl.load(x + offs, mask=offs < BLOCK)\n\
+         \x20   for _r in range(8):\n\
+         \x20       e = tl.exp(v - tl.max(v, axis=0))\n\
+         \x20       v = e / tl.sum(e, axis=0)\n\
+         \x20   tl.store(y + offs, v, mask=offs < BLOCK)\n",
+    );
+    let o = tlc(&[
+        "run",
+        rounds.as_str(),
+        "--arg",
+        "x=rand(256,f32)",
+        "--arg",
+        "y=zeros(256,f32)",
+        "--trace",
+        &trace.to_string_lossy(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
+    let stalls: std::collections::BTreeSet<(String, String)> = t["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["tid"] == 6)
+        .map(|e| {
+            let why = e["args"]["why"].as_str().unwrap_or("");
+            (e["name"].as_str().unwrap_or("").to_string(), why.to_string())
+        })
+        .collect();
+    let full = "the MATH queue is full".to_string();
+    assert!(
+        stalls.contains(&("sub+exp+reduce_sum sm8.tl:6-7".to_string(), full.clone()))
+            && stalls.contains(&("reduce_max sm8.tl:6:24".to_string(), full.clone()))
+            && stalls.contains(&("div sm8.tl:7:13".to_string(), full)),
+        "{stalls:?}"
+    );
+    assert!(!stalls.iter().any(|(n, _)| n.starts_with("reduce_sum")), "{stalls:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

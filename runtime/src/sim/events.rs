@@ -457,13 +457,7 @@ pub(super) fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, 
     let group = &plan.groups[g];
     let i = group.insts[0];
     let topo = &m.topo;
-    let (engine, memory, effect_at_end) = match func.inst(i).op {
-        Op::Load { .. } => (Engine::Dma, true, false),
-        Op::Store { .. } | Op::AtomicAdd { .. } => (Engine::Dma, true, true),
-        Op::Gemm { .. } => (Engine::Gemm, true, true),
-        Op::Dot { .. } => (Engine::Gemm, false, false),
-        _ => (Engine::Math, false, false),
-    };
+    let (engine, memory, effect_at_end) = group_engine(&func.inst(i).op);
     let is_address = |i: &Inst| is_address_inst(func, *i, address);
     // A fused elementwise chain costs its members' cycles, except those
     // that are address generation.
@@ -488,6 +482,19 @@ pub(super) fn group_info(m: &Machine, func: &Function, plan: &Plan, g: GroupId, 
             // is the `add`; its first member is the `splat` of 2.0).
             _ => computing_members(func, group, address).last().unwrap_or(i),
         },
+    }
+}
+
+/// The engine of a group whose first instruction is `op`, whether the
+/// group touches memory, and whether its effect on memory is at its end
+/// (a write) rather than at its start (a load samples memory).
+pub(super) fn group_engine(op: &Op) -> (Engine, bool, bool) {
+    match op {
+        Op::Load { .. } => (Engine::Dma, true, false),
+        Op::Store { .. } | Op::AtomicAdd { .. } => (Engine::Dma, true, true),
+        Op::Gemm { .. } => (Engine::Gemm, true, true),
+        Op::Dot { .. } => (Engine::Gemm, false, false),
+        _ => (Engine::Math, false, false),
     }
 }
 

@@ -248,6 +248,7 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
         }
     }
     let t = |ps: u64| ps as f64 / 1e6;
+    let chains = fused_chains(func, sources);
     // The issue unit's thread: when it dispatched (scalars, control flow,
     // operations handed to the engines), in spans between its stalls; and
     // under it a thread of the stalls, each from where the issue unit
@@ -278,15 +279,23 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
             if until <= at {
                 continue;
             }
+            // A stall at a fused chain is named as the MATH thread names
+            // its slice (the chain is keyed by the member that labels it).
             let d = func.inst(inst);
+            let name = match chains
+                .get(&inst)
+                .filter(|_| super::events::group_engine(&d.op).0 == Engine::Math)
+            {
+                Some(c) => c.name.clone(),
+                None => format!("{} {}", d.op.mnemonic(), sources.at_short(d.loc)),
+            };
             events.push(json!({
-                "ph": "X", "name": format!("{} {}", d.op.mnemonic(), sources.at_short(d.loc)),
+                "ph": "X", "name": name,
                 "pid": k, "tid": Engine::COUNT + 1, "ts": t(at), "dur": t(until - at),
                 "args": {"why": why},
             }));
         }
     }
-    let chains = fused_chains(func, sources);
     for s in &r.slices {
         let d = func.inst(s.inst);
         let chain = chains.get(&s.inst).filter(|_| s.engine == Engine::Math);
