@@ -573,10 +573,17 @@ fn emit_ir_json_lists_every_kernel() {
         "{first}"
     );
     assert!(first["results"][0]["type"]["kind"].is_string(), "{first}");
-    // A kernel with errors: the diagnostics on stderr, nothing on stdout.
+    // A kernel with errors: the diagnostics on stderr, and on stdout as
+    // one `compile` record.
     let o = tlc(&["emit-ir", "tests/ui/E0101-unknown-tl-builtin.tl", "--format", "json"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(o.stdout.is_empty() && stderr(&o).contains("E0101"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("E0101"), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON record");
+    assert_eq!(
+        (&j["error"]["kind"], &j["error"]["diagnostics"][0]["code"]),
+        (&serde_json::json!("compile"), &serde_json::json!("E0101")),
+        "{j}"
+    );
 }
 
 #[test]
@@ -2471,5 +2478,81 @@ fn run_json_reports_every_failure_as_one_record() {
     );
     let o = tlc(&["run", &ok, "--arg", "x=zeros(8,i32)"]);
     assert_stdout(&o, 0, "  x: i32[8]  sum 24  min 3  max 3\n");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_json_command_reports_a_failure_as_one_record() {
+    let dir = temp_dir("json-failures-all");
+    let record = |args: &[&str], code: i32, kind: &str| -> serde_json::Value {
+        let o = tlc(args);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(text.lines().count(), 1, "{args:?}: one line: {text}");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("a JSON record");
+        assert_eq!(v["error"]["kind"], kind, "{args:?}: {v}");
+        assert!(stderr(&o).contains("error"), "the human form too: {}", stderr(&o));
+        v["error"].clone()
+    };
+    // The message is the first line of the human form's error.
+    let message = |e: &serde_json::Value| e["message"].as_str().unwrap_or("").to_string();
+    let e = record(&["check", "/nonexistent-kernbench.tl", "--format", "json"], 2, "usage");
+    assert_eq!(message(&e), "no such file or folder: `/nonexistent-kernbench.tl`");
+    let e = record(&["check", "stdlib", "--format", "json", "--bogus"], 2, "usage");
+    assert!(message(&e).contains("'--bogus'"), "{e}");
+    let e = record(
+        &["emit-ir", "/nonexistent-kernbench.tl", "--format", "json"],
+        2,
+        "usage",
+    );
+    assert!(
+        message(&e).starts_with("cannot read `/nonexistent-kernbench.tl`"),
+        "{e}"
+    );
+    let e = record(
+        &["topology", "/nonexistent-kernbench.yaml", "--format", "json"],
+        2,
+        "usage",
+    );
+    assert!(message(&e).contains("cannot read"), "{e}");
+    let e = record(&["bench", "sim", "--bytes", "7Q", "--format", "json"], 2, "usage");
+    assert!(message(&e).starts_with("--bytes: `7Q` is not a size"), "{e}");
+    let e = record(
+        &["bench", "ccl", "--sizes", "1K", "--pes", "99999", "--format", "json"],
+        2,
+        "usage",
+    );
+    assert!(message(&e).starts_with("--pes 99999"), "{e}");
+    let e = record(&["bench", "tp", "--tokens", "0", "--format", "json"], 2, "usage");
+    assert_eq!(message(&e), "--tokens: expected at least 1");
+    let e = record(&["probe", "--case", "nope", "--format", "json"], 2, "usage");
+    assert!(message(&e).starts_with("no probe case `nope`"), "{e}");
+    // A topology that does not validate is not bad usage.
+    let topo = dir.join("t.yaml");
+    std::fs::write(&topo, "name: x\nclock_ghz: -1\n").expect("topology written");
+    let e = record(&["topology", &topo.to_string_lossy(), "--format", "json"], 1, "failure");
+    assert!(message(&e).contains("clock_ghz"), "{e}");
+    // `emit-ir` on a kernel with errors: its diagnostics, as `tlc run`
+    // gives them.
+    let bad = write_kernel(
+        &dir,
+        "bad.tl",
+        "@kernel\ndef bad(x: ptr[f32]):\n    y = tl.load(x + tl.arange(0, 4)\n",
+    );
+    let e = record(&["emit-ir", &bad, "--format", "json"], 1, "compile");
+    assert_eq!(e["diagnostics"][0]["code"], "E0012", "{e}");
+    // Without --format json, stdout stays empty.
+    let o = tlc(&["probe", "--case", "nope"]);
+    assert_eq!((o.status.code(), o.stdout.len()), (Some(2), 0), "{}", stderr(&o));
+    // A failure that prints its own result keeps it: `check` gives the
+    // diagnostics, one per line, and nothing else.
+    let o = tlc(&["check", &bad, "--format", "json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v.get("error").is_none())),
+        "{text}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,32 +18,42 @@ static GLOBAL: kernbench_runtime::alloc::Allocator = kernbench_runtime::alloc::A
 /// std macros panic when the stream is gone (`tlc run ... 2>&1 | head -1`
 /// closes it), and a panic aborts: the run's outputs would be lost to a
 /// reader that stopped listening. A closed stream just stops receiving.
+/// They also note what a failing command needs for its JSON record
+/// ([`failure`]): whether stdout got anything, and the first `error: `
+/// line.
 macro_rules! errln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let text = format!($($arg)*);
+        $crate::failure::note_stderr(&text);
+        let _ = writeln!(std::io::stderr(), "{text}");
     }};
 }
 macro_rules! err {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = write!(std::io::stderr(), $($arg)*);
+        let text = format!($($arg)*);
+        $crate::failure::note_stderr(&text);
+        let _ = write!(std::io::stderr(), "{text}");
     }};
 }
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
+        $crate::failure::note_stdout();
         let _ = writeln!(std::io::stdout(), $($arg)*);
     }};
 }
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
+        $crate::failure::note_stdout();
         let _ = write!(std::io::stdout(), $($arg)*);
     }};
 }
 
 mod bench;
+mod failure;
 mod progress;
 mod run;
 
@@ -230,6 +240,25 @@ struct EmitIrArgs {
     format: Format,
 }
 
+impl Command {
+    /// Whether the command prints JSON (`--format json`).
+    fn json(&self) -> bool {
+        let format = match self {
+            Command::Check { format, .. }
+            | Command::Run { format, .. }
+            | Command::Topology { format, .. }
+            | Command::Probe { format, .. } => format,
+            Command::EmitIr(a) => &a.format,
+            Command::Bench { what } => match what {
+                BenchCommand::Ccl(a) => &a.format,
+                BenchCommand::Sim(a) => &a.format,
+                BenchCommand::Tp(a) => &a.format,
+            },
+        };
+        *format == Format::Json
+    }
+}
+
 #[derive(Subcommand)]
 enum BenchCommand {
     /// nccl-tests for the collective algorithms of ccl.yaml: size, count,
@@ -245,8 +274,8 @@ enum BenchCommand {
 }
 
 /// A command line clap refuses (or `--help`, `--version`): clap's text
-/// and exit code; for `tlc run … --format json` also a `usage` record on
-/// stdout, as every other failure of `tlc run` has (`run::Failure`).
+/// and exit code; with `--format json` also a `usage` record on stdout,
+/// as every other failure has ([`failure`]).
 fn bad_command_line(e: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let informational = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
@@ -257,10 +286,9 @@ fn bad_command_line(e: &clap::Error) -> ExitCode {
         .map(|a| a.to_str().unwrap_or("").to_string())
         .take_while(|a| a != "--")
         .collect();
-    let is_run = args.first().is_some_and(|a| a == "run");
     let json =
         args.windows(2).any(|w| w[0] == "--format" && w[1] == "json") || args.iter().any(|a| a == "--format=json");
-    if is_run && json && !informational {
+    if json && !informational {
         // clap's message: its first line and the lines that go on with it
         // (the missing arguments, the possible values), up to the usage.
         let text = e.render().to_string();
@@ -285,7 +313,16 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return bad_command_line(&e),
     };
-    match cli.command {
+    let json = cli.command.json();
+    let code = dispatch(cli.command);
+    if json {
+        failure::record_unreported(code);
+    }
+    code
+}
+
+fn dispatch(command: Command) -> ExitCode {
+    match command {
         Command::Check {
             paths,
             define,
@@ -796,7 +833,10 @@ fn emit_ir(a: EmitIrArgs) -> ExitCode {
                 Format::Human => text.push_str(&kernbench_compiler::ir::print_function(&func, &sources)),
                 Format::Json => kernels.push(kernbench_compiler::ir::function_json(&func, &sources)),
             },
-            Err(failure) => return failure.report(),
+            Err(failure) => {
+                let json = format == Format::Json;
+                return failure::Failure { json }.lower(&failure);
+            }
         }
     }
     match format {

@@ -4,9 +4,8 @@
 //! at their source line, print the timing summary, and write the tensors
 //! back.
 
-use super::{
-    color_mode, kernels_of, lower_kernel, parse_defines, read_source, usage_error, Backend, Color, Format, LowerFailure,
-};
+use super::failure::Failure;
+use super::{color_mode, kernels_of, lower_kernel, parse_defines, read_source, Backend, Color, Format};
 use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
 use kernbench_compiler::sema::{
     self,
@@ -324,68 +323,6 @@ fn out_dir_usable(dir: &Path) -> Result<(), String> {
             file.display()
         )),
         None => Ok(()),
-    }
-}
-
-/// How `tlc run` reports a failure that is not the simulation's own (that
-/// one is [`sim::error_json`]'s): the message on stderr as always and, with
-/// `--format json`, one record `{"error": {"kind": …, "message": …}}` on
-/// stdout, so that a script reading stdout gets one JSON object however
-/// the run ends. Kinds: `usage` (a bad argument, exit 2), `topology` (a
-/// bad topology file), `compile` (the kernel has errors: `diagnostics`
-/// as `tlc check --format json` gives them), `io` (a file that cannot be
-/// written), `exec` (a run-time error of `--functional`).
-#[derive(Clone, Copy)]
-struct Failure {
-    json: bool,
-}
-
-impl Failure {
-    /// Prints `record` (the `error` object) with `--format json`; `code`.
-    fn record(self, record: serde_json::Value, code: ExitCode) -> ExitCode {
-        if self.json {
-            outln!("{}", serde_json::json!({ "error": record }));
-        }
-        code
-    }
-
-    /// A bad argument (exit 2).
-    fn usage(self, message: &str) -> ExitCode {
-        let code = usage_error(message);
-        self.record(serde_json::json!({"kind": "usage", "message": message}), code)
-    }
-
-    /// A failure of `kind` the run cannot go on from (exit 1).
-    fn error(self, kind: &str, message: &str) -> ExitCode {
-        errln!("error: {message}");
-        self.record(serde_json::json!({"kind": kind, "message": message}), ExitCode::from(1))
-    }
-
-    /// A topology file that cannot be read (a usage error) or used.
-    fn topology(self, code: ExitCode, e: &kernbench_runtime::topology::TopologyError) -> ExitCode {
-        let record = serde_json::json!({
-            "kind": if e.unreadable { "usage" } else { "topology" },
-            "message": e.to_string(),
-            "file": e.file,
-            "line": e.line,
-            "key": e.path,
-        });
-        self.record(record, code)
-    }
-
-    /// A kernel that does not lower.
-    fn lower(self, failure: &LowerFailure) -> ExitCode {
-        let code = failure.report();
-        let record = match failure {
-            LowerFailure::Diagnostics(diagnostics) => serde_json::json!({
-                "kind": "compile",
-                "message": "the kernel has errors",
-                "diagnostics": diagnostics,
-            }),
-            LowerFailure::NoKernel(m) => serde_json::json!({"kind": "usage", "message": m}),
-            LowerFailure::Other(m) => serde_json::json!({"kind": "compile", "message": m, "diagnostics": []}),
-        };
-        self.record(record, code)
     }
 }
 
