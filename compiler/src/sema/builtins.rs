@@ -8,6 +8,10 @@ use super::types::DType;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ArgDefault {
     Required,
+    /// Required, with None among its values (`tl.argmax(x, axis=None)`:
+    /// over every element); a `Required` argument that is None is an
+    /// error.
+    RequiredOrNone,
     None,
     Bool(bool),
     Int(i64),
@@ -27,8 +31,21 @@ const fn req(name: &'static str) -> Param {
         default: ArgDefault::Required,
     }
 }
+const fn req_or_none(name: &'static str) -> Param {
+    Param {
+        name,
+        default: ArgDefault::RequiredOrNone,
+    }
+}
 const fn opt(name: &'static str, default: ArgDefault) -> Param {
     Param { name, default }
+}
+
+impl Param {
+    /// Whether a call must pass it.
+    pub fn is_required(&self) -> bool {
+        matches!(self.default, ArgDefault::Required | ArgDefault::RequiredOrNone)
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -100,8 +117,8 @@ builtins! {
     Sum = tl "sum" (req("input"), opt("axis", D::None), opt("keep_dims", D::Bool(false)), opt("dtype", D::None)), "sum along `axis` (all axes when None)";
     Max = tl "max" (req("input"), opt("axis", D::None), opt("return_indices", D::Bool(false)), opt("return_indices_tie_break_left", D::Bool(true)), opt("keep_dims", D::Bool(false))), "maximum along `axis`";
     Min = tl "min" (req("input"), opt("axis", D::None), opt("return_indices", D::Bool(false)), opt("return_indices_tie_break_left", D::Bool(true)), opt("keep_dims", D::Bool(false))), "minimum along `axis`";
-    Argmax = tl "argmax" (req("input"), req("axis"), opt("tie_break_left", D::Bool(true)), opt("keep_dims", D::Bool(false))), "index (i32) of the maximum along `axis`";
-    Argmin = tl "argmin" (req("input"), req("axis"), opt("tie_break_left", D::Bool(true)), opt("keep_dims", D::Bool(false))), "index (i32) of the minimum along `axis`";
+    Argmax = tl "argmax" (req("input"), req_or_none("axis"), opt("tie_break_left", D::Bool(true)), opt("keep_dims", D::Bool(false))), "index (i32) of the maximum along `axis`";
+    Argmin = tl "argmin" (req("input"), req_or_none("axis"), opt("tie_break_left", D::Bool(true)), opt("keep_dims", D::Bool(false))), "index (i32) of the minimum along `axis`";
     Exp = tl "exp" (req("x")), "e**x";
     Exp2 = tl "exp2" (req("x")), "2**x";
     Log = tl "log" (req("x")), "natural logarithm";
@@ -177,7 +194,7 @@ impl Builtin {
             .params
             .iter()
             .map(|p| match p.default {
-                ArgDefault::Required => p.name.to_string(),
+                ArgDefault::Required | ArgDefault::RequiredOrNone => p.name.to_string(),
                 ArgDefault::None => format!("{}=None", p.name),
                 ArgDefault::Bool(b) => format!("{}={}", p.name, if b { "True" } else { "False" }),
                 ArgDefault::Int(v) => format!("{}={v}", p.name),

@@ -1306,11 +1306,7 @@ impl Checker {
             super::builtins::Builtin::PyRange
         };
         let sig = builtin.signature();
-        let names: Vec<(&str, bool)> = sig
-            .params
-            .iter()
-            .map(|p| (p.name, p.default == super::builtins::ArgDefault::Required))
-            .collect();
+        let names: Vec<(&str, bool)> = sig.params.iter().map(|p| (p.name, p.is_required())).collect();
         let Some(bound) = self.bind_args(
             f,
             &format!("`{}`", builtin.qualified()),

@@ -61,24 +61,18 @@ impl Args {
 impl Checker {
     pub fn builtin_call(&mut self, f: &mut Frame, b: Builtin, argvals: Vec<ArgVal>, call: Span, callee: Span) -> Val {
         let sig = b.signature();
-        let params: Vec<(&str, bool)> = sig
-            .params
-            .iter()
-            .map(|p| (p.name, p.default == ArgDefault::Required))
-            .collect();
+        let params: Vec<(&str, bool)> = sig.params.iter().map(|p| (p.name, p.is_required())).collect();
         let Some(bound) = self.bind_args(f, &format!("`{}`", b.qualified()), &params, sig.varargs, argvals, call)
         else {
             return Val::unknown();
         };
         // A required argument that is `None` (the result of a helper with
         // no `return`, say) is no value at all: said here, where the rules
-        // below would take it for an optional argument left out. An `axis`
-        // may be None (`tl.argmax(x, axis=None)`: over every element).
+        // below would take it for an optional argument left out. Those
+        // that take None say so (`ArgDefault::RequiredOrNone`: the `axis`
+        // of `tl.argmax`).
         for (p, arg) in sig.params.iter().zip(&bound.fixed) {
-            let Some(arg) = arg
-                .as_ref()
-                .filter(|_| p.default == ArgDefault::Required && p.name != "axis")
-            else {
+            let Some(arg) = arg.as_ref().filter(|_| p.default == ArgDefault::Required) else {
                 continue;
             };
             if arg.val.konst == Some(Konst::None) {
@@ -88,7 +82,7 @@ impl Checker {
                     self.loc(f, arg.span),
                     "this is None",
                 )
-                .with_help("a helper with no `return` gives None: return the value it computes");
+                .with_help("pass a value here; a helper with no `return` gives None, so return the value it computes");
                 self.emit(f, d);
                 return Val::unknown();
             }
