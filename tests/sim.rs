@@ -1280,13 +1280,16 @@ def retype(buf: ptr[i32], out: ptr[i32], AS_FLOAT: constexpr = 0):
     v = tl.reshape(tl.load(buf + offs), [8, 8])
     if AS_FLOAT == 1:
         tl.send(tl.NEXT, v.to(f32))
+    elif AS_FLOAT == 2:
+        tl.send(tl.NEXT, tl.load(buf + tl.arange(0, 32)))
     else:
         tl.send(tl.NEXT, v)
     tl.store(out + offs, tl.recv(tl.PREV, [64], i32))
 ";
 
-/// A message may arrive in another shape but not as another element type:
-/// f32 bits received as i32 were silently reinterpreted.
+/// A message may arrive in another shape but not as another element type
+/// (f32 bits received as i32 were silently reinterpreted), nor in another
+/// number of bytes.
 #[test]
 fn a_receive_of_another_element_type_is_an_error() {
     let topo = Topology::default_machine();
@@ -1316,7 +1319,18 @@ fn a_receive_of_another_element_type_is_an_error() {
         ),
         "{text}"
     );
-    assert!(text.contains("case.tl:10:"), "{text}");
+    assert!(text.contains("case.tl:12:"), "{text}");
+    // The same element type in fewer bytes is no such block either.
+    let (func, sources) = lower(RETYPE, "retype", &[("AS_FLOAT", Konst::Int(2))]);
+    let e = TestLaunch::new(&topo, sim::select_pes(&topo, "2").unwrap(), &func, args())
+        .run()
+        .err()
+        .expect("128 bytes received as 256");
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    assert!(
+        text.contains("this receive expects 256 bytes (block[i32, 64]) but rank 0 sent 128 bytes"),
+        "{text}"
+    );
 }
 
 /// A run raises `Launch::progress_ps` to the simulated time it has reached

@@ -46,6 +46,16 @@ struct Access {
     ranges: Ranges,
 }
 
+/// A memory operation's lanes: its pointers, its mask, the bytes of an
+/// element, and whether it writes.
+#[derive(Clone, Copy)]
+struct Lanes<'v> {
+    ptr: &'v RtValue,
+    mask: Option<&'v RtValue>,
+    size: u64,
+    write: bool,
+}
+
 /// Bytes per HBM pseudo-channel.
 pub(super) type Channels = SmallVec<[u64; 8]>;
 
@@ -555,6 +565,75 @@ impl Sim<'_> {
         self.schedule(end, Ev::Done(p as u32, slot));
     }
 
+    /// Starts a `tl.notify`: one word written where `addr` is, once every
+    /// earlier memory operation of the PE has finished (its kick waits
+    /// for that). Out of line, as [`Self::start_gemm`] is.
+    #[inline(never)]
+    fn start_notify(
+        &mut self,
+        p: usize,
+        e: Engine,
+        op: OpBox,
+        (addr, bits, size): (u64, u64, u8),
+    ) -> Result<(), SimError> {
+        let now = self.now;
+        let bytes = u64::from(size);
+        let place = self.mem.placement_of(addr).ok_or_else(|| {
+            self.exec_error(
+                p,
+                op.inst,
+                ExecErrorKind::OutOfBounds(MemFault {
+                    addr,
+                    bytes,
+                    write: true,
+                }),
+            )
+        })?;
+        if let Some(id) = op.mem_id() {
+            self.pes[p].mem_started(id, smallvec![(addr, addr + bytes, true)], false);
+            self.kick_waiting(p);
+        }
+        let mut hbm = Channels::new();
+        if let Placement::Hbm(_) = place {
+            hbm = zero_channels(self.fabric.channels());
+            self.fabric.split_contiguous(addr, bytes, &mut hbm);
+        }
+        let t0 = now + self.dma_setup_ps;
+        if self.elsewhere(place.sip()) {
+            return self.remote_put(p, e, op, (place, bytes, hbm), t0, |_, pe, slot| Then::Notify {
+                pe,
+                slot,
+                addr,
+                bits,
+                size,
+            });
+        }
+        let route = self.fabric.core_route(self.coords[p], place.endpoint(), true);
+        let tr = self.fabric.reserve(&route, bytes, &hbm, t0);
+        self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
+        self.finish_at(p, op, tr.end_ps);
+        Ok(())
+    }
+
+    /// Starts a `tl.gemm`: its pipeline holds each engine until it drains
+    /// and keeps it busy for its stages' work. Out of line: its body is
+    /// large and, on the paths of loads, stores and messages, never taken.
+    #[inline(never)]
+    fn start_gemm(&mut self, p: usize, op: OpBox, access: &mut Access) -> Result<(), SimError> {
+        let now = self.now;
+        let (end, pipe) = self.gemm_composite(p, &op, access)?;
+        let work = [
+            (Engine::Gemm, pipe.tiles * pipe.gemm_ps),
+            (Engine::Dma, pipe.tiles * (pipe.dma_in_ps + pipe.dma_wb_ps)),
+            (Engine::Math, pipe.tiles * pipe.math_ps),
+        ];
+        for (held, busy_ps) in work {
+            self.hold(p, held, (now, end), busy_ps, op.inst);
+        }
+        self.finish_at(p, op, end);
+        Ok(())
+    }
+
     fn start(&mut self, p: usize, e: Engine, mut op: OpBox, access: Option<&mut Access>) -> Result<(), SimError> {
         let now = self.now;
         match op.kind {
@@ -591,19 +670,7 @@ impl Sim<'_> {
                     }
                 }
                 if is_gemm {
-                    let (end, pipe) = self.gemm_composite(p, &op, access)?;
-                    // Each engine of the pipeline is held until it drains and
-                    // busy for its stages' work.
-                    let work = [
-                        (Engine::Gemm, pipe.tiles * pipe.gemm_ps),
-                        (Engine::Dma, pipe.tiles * (pipe.dma_in_ps + pipe.dma_wb_ps)),
-                        (Engine::Math, pipe.tiles * pipe.math_ps),
-                    ];
-                    for (held, busy_ps) in work {
-                        self.hold(p, held, (now, end), busy_ps, op.inst);
-                    }
-                    self.finish_at(p, op, end);
-                    return Ok(());
+                    return self.start_gemm(p, op, access);
                 }
                 let (place, bytes, ref hbm, write) = access.parts[0];
                 let me = self.coords[p];
@@ -660,43 +727,7 @@ impl Sim<'_> {
                     self.schedule(transfer_start, Ev::Sample(p as u32, slot));
                 }
             }
-            OpKind::Notify { addr, bits, size } => {
-                let bytes = u64::from(size);
-                let place = self.mem.placement_of(addr).ok_or_else(|| {
-                    self.exec_error(
-                        p,
-                        op.inst,
-                        ExecErrorKind::OutOfBounds(MemFault {
-                            addr,
-                            bytes,
-                            write: true,
-                        }),
-                    )
-                })?;
-                if let Some(id) = op.mem_id() {
-                    self.pes[p].mem_started(id, smallvec![(addr, addr + bytes, true)], false);
-                    self.kick_waiting(p);
-                }
-                let mut hbm = Channels::new();
-                if let Placement::Hbm(_) = place {
-                    hbm = zero_channels(self.fabric.channels());
-                    self.fabric.split_contiguous(addr, bytes, &mut hbm);
-                }
-                let t0 = now + self.dma_setup_ps;
-                if self.elsewhere(place.sip()) {
-                    return self.remote_put(p, e, op, (place, bytes, hbm), t0, |_, pe, slot| Then::Notify {
-                        pe,
-                        slot,
-                        addr,
-                        bits,
-                        size,
-                    });
-                }
-                let route = self.fabric.core_route(self.coords[p], place.endpoint(), true);
-                let tr = self.fabric.reserve(&route, bytes, &hbm, t0);
-                self.occupy(p, e, (now, tr.injected_ps, tr.end_ps), op.inst);
-                self.finish_at(p, op, tr.end_ps);
-            }
+            OpKind::Notify { addr, bits, size } => return self.start_notify(p, e, op, (addr, bits, size)),
             OpKind::Send { queue, slots } => {
                 let (bytes, data) = match op.args.first() {
                     Some((value, val)) => (
@@ -776,28 +807,8 @@ impl Sim<'_> {
                 // another type are a bug, not a conversion (`.to(...,
                 // bitcast=True)` says so on purpose). Its shape may change.
                 let sent = func.inst(m.sent_by).args.last().map(|&v| func.ty(v));
-                if let Some(sent) = sent.filter(|s| s.elem() != ty.elem()) {
-                    return Err(self.exec_error(
-                        p,
-                        op.inst,
-                        ExecErrorKind::Unsupported(format!(
-                            "this receive expects {} elements ({ty}) but rank {} sent {} elements ({sent}); \
-                             convert on either side with `.to(...)`",
-                            ty.elem(),
-                            self.pes[src as usize].ctx.rank,
-                            sent.elem()
-                        )),
-                    ));
-                }
-                if want != bytes {
-                    return Err(self.exec_error(
-                        p,
-                        op.inst,
-                        ExecErrorKind::Unsupported(format!(
-                            "this receive expects {want} bytes ({ty}) but rank {} sent {bytes} bytes",
-                            self.pes[src as usize].ctx.rank
-                        )),
-                    ));
+                if sent.is_some_and(|s| s.elem() != ty.elem()) || want != bytes {
+                    return Err(self.recv_mismatch(p, op.inst, (&ty, want), (sent, bytes), src));
                 }
                 let (route, hbm) = self.buffer_route(queue, msg, bytes, false);
                 let tr = self.fabric.reserve(&route, bytes, &hbm, now);
@@ -813,6 +824,33 @@ impl Sim<'_> {
             }
         }
         Ok(())
+    }
+
+    /// The error of a receive `inst` of type `ty` (`want` bytes) whose
+    /// message from PE `src` does not fit it: another element type
+    /// (`sent`, its operand's type), or `bytes` of another size. Out of
+    /// line, as [`Self::check_lanes_elsewhere`] is.
+    #[cold]
+    #[inline(never)]
+    fn recv_mismatch(
+        &self,
+        p: usize,
+        inst: kernbench_compiler::ir::Inst,
+        (ty, want): (&Type, u64),
+        (sent, bytes): (Option<&Type>, u64),
+        src: u32,
+    ) -> SimError {
+        let rank = self.pes[src as usize].ctx.rank;
+        let what = match sent.filter(|s| s.elem() != ty.elem()) {
+            Some(sent) => format!(
+                "this receive expects {} elements ({ty}) but rank {rank} sent {} elements ({sent}); \
+                 convert on either side with `.to(...)`",
+                ty.elem(),
+                sent.elem()
+            ),
+            None => format!("this receive expects {want} bytes ({ty}) but rank {rank} sent {bytes} bytes"),
+        };
+        self.exec_error(p, inst, ExecErrorKind::Unsupported(what))
     }
 
     /// Slots a message of `value` sent by `inst` takes (an error when it
@@ -936,53 +974,14 @@ impl Sim<'_> {
             }
         };
         self.check_reach(p, op, place, first, write)?;
-        // Lanes beyond the first one's allocation (a gather across tensors)
-        // must each be reachable too; their bytes are charged to the first
-        // lane's memory.
         if scan.lo < base || scan.hi > seg_end {
-            let mut bad = None;
-            let mut split = None;
-            for_each_active(&ptr, mask.as_ref(), |a| {
-                if bad.is_none() && split.is_none() && !(base..seg_end).contains(&a) {
-                    bad = Some(a);
-                    if let Some(pl) = self.mem.placement_of(a) {
-                        if self.check_reach(p, op, pl, a, write).is_ok() {
-                            bad = None;
-                        }
-                        // One SIP's process does the whole access.
-                        if self.windowed()
-                            && self.lp_of_sip.get(pl.sip() as usize) != self.lp_of_sip.get(place.sip() as usize)
-                        {
-                            split = Some((a, pl));
-                        }
-                    }
-                }
-            });
-            if let Some((a, pl)) = split {
-                return Err(self.exec_error(
-                    p,
-                    op.inst,
-                    ExecErrorKind::Unsupported(format!(
-                        "this access reaches the {place} (at {first:#x}) and the {pl} (at {a:#x}), on two SIPs: in a \
-                         launch over several SIPs one access stays on one SIP"
-                    )),
-                ));
-            }
-            if let Some(a) = bad {
-                let outside = self.exec_error(
-                    p,
-                    op.inst,
-                    ExecErrorKind::OutOfBounds(MemFault {
-                        addr: a,
-                        bytes: size,
-                        write,
-                    }),
-                );
-                return Err(match self.mem.placement_of(a) {
-                    Some(pl) => self.check_reach(p, op, pl, a, write).err().unwrap_or(outside),
-                    None => outside,
-                });
-            }
+            let lanes = Lanes {
+                ptr: &ptr,
+                mask: mask.as_ref(),
+                size,
+                write,
+            };
+            self.check_lanes_elsewhere(p, op, lanes, (base, seg_end, place), first)?;
         }
         let bytes = scan.count * size;
         let mut hbm = Channels::new();
@@ -999,6 +998,68 @@ impl Sim<'_> {
             parts: smallvec![(place, bytes, hbm, write)],
             ranges: smallvec![(scan.lo, scan.hi, write)],
         })
+    }
+
+    /// Lanes beyond the first one's allocation `[base, end)` at `place` (a
+    /// gather across tensors) must each be reachable too; their bytes are
+    /// charged to the first lane's memory. Out of line: rare, and its
+    /// messages would crowd `access`'s common path out of the instruction
+    /// cache.
+    #[cold]
+    #[inline(never)]
+    fn check_lanes_elsewhere(
+        &self,
+        p: usize,
+        op: &OpRec,
+        lanes: Lanes,
+        (base, seg_end, place): (u64, u64, Placement),
+        first: u64,
+    ) -> Result<(), SimError> {
+        let Lanes { ptr, mask, size, write } = lanes;
+        let mut bad = None;
+        let mut split = None;
+        for_each_active(ptr, mask, |a| {
+            if bad.is_none() && split.is_none() && !(base..seg_end).contains(&a) {
+                bad = Some(a);
+                if let Some(pl) = self.mem.placement_of(a) {
+                    if self.check_reach(p, op, pl, a, write).is_ok() {
+                        bad = None;
+                    }
+                    // One SIP's process does the whole access.
+                    if self.windowed()
+                        && self.lp_of_sip.get(pl.sip() as usize) != self.lp_of_sip.get(place.sip() as usize)
+                    {
+                        split = Some((a, pl));
+                    }
+                }
+            }
+        });
+        if let Some((a, pl)) = split {
+            return Err(self.exec_error(
+                p,
+                op.inst,
+                ExecErrorKind::Unsupported(format!(
+                    "this access reaches the {place} (at {first:#x}) and the {pl} (at {a:#x}), on two SIPs: in a \
+                     launch over several SIPs one access stays on one SIP"
+                )),
+            ));
+        }
+        if let Some(a) = bad {
+            let outside = self.exec_error(
+                p,
+                op.inst,
+                ExecErrorKind::OutOfBounds(MemFault {
+                    addr: a,
+                    bytes: size,
+                    write,
+                }),
+            );
+            return Err(match self.mem.placement_of(a) {
+                Some(pl) => self.check_reach(p, op, pl, a, write).err().unwrap_or(outside),
+                None => outside,
+            });
+        }
+        Ok(())
     }
 
     /// A PE reaches its own TCM, its SIP's HBM and SRAM; another SIP only
