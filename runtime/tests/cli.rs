@@ -1762,23 +1762,29 @@ fn a_fused_chain_is_named_after_the_operation_making_its_result() {
          \x20   s = tl.sum(e, axis=0)\n\
          \x20   tl.store(y + offs, e / s)\n",
     );
-    let o = tlc(&[
-        "run",
-        softmax.as_str(),
-        "--arg",
-        "x=rand(256,f32)",
-        "--arg",
-        "y=zeros(256,f32)",
-        "--trace",
-        &trace.to_string_lossy(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
-    let math: Vec<(String, serde_json::Value)> = t["traceEvents"]
-        .as_array()
-        .expect("events")
+    // The slices of thread `tid` in the trace of `kernel` run on 256 f32.
+    let slices = |kernel: &str, tid: u64| -> Vec<serde_json::Value> {
+        let o = tlc(&[
+            "run",
+            kernel,
+            "--arg",
+            "x=rand(256,f32)",
+            "--arg",
+            "y=zeros(256,f32)",
+            "--trace",
+            &trace.to_string_lossy(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
+        let events = t["traceEvents"].as_array().expect("events");
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["tid"] == tid)
+            .cloned()
+            .collect()
+    };
+    let math: Vec<(String, serde_json::Value)> = slices(&softmax, 2)
         .iter()
-        .filter(|e| e["ph"] == "X" && e["tid"] == 2)
         .map(|e| (e["name"].as_str().unwrap_or("").to_string(), e["args"]["fused"].clone()))
         .collect();
     let fused = serde_json::json!([
@@ -1810,23 +1816,8 @@ fn a_fused_chain_is_named_after_the_operation_making_its_result() {
          \x20       v = e / tl.sum(e, axis=0)\n\
          \x20   tl.store(y + offs, v, mask=offs < BLOCK)\n",
     );
-    let o = tlc(&[
-        "run",
-        rounds.as_str(),
-        "--arg",
-        "x=rand(256,f32)",
-        "--arg",
-        "y=zeros(256,f32)",
-        "--trace",
-        &trace.to_string_lossy(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
-    let stalls: std::collections::BTreeSet<(String, String)> = t["traceEvents"]
-        .as_array()
-        .expect("events")
+    let stalls: std::collections::BTreeSet<(String, String)> = slices(&rounds, 6)
         .iter()
-        .filter(|e| e["ph"] == "X" && e["tid"] == 6)
         .map(|e| {
             let why = e["args"]["why"].as_str().unwrap_or("");
             (e["name"].as_str().unwrap_or("").to_string(), why.to_string())
