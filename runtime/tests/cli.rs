@@ -2518,11 +2518,24 @@ fn every_json_command_reports_a_failure_as_one_record() {
     assert_eq!(message(&e), "--tokens: expected at least 1");
     let e = record(&["probe", "--case", "nope", "--format", "json"], 2, "usage");
     assert!(message(&e).starts_with("no probe case `nope`"), "{e}");
-    // A topology that does not validate is not bad usage.
+    // A topology that does not validate is not bad usage: its record
+    // says where, as `tlc run`'s does, in every command that loads one.
     let topo = dir.join("t.yaml");
     std::fs::write(&topo, "name: x\nclock_ghz: -1\n").expect("topology written");
-    let e = record(&["topology", &topo.to_string_lossy(), "--format", "json"], 1, "failure");
-    assert!(message(&e).contains("clock_ghz"), "{e}");
+    let topo = topo.to_string_lossy().into_owned();
+    for args in [
+        &["topology", &topo, "--format", "json"][..],
+        &["probe", "--topology", &topo, "--format", "json"],
+        &["bench", "sim", "--topology", &topo, "--format", "json"],
+    ] {
+        let e = record(args, 1, "topology");
+        assert!(message(&e).contains("clock_ghz"), "{e}");
+        assert_eq!(
+            (e["file"].as_str(), e["line"].as_u64()),
+            (Some(topo.as_str()), Some(2)),
+            "{e}"
+        );
+    }
     // `emit-ir` on a kernel with errors: its diagnostics, as `tlc run`
     // gives them.
     let bad = write_kernel(

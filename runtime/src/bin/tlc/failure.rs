@@ -4,7 +4,8 @@
 //! command ends.
 //!
 //! `tlc run` and `tlc emit-ir` print their records where they fail
-//! ([`Failure`], with the finer kinds below); for every other failure
+//! ([`Failure`], with the finer kinds below), and so does every command
+//! whose `--topology` file does not load; for every other failure
 //! [`record_unreported`] prints one after the command returns, from the
 //! first `error: ` line the command wrote to stderr, unless the command
 //! printed something on stdout already (its own record, or a result that
@@ -16,11 +17,27 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+/// Whether the command prints JSON (`--format json`).
+static JSON: AtomicBool = AtomicBool::new(false);
+
 /// Whether anything went to stdout.
 static WROTE_STDOUT: AtomicBool = AtomicBool::new(false);
 
 /// The first `error: ` line written to stderr, without its lead.
 static FIRST_ERROR: Mutex<Option<String>> = Mutex::new(None);
+
+/// Set once by `main` from the command line.
+pub(crate) fn set_json(json: bool) {
+    JSON.store(json, Ordering::Relaxed);
+}
+
+/// The [`Failure`] of the command being run: for the shared steps of
+/// several commands (loading `--topology`), which do not know its format.
+pub(crate) fn of_command() -> Failure {
+    Failure {
+        json: JSON.load(Ordering::Relaxed),
+    }
+}
 
 pub(crate) fn note_stdout() {
     WROTE_STDOUT.store(true, Ordering::Relaxed);

@@ -314,6 +314,7 @@ fn main() -> ExitCode {
         Err(e) => return bad_command_line(&e),
     };
     let json = cli.command.json();
+    failure::set_json(json);
     let code = dispatch(cli.command);
     if json {
         failure::record_unreported(code);
@@ -678,9 +679,10 @@ pub(crate) fn topology_or_error(
     }
 }
 
-/// The topology of `--topology`, or the exit code after printing why not.
+/// The topology of `--topology`, or the exit code after printing why not
+/// (with `--format json`, also its record: `file`, `line`, `key`).
 pub(crate) fn load_topology(file: Option<&str>) -> Result<kernbench_runtime::topology::Topology, ExitCode> {
-    topology_or_error(file).map_err(|(code, _)| code)
+    topology_or_error(file).map_err(|(code, e)| failure::of_command().topology(code, &e))
 }
 
 fn probe(case: Option<&str>, bytes: &str, topology: Option<&str>, format: Format) -> ExitCode {
