@@ -2545,6 +2545,74 @@ fn every_json_command_reports_a_failure_as_one_record() {
     );
     let e = record(&["emit-ir", &bad, "--format", "json"], 1, "compile");
     assert_eq!(e["diagnostics"][0]["code"], "E0012", "{e}");
+    // A file that is not UTF-8 has no diagnostics, only the error.
+    let latin = dir.join("latin.tl");
+    std::fs::write(&latin, b"\xff\xfe").expect("file written");
+    let e = record(&["check", &latin.to_string_lossy(), "--format", "json"], 1, "failure");
+    assert!(message(&e).contains("latin.tl"), "{e}");
+    // A syntax error that hides every kernel: its diagnostics, not an
+    // empty list.
+    let hidden = write_kernel(&dir, "hidden.tl", "x = = 1\n");
+    let e = record(&["emit-ir", &hidden, "--format", "json"], 1, "compile");
+    assert_eq!(e["diagnostics"][0]["code"], "E0010", "{e}");
+    // An algorithm that does not compile is in `bench ccl`'s JSON.
+    let broken = write_kernel(
+        &dir,
+        "broken.tl",
+        "@kernel\ndef broken(buf: ptr[f32], n_elem: i32):\n    tl.store(buf, nope)\n",
+    );
+    let cfg = dir.join("ccl.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "algorithms:\n  broken:\n    collective: all_reduce\n    module: {broken}\n    kernel: broken\n    \
+             topology: ring\n"
+        ),
+    )
+    .expect("config written");
+    let o = tlc(&[
+        "bench",
+        "ccl",
+        "--config",
+        &cfg.to_string_lossy(),
+        "--algo",
+        "broken",
+        "--sizes",
+        "1K",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("one JSON array");
+    assert_eq!(
+        (&v[0]["algorithm"], &v[0]["ok"], v[0]["error"].as_str().is_some()),
+        (&serde_json::json!("broken"), &serde_json::json!(false), true),
+        "{v}"
+    );
+    // A kernel's prints go to stderr when stdout is JSON.
+    let prints = write_kernel(
+        &dir,
+        "prints.tl",
+        "@kernel\ndef prints(x: ptr[i32]):\n    tl.device_print(\"n\", tl.program_id(0) + 4)\n",
+    );
+    for mode in [&["--functional"][..], &[]] {
+        let o = tlc(&[
+            &["run", prints.as_str(), "--arg", "x=zeros(8,i32)", "--format", "json"][..],
+            mode,
+        ]
+        .concat());
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            serde_json::from_slice::<serde_json::Value>(&o.stdout).is_ok(),
+            "{mode:?}"
+        );
+        assert!(stderr(&o).contains("pid (0, 0, 0) n 4"), "{mode:?}: {}", stderr(&o));
+        let o = tlc(&[&["run", prints.as_str(), "--arg", "x=zeros(8,i32)"][..], mode].concat());
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("pid (0, 0, 0) n 4\n"),
+            "{mode:?}"
+        );
+    }
     // Without --format json, stdout stays empty.
     let o = tlc(&["probe", "--case", "nope"]);
     assert_eq!((o.status.code(), o.stdout.len()), (Some(2), 0), "{}", stderr(&o));

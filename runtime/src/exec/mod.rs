@@ -171,6 +171,16 @@ impl PureScalar {
     }
 }
 
+/// Whether `tl.device_print` writes to stderr instead of stdout (where
+/// Triton's goes): set by a program whose stdout holds something else,
+/// such as `tlc … --format json`'s one JSON object.
+static DEVICE_PRINT_TO_STDERR: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sends every later `tl.device_print` to stderr (`true`) or stdout.
+pub fn device_print_to_stderr(yes: bool) {
+    DEVICE_PRINT_TO_STDERR.store(yes, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Executes one executor (non-data-path) instruction on its argument values.
 pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) -> Result<Scalar, ExecErrorKind> {
     if let Some(op) = PureScalar::decode(func, i) {
@@ -202,16 +212,21 @@ pub fn scalar_op(func: &Function, i: Inst, args: &[RtValue], ctx: &ScalarCtx) ->
             } else {
                 " "
             };
-            // A reader that closed stdout stops receiving; the kernel goes on.
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stdout(),
+            let line = format!(
                 "pid ({}, {}, {}) {prefix}{sep}{}",
                 ctx.pid[0],
                 ctx.pid[1],
                 ctx.pid[2],
                 vals.join(" ")
             );
+            // A reader that closed the stream stops receiving; the kernel
+            // goes on.
+            use std::io::Write as _;
+            let _ = if DEVICE_PRINT_TO_STDERR.load(std::sync::atomic::Ordering::Relaxed) {
+                writeln!(std::io::stderr(), "{line}")
+            } else {
+                writeln!(std::io::stdout(), "{line}")
+            };
             Ok(Scalar::Done)
         }
         Op::Barrier => Ok(Scalar::Communication("tl.barrier")),

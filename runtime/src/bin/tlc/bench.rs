@@ -398,6 +398,8 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         rounded: Vec<(u64, u64)>,
     }
     let mut prepared = Vec::new();
+    // The JSON entries of algorithms that could not be prepared.
+    let mut json_failed = Vec::new();
     for name in &algos {
         let Ok(alg) = reg.get(name).cloned() else { continue };
         let compiled = reg
@@ -420,6 +422,13 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             }
             Err(e) => {
                 progress.suspend(|| errln!("error: {e}"));
+                // In the JSON too: an algorithm left out would read as
+                // one never asked for.
+                let message = e.to_string();
+                json_failed.push(json!({
+                    "op": op.key(), "algorithm": name, "ok": false,
+                    "error": message.lines().next().unwrap_or_default(),
+                }));
                 failed = true;
                 let mine = sizes
                     .iter()
@@ -572,6 +581,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     }
     progress.finish_and_clear();
     if a.format == Format::Json {
+        json_out.extend(json_failed);
         outln!("{}", serde_json::Value::Array(json_out));
     }
     if failed {

@@ -315,6 +315,8 @@ fn main() -> ExitCode {
     };
     let json = cli.command.json();
     failure::set_json(json);
+    // Stdout holds the one JSON object: a kernel's prints go to stderr.
+    kernbench_runtime::exec::device_print_to_stderr(json);
     let code = dispatch(cli.command);
     if json {
         failure::record_unreported(code);
@@ -825,7 +827,12 @@ fn emit_ir(a: EmitIrArgs) -> ExitCode {
     bind_layout(file, &source, &mut options, &topo);
     let names: Vec<String> = match kernel {
         Some(k) => vec![k.to_string()],
-        None => kernels_of(file, &source, &options).0,
+        None => match kernels_of(file, &source, &options) {
+            // Errors that hide every kernel (a syntax error): lowering
+            // reports them, as in `tlc run`.
+            (names, true) if names.is_empty() => vec![String::new()],
+            (names, _) => names,
+        },
     };
     let mut text = String::new();
     let mut kernels = Vec::new();
@@ -900,7 +907,12 @@ fn check(
         out = check_all(&options);
     }
     if format == Format::Json {
-        out!("{}", render_json(&out.diagnostics, &out.sources));
+        // Nothing at all without diagnostics: an unreadable file then
+        // leaves stdout to the failure's record.
+        let json = render_json(&out.diagnostics, &out.sources);
+        if !json.is_empty() {
+            out!("{json}");
+        }
         let _ = std::io::stdout().flush();
     } else {
         let text = render_human(&out.diagnostics, &out.sources, color_mode(color));
