@@ -282,10 +282,7 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
             // A stall at a fused chain is named as the MATH thread names
             // its slice (the chain is keyed by the member that labels it).
             let d = func.inst(inst);
-            let name = match chains
-                .get(&inst)
-                .filter(|_| super::events::group_engine(&d.op).0 == Engine::Math)
-            {
+            let name = match chains.get(&inst) {
                 Some(c) => c.name.clone(),
                 None => format!("{} {}", d.op.mnemonic(), sources.at_short(d.loc)),
             };
@@ -298,7 +295,7 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
     }
     for s in &r.slices {
         let d = func.inst(s.inst);
-        let chain = chains.get(&s.inst).filter(|_| s.engine == Engine::Math);
+        let chain = chains.get(&s.inst);
         let mut args = json!({"source": sources.snippet(d.loc.file, d.loc.span).trim()});
         let name = match chain {
             Some(c) => {
@@ -361,16 +358,21 @@ struct FusedChain {
     members: Vec<String>,
 }
 
-/// The chains of the simulator's plan (`Fusion::Compute`, as the launch
-/// makes it) that span several source lines, by label (the member making
-/// the result, which their slices carry): one name would otherwise hide
-/// the other lines' work (a softmax's `exp` fused into the `sum` of the
-/// next line).
+/// The MATH chains of the simulator's plan (`Fusion::Compute`, as the
+/// launch makes it) that span several source lines, by label (the member
+/// making the result, which their slices and issue stalls carry): one
+/// name would otherwise hide the other lines' work (a softmax's `exp`
+/// fused into the `sum` of the next line).
 fn fused_chains(func: &Function, sources: &SourceMap) -> HashMap<Inst, FusedChain> {
     let plan = kernbench_compiler::datapath::plan_with(func, kernbench_compiler::datapath::Fusion::Compute);
     let address = super::agu::address_values(func);
     let mut chains = HashMap::new();
-    for group in &plan.groups {
+    let on_math = |g: &kernbench_compiler::datapath::Group| {
+        g.insts
+            .first()
+            .is_some_and(|&i| super::events::group_engine(&func.inst(i).op).0 == Engine::Math)
+    };
+    for group in plan.groups.iter().filter(|g| on_math(g)) {
         let members: Vec<Inst> = super::events::computing_members(func, group, &address).collect();
         let (Some(&first), Some(&last)) = (members.first(), members.last()) else {
             continue;

@@ -31,8 +31,8 @@ pub(crate) fn set_json(json: bool) {
     JSON.store(json, Ordering::Relaxed);
 }
 
-/// The [`Failure`] of the command being run: for the shared steps of
-/// several commands (loading `--topology`), which do not know its format.
+/// The [`Failure`] of the command being run (its `--format`, as `main`
+/// set it).
 pub(crate) fn of_command() -> Failure {
     Failure {
         json: JSON.load(Ordering::Relaxed),
@@ -44,11 +44,11 @@ pub(crate) fn note_stdout() {
 }
 
 pub(crate) fn note_stderr(text: &str) {
-    let Some(message) = text.strip_prefix("error: ") else {
+    if !text.starts_with("error: ") {
         return;
-    };
+    }
     if let Ok(mut first) = FIRST_ERROR.lock() {
-        first.get_or_insert_with(|| message.lines().next().unwrap_or_default().to_string());
+        first.get_or_insert_with(|| kernbench_runtime::sim::first_line(text).to_string());
     }
 }
 

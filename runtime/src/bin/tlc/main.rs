@@ -842,10 +842,7 @@ fn emit_ir(a: EmitIrArgs) -> ExitCode {
                 Format::Human => text.push_str(&kernbench_compiler::ir::print_function(&func, &sources)),
                 Format::Json => kernels.push(kernbench_compiler::ir::function_json(&func, &sources)),
             },
-            Err(failure) => {
-                let json = format == Format::Json;
-                return failure::Failure { json }.lower(&failure);
-            }
+            Err(failure) => return failure::of_command().lower(&failure),
         }
     }
     match format {

@@ -4,7 +4,7 @@
 //! at their source line, print the timing summary, and write the tensors
 //! back.
 
-use super::failure::Failure;
+use super::failure;
 use super::{color_mode, kernels_of, lower_kernel, parse_defines, read_source, Backend, Color, Format};
 use kernbench_compiler::datapath::{interp::Interpreter, jit::Jit, plan, DataPath, RtValue, Tensor};
 use kernbench_compiler::sema::{
@@ -327,9 +327,7 @@ fn out_dir_usable(dir: &Path) -> Result<(), String> {
 }
 
 pub fn run(a: RunArgs) -> ExitCode {
-    let fail = Failure {
-        json: a.format == Format::Json,
-    };
+    let fail = failure::of_command();
     let defines = match parse_defines(&a.define) {
         Ok(d) => d,
         Err(e) => return fail.usage(&e),
@@ -652,7 +650,7 @@ fn functional(
     func: &kernbench_compiler::ir::Function,
     sources: &kernbench_compiler::diag::SourceMap,
     a: &RunArgs,
-    fail: Failure,
+    fail: failure::Failure,
     grid: [u32; 3],
     host_args: Vec<(String, HostArg, Layout)>,
     dp: &mut dyn DataPath,
