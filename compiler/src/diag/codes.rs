@@ -61,7 +61,7 @@ codes! {
     E0106 = "E0106", "import cycle";
     E0107 = "E0107", "statement not allowed here";
     E0108 = "E0108", "unknown decorator";
-    E0109 = "E0109", "recursive helper";
+    E0109 = "E0109", "recursive helper, or helper calls nested too deep";
     // Calls and signatures.
     E0200 = "E0200", "too many positional arguments";
     E0201 = "E0201", "unknown keyword argument";

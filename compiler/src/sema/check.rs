@@ -183,7 +183,7 @@ pub(super) struct Checker {
 const MAX_CHECK_STEPS: u64 = 500_000;
 
 /// How many helper calls may nest; deeper is reported as recursion.
-const MAX_CALL_DEPTH: usize = 64;
+pub(crate) const MAX_CALL_DEPTH: usize = 64;
 /// `tl.static_range` loops longer than this are checked once, not unrolled.
 const MAX_UNROLL_CHECK: i64 = 1024;
 
@@ -563,7 +563,7 @@ impl Checker {
             self.emit(caller, d);
             return Val::unknown();
         }
-        if self.active.contains(&fid) || self.active.len() >= MAX_CALL_DEPTH {
+        if self.active.contains(&fid) {
             let d = Diagnostic::new(
                 Code::E0109,
                 format!("helper `{}` calls itself", def.name.name),
@@ -571,6 +571,21 @@ impl Checker {
                 "recursive call",
             )
             .with_note("helpers are inlined at each call site, so they cannot recurse");
+            self.emit(caller, d);
+            return Val::unknown();
+        }
+        if self.active.len() >= MAX_CALL_DEPTH {
+            // Not recursion: a chain of distinct helpers past the limit
+            // (each level is inlined into the one above it).
+            let d = Diagnostic::new(
+                Code::E0109,
+                format!("helper calls nest more than {MAX_CALL_DEPTH} deep"),
+                self.loc(caller, callee_span),
+                format!("call {} of a chain of nested helper calls", MAX_CALL_DEPTH + 1),
+            )
+            .with_note(format!(
+                "helpers are inlined at each call site, and calls may nest at most {MAX_CALL_DEPTH} deep"
+            ));
             self.emit(caller, d);
             return Val::unknown();
         }
@@ -1167,15 +1182,20 @@ impl Checker {
                 ..x
             };
         }
-        let ty = if x.val.ty.is_unknown() {
-            y.val.ty.clone()
+        // The type and the assignment a later message shows for it come
+        // from the same path: an unknown (an error already reported) takes
+        // the other's.
+        let (ty, def) = if x.val.ty.is_unknown() {
+            (y.val.ty.clone(), y.def)
+        } else if y.val.ty.is_unknown() {
+            (x.val.ty.clone(), x.def)
         } else {
-            x.val.ty.clone()
+            (x.val.ty.clone(), y.def)
         };
         Var {
             val: Val::runtime(ty),
             state,
-            def: y.def,
+            def,
             constexpr: false,
         }
     }

@@ -36,6 +36,19 @@ fn overflow(op: BinOp) -> Result<Konst, String> {
     Err(format!("integer overflow in constant `{}`", op.symbol()))
 }
 
+/// `x ** y` in floats, as Python refuses it: 0 to a negative power, and a
+/// result too large for a float from finite operands.
+fn float_pow(x: f64, y: f64) -> Result<Konst, String> {
+    if x == 0.0 && y < 0.0 {
+        return Err("0 cannot be raised to a negative power".into());
+    }
+    let r = x.powf(y);
+    if r.is_infinite() && x.is_finite() && y.is_finite() {
+        return Err("float overflow in constant `**`".into());
+    }
+    Ok(Konst::Float(r))
+}
+
 pub fn binary(op: BinOp, a: &Konst, b: &Konst) -> Folded {
     let (x, y) = (num(a)?, num(b)?);
     let both_bool = matches!((a, b), (Konst::Bool(_), Konst::Bool(_)));
@@ -74,7 +87,7 @@ pub fn binary(op: BinOp, a: &Konst, b: &Konst) -> Folded {
                 }
                 BinOp::Pow => {
                     if y < 0 {
-                        return Some(Ok(Konst::Float((x as f64).powf(y as f64))));
+                        return Some(float_pow(x as f64, y as f64));
                     }
                     u32::try_from(y).ok().and_then(|y| x.checked_pow(y))
                 }
@@ -83,7 +96,9 @@ pub fn binary(op: BinOp, a: &Konst, b: &Konst) -> Folded {
                         return Some(Err(format!("shift amount {y} is out of range 0..64")));
                     }
                     if op == BinOp::Shl {
-                        x.checked_mul(1i64 << y)
+                        // x · 2^y exactly (|x| < 2^63 and y < 64 fit i128):
+                        // `1 << 63` does not fit, `-1 << 63` does.
+                        i64::try_from(i128::from(x) << y).ok()
                     } else {
                         Some(x >> y)
                     }
@@ -132,7 +147,7 @@ pub fn binary(op: BinOp, a: &Konst, b: &Konst) -> Folded {
                         }))
                     }
                 }
-                BinOp::Pow => Ok(Konst::Float(x.powf(y))),
+                BinOp::Pow => float_pow(x, y),
                 // Bitwise operators on floats are a type error, reported by
                 // the type rules.
                 _ => return None,
@@ -220,5 +235,20 @@ mod tests {
             .unwrap()
             .is_err());
         assert!(binary(BinOp::Shl, &Konst::Int(1), &Konst::Int(64)).unwrap().is_err());
+        // Python's `<<` is x · 2^y: 2^63 does not fit i64, -2^63 does.
+        assert!(binary(BinOp::Shl, &Konst::Int(1), &Konst::Int(63)).unwrap().is_err());
+        assert_eq!(fold(BinOp::Shl, -1, 63), Konst::Int(i64::MIN));
+        assert_eq!(fold(BinOp::Shl, 1, 62), Konst::Int(1 << 62));
+        assert!(binary(BinOp::Shl, &Konst::Int(3), &Konst::Int(62)).unwrap().is_err());
+        assert_eq!(fold(BinOp::Shl, -3, 2), Konst::Int(-12));
+        // Powers Python refuses.
+        assert!(binary(BinOp::Pow, &Konst::Int(0), &Konst::Int(-1)).unwrap().is_err());
+        assert!(binary(BinOp::Pow, &Konst::Float(0.0), &Konst::Int(-2))
+            .unwrap()
+            .is_err());
+        assert!(binary(BinOp::Pow, &Konst::Float(2.0), &Konst::Int(10000))
+            .unwrap()
+            .is_err());
+        assert_eq!(fold(BinOp::Pow, 2, -1), Konst::Float(0.5));
     }
 }

@@ -748,6 +748,23 @@ impl Checker {
                 ..Val::unknown()
             };
         }
+        // An integer `//` or `%` by a constant 0 traps wherever it runs:
+        // an error now, as when both operands are constants.
+        let int_dividend = matches!(l.ty.elem(), Some(Elem::Num(d)) if d.is_int());
+        if matches!(op, BinOp::FloorDiv | BinOp::Mod)
+            && int_dividend
+            && r.konst.as_ref().and_then(Konst::as_int) == Some(0)
+        {
+            let what = if op == BinOp::Mod { "modulo" } else { "division" };
+            self.error(
+                f,
+                Code::E0315,
+                format!("integer {what} by zero"),
+                re.span,
+                "zero divisor",
+            );
+            return Val::unknown();
+        }
         let sym = op.symbol();
         let (Some(el), Some(er)) = (l.ty.elem(), r.ty.elem()) else {
             let d = Diagnostic::new(
@@ -1245,39 +1262,47 @@ impl Checker {
     }
 
     fn subscript(&mut self, f: &mut Frame, v: Val, indices: &[Index], value_span: Span, span: Span) -> Val {
-        // Indexing a constant tuple: `x.shape[0]`.
-        if let Some(Konst::Tuple(items)) = &v.konst {
-            if let [Index::Expr(ie)] = indices {
-                let iv = self.expr(f, ie);
-                match iv.konst.as_ref().and_then(Konst::as_int) {
-                    Some(i) => {
-                        let n = items.len() as i64;
-                        let j = if i < 0 { i + n } else { i };
-                        if (0..n).contains(&j) {
-                            return Val::konst(items[j as usize].clone());
-                        }
-                        self.error(
-                            f,
-                            Code::E0325,
-                            format!("index {i} is out of range for a tuple of {n}"),
-                            ie.span,
-                            "out of range",
-                        );
-                        return Val::unknown();
+        // Indexing a tuple with a constant: `x.shape[0]`, `(a, b)[1]`. Its
+        // elements as unpacking gives them (a tuple of unbound constexprs
+        // gives unknown constants).
+        let items: Option<Vec<Val>> = match (&v.konst, &v.ty) {
+            (Some(Konst::Tuple(ks)), _) => Some(ks.iter().cloned().map(Val::konst).collect()),
+            (_, Ty::Tuple(ts)) if v.parts.len() == ts.len() => Some(v.parts.clone()),
+            (_, Ty::Tuple(ts)) => Some(ts.iter().cloned().map(Val::runtime).collect()),
+            _ => None,
+        };
+        if let (Some(items), [Index::Expr(ie)]) = (items, indices) {
+            let iv = self.expr(f, ie);
+            return match iv.konst.as_ref().and_then(Konst::as_int) {
+                Some(i) => {
+                    let n = items.len() as i64;
+                    let j = if i < 0 { i + n } else { i };
+                    if (0..n).contains(&j) {
+                        return items[j as usize].clone();
                     }
-                    None if iv.ty.is_unknown() => return Val::unknown(),
-                    None => {
-                        self.error(
-                            f,
-                            Code::E0209,
-                            "a tuple index must be a compile-time integer",
-                            ie.span,
-                            "not a constant",
-                        );
-                        return Val::unknown();
-                    }
+                    self.error(
+                        f,
+                        Code::E0325,
+                        format!("index {i} is out of range for a tuple of {n}"),
+                        ie.span,
+                        "out of range",
+                    );
+                    Val::unknown()
                 }
-            }
+                // An unbound constexpr: the element is not known either.
+                None if iv.ty.is_unknown() && v.is_const => Val::unbound_const(),
+                None if iv.ty.is_unknown() => Val::unknown(),
+                None => {
+                    self.error(
+                        f,
+                        Code::E0209,
+                        "a tuple index must be a compile-time integer",
+                        ie.span,
+                        "not a constant",
+                    );
+                    Val::unknown()
+                }
+            };
         }
         let shape: Vec<Dim> = match &v.ty {
             Ty::Unknown => {

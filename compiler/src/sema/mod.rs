@@ -140,9 +140,99 @@ pub(crate) fn sorted(d: Diagnostics) -> Vec<Diagnostic> {
     let mut list = d.into_sorted();
     // An unused variable next to an error is mostly the error's echo (its
     // value failed to check, or the use that failed was its read): as
-    // rustc does, it is reported only once the program checks.
-    if list.iter().any(|d| !d.code.is_warning()) {
-        list.retain(|d| d.code != crate::diag::Code::W0001);
-    }
+    // rustc does, it is reported only once its file checks. Another file's
+    // errors do not silence it (`tlc check a.tl b.tl`).
+    let with_errors: std::collections::HashSet<u32> = list
+        .iter()
+        .filter(|d| !d.code.is_warning())
+        .map(|d| d.primary.loc.file.0)
+        .collect();
+    list.retain(|d| d.code != crate::diag::Code::W0001 || !with_errors.contains(&d.primary.loc.file.0));
     list
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diag::Code;
+
+    fn codes_and_messages(out: &CheckOutput) -> Vec<(Code, String)> {
+        out.diagnostics.iter().map(|d| (d.code, d.message.clone())).collect()
+    }
+
+    /// A chain of distinct helpers past the nesting limit is not called
+    /// recursion; one at the limit checks.
+    #[test]
+    fn a_deep_chain_of_helpers_is_not_recursion() {
+        let chain = |n: usize| {
+            let mut src: String = (0..n)
+                .map(|i| format!("def h{i}(x):\n    return h{}(x)\n\n\n", i + 1))
+                .collect();
+            src.push_str(&format!("def h{n}(x):\n    return x + 1\n\n\n"));
+            src.push_str("@kernel\ndef k(p: ptr[i32]):\n    tl.store(p, h0(tl.load(p)))\n");
+            check_source("chain.tl", &src, &Options::default())
+        };
+        let ok = chain(check::MAX_CALL_DEPTH - 1);
+        assert!(!ok.has_errors(), "{:?}", codes_and_messages(&ok));
+        let deep = chain(check::MAX_CALL_DEPTH + 5);
+        let found = codes_and_messages(&deep);
+        assert_eq!(
+            found,
+            vec![(
+                Code::E0109,
+                format!("helper calls nest more than {} deep", check::MAX_CALL_DEPTH)
+            )]
+        );
+    }
+
+    /// With constexprs unbound (`tlc check` without `-D`) the checks that
+    /// need their values are skipped, not failed: a `tl.static_range` over
+    /// one, a tuple of them indexed by one.
+    #[test]
+    fn unbound_constexprs_skip_the_checks_that_need_them() {
+        let src = "@kernel\ndef k(x: ptr[f32], B: constexpr, C: constexpr):\n    \
+                   for i in tl.static_range(B):\n        q = tl.arange(0, i + 1)\n        \
+                   tl.store(x + q, 1.0, mask=q < 4)\n    t = (B, C)[B]\n    tl.store(x, t)\n";
+        let out = check_source("u.tl", src, &Options::default());
+        assert_eq!(codes_and_messages(&out), vec![]);
+        // Bound, the same checks run: `tl.arange(0, 1)` is fine, and index
+        // 2 of a pair is out of range.
+        let mut options = Options::default();
+        options.defines.insert("B".into(), Konst::Int(2));
+        options.defines.insert("C".into(), Konst::Int(8));
+        let out = check_source("u.tl", src, &options);
+        assert_eq!(
+            codes_and_messages(&out),
+            vec![(Code::E0325, "index 2 is out of range for a tuple of 2".to_string())]
+        );
+    }
+
+    /// An unused variable is reported in a file that checks, whatever
+    /// another file's errors; not in a file with errors.
+    #[test]
+    fn unused_variables_are_silenced_per_file() {
+        let mut s = Session::new(Options::default());
+        let unused = "@kernel\ndef k(p: ptr[i32]):\n    x = 1\n    tl.store(p, 2)\n";
+        s.add_file("a.tl", None, unused.to_string());
+        s.add_file(
+            "b.tl",
+            None,
+            "@kernel\ndef j(p: ptr[i32]):\n    tl.store(p, tl.nope(1))\n".to_string(),
+        );
+        s.add_file(
+            "c.tl",
+            None,
+            format!("{unused}\n\n@kernel\ndef m(p: ptr[i32]):\n    tl.store(p, tl.nope(1))\n"),
+        );
+        let out = s.finish();
+        let files: Vec<(Code, &str)> = out
+            .diagnostics
+            .iter()
+            .map(|d| (d.code, out.sources.name(d.primary.loc.file)))
+            .collect();
+        assert_eq!(
+            files,
+            vec![(Code::W0001, "a.tl"), (Code::E0101, "b.tl"), (Code::E0101, "c.tl")]
+        );
+    }
 }
