@@ -359,7 +359,11 @@ fn registry_errors_name_the_entry() {
         "{e}"
     );
     let e = try_yaml("algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n    constexprs: {CHUNK: 8}\n");
-    assert!(e.contains("has no constexpr `CHUNK`"), "{e}");
+    // In a flow mapping the key's line is its mapping's.
+    assert!(
+        e.contains("my_ccl.yaml:7: algorithms.mine.constexprs.CHUNK: kernel `mine` has no constexpr `CHUNK`"),
+        "{e}"
+    );
     // A constexpr of another kind than the kernel's default is reported at
     // its key (an integer may stand for a float); one the kernel has no
     // default for, when it breaks the kernel, names the values and where
@@ -387,6 +391,13 @@ fn registry_errors_name_the_entry() {
     );
     let e = sized("      CH: 12.5\n      CB: 16\n");
     assert!(e.contains("constexprs.CH: `CH` is 12.5, a float, but kernel"), "{e}");
+    let e = try_yaml(
+        "algorithms:\n  mine:\n    collective: all_reduce\n    module: sized.tl\n    kernel: mine\n    topology: ring\n    constexprs: {CB: 16, CH: 2.5}\n",
+    );
+    assert!(
+        e.contains("my_ccl.yaml:7: algorithms.mine.constexprs.CH: `CH` is 2.5, a float"),
+        "{e}"
+    );
     let e = sized("      SCALE: f16\n      CB: 16\n");
     assert!(
         e.contains("my_ccl.yaml:8: algorithms.mine.constexprs.SCALE: `SCALE` is f16, a dtype"),

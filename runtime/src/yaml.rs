@@ -303,6 +303,11 @@ fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Err
         }
     }
     let mut message = plain_types(&shorten_quoted(&message));
+    // Block nesting (indentation) past serde_yaml's limit, which is ours
+    // for flow nesting too: said as `too_deep` says it.
+    if message == "recursion limit exceeded" {
+        message = format!("collections nested more than {MAX_FLOW_DEPTH} deep");
+    }
     // YAML reads a number past f64's range (`1e400`) as a string.
     if let Some((quoted, expected)) = message
         .strip_prefix("got the string \"")
@@ -434,7 +439,7 @@ fn shorten_quoted(message: &str) -> String {
 /// [`key_line`] of `path`, or else of its nearest ancestor that has one: a
 /// key inside a flow mapping (`constexprs: {T: i32}`) shares its parent's
 /// line, which indentation alone does not find.
-fn key_or_parent_line(text: &str, path: &str) -> Option<usize> {
+pub(crate) fn key_or_parent_line(text: &str, path: &str) -> Option<usize> {
     let mut p = path;
     loop {
         if let Some(l) = key_line(text, p) {
@@ -606,6 +611,16 @@ mod tests {
         let quoted = format!("a: \"\\\"{0}\"\nb: '{0}' # {0}\n", "[".repeat(200));
         assert!(too_deep(&quoted).is_none());
         assert!(parse::<serde_yaml::Value>("t.yaml", &quoted).is_ok());
+        // Block nesting: the parser's own limit, in the same words, at the
+        // deepest key it reached.
+        let block: String = (0..200).map(|i| format!("{}k{i}:\n", "  ".repeat(i))).collect();
+        let e = parse::<serde_yaml::Value>("t.yaml", &block).expect_err("too deep");
+        let shown = e.to_string();
+        assert!(shown.starts_with("t.yaml:129: k0.k1."), "{shown}");
+        assert!(
+            shown.ends_with(".k127: collections nested more than 128 deep"),
+            "{shown}"
+        );
     }
 
     /// A key given twice is an error at the second one, with its path,
@@ -649,6 +664,12 @@ mod tests {
         let e = parse::<crate::topology::schema::File>("t.yaml", &unit).expect_err("a string");
         assert_eq!(e.path, "system.sip_link.latency_ns");
         assert_eq!(e.message, "got the string \"500ns\", expected a number", "{e}");
+        // A number in any of YAML's integer forms is one.
+        for (written, ns) in [("0x1f4", 500.0), ("0o764", 500.0), ("5e2", 500.0), ("+500", 500.0)] {
+            let t = text.replacen("latency_ns: 500", &format!("latency_ns: {written}"), 1);
+            let f = parse::<crate::topology::schema::File>("t.yaml", &t).expect(written);
+            assert_eq!(f.system.sip_link.latency_ns.0, ns, "{written}");
+        }
         let float = text.replacen("capacity_bytes: 67108864", "capacity_bytes: 1.5e6", 1);
         let e = parse::<crate::topology::schema::File>("t.yaml", &float).expect_err("a float");
         assert!(e.message.ends_with("expected an integer"), "{e}");

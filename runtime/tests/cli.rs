@@ -1413,7 +1413,9 @@ fn bench_sim_reports_the_simulators_speed() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("on 4 PEs of `default`") && text.contains("#wrong 0 OK") && text.contains("events/s (M)"),
+        text.contains("on 4 PEs of `default`, one thread")
+            && text.contains("#wrong 0 OK")
+            && text.contains("events/s (M)"),
         "{text}"
     );
     // Bad usage.

@@ -253,7 +253,12 @@ impl Registry {
             let mut constexprs = BTreeMap::new();
             let mut constexpr_lines = BTreeMap::new();
             for (k, v) in &a.constexprs {
-                constexpr_lines.insert(k.clone(), key_line(text, &format!("algorithms.{name}.constexprs.{k}")));
+                // A key in a flow mapping (`constexprs: {CHUNK: 2}`) has its
+                // mapping's line.
+                constexpr_lines.insert(
+                    k.clone(),
+                    crate::yaml::key_or_parent_line(text, &format!("algorithms.{name}.constexprs.{k}")),
+                );
                 // These the runtime binds for every run; a value here
                 // would be silently replaced.
                 if super::RUNTIME_CONSTEXPRS.contains(&k.as_str()) {

@@ -147,32 +147,36 @@ impl Topology {
                 ),
             ));
         }
-        for dt in ["f16", "bf16", "f32", "i8"] {
-            if !s.pe.gemm.cycles_per_tile.contains_key(dt) {
-                return Err(err("pe.gemm.cycles_per_tile", format!("missing the cycles for `{dt}`")));
-            }
-        }
+        // An unknown key first: a misspelt `defualt` is that, not a
+        // missing `default`. Each is reported at its own key.
+        const GEMM_DTYPES: [&str; 4] = ["f16", "bf16", "f32", "i8"];
         if let Some(k) =
             s.pe.gemm
                 .cycles_per_tile
                 .keys()
-                .find(|k| !["f16", "bf16", "f32", "i8"].contains(&k.as_str()))
+                .find(|k| !GEMM_DTYPES.contains(&k.as_str()))
         {
             return Err(err(
-                "pe.gemm.cycles_per_tile",
-                format!("`{k}` is not a GEMM operand dtype (f16, bf16, f32, i8)"),
+                &format!("pe.gemm.cycles_per_tile.{k}"),
+                format!("`{k}` is not a GEMM operand dtype ({})", GEMM_DTYPES.join(", ")),
+            ));
+        }
+        if let Some(dt) = GEMM_DTYPES
+            .iter()
+            .find(|dt| !s.pe.gemm.cycles_per_tile.contains_key(**dt))
+        {
+            return Err(err("pe.gemm.cycles_per_tile", format!("missing the cycles for `{dt}`")));
+        }
+        if let Some(k) = s.pe.math.op_cycles.keys().find(|k| !MATH_CLASSES.contains(&k.as_str())) {
+            return Err(err(
+                &format!("pe.math.op_cycles.{k}"),
+                format!("`{k}` is not an operation class ({})", MATH_CLASSES.join(", ")),
             ));
         }
         if !s.pe.math.op_cycles.contains_key("default") {
             return Err(err(
                 "pe.math.op_cycles",
                 "missing `default` (the cycles of every operation not listed)".into(),
-            ));
-        }
-        if let Some(k) = s.pe.math.op_cycles.keys().find(|k| !MATH_CLASSES.contains(&k.as_str())) {
-            return Err(err(
-                "pe.math.op_cycles",
-                format!("`{k}` is not an operation class ({})", MATH_CLASSES.join(", ")),
             ));
         }
         let q = &s.pe.ipcq;
@@ -483,6 +487,33 @@ mod tests {
             let key = path.split('[').next().unwrap_or(path);
             assert_eq!(e.line, key_line(&text, key), "{to}: {e}");
         }
+        // A misspelt key of a flow mapping is unknown, not the one it
+        // misses; reported at its own path, on its mapping's line.
+        for (from, to, path, says) in [
+            (
+                "{default: 1,",
+                "{defualt: 1,",
+                "pe.math.op_cycles.defualt",
+                "`defualt` is not an operation class (default, div,",
+            ),
+            (
+                "{f16: 32,",
+                "{fp16: 32,",
+                "pe.gemm.cycles_per_tile.fp16",
+                "`fp16` is not a GEMM operand dtype (f16, bf16, f32, i8)",
+            ),
+        ] {
+            let text = DEFAULT_YAML.replacen(from, to, 1);
+            assert_ne!(text, DEFAULT_YAML, "`{from}` is in the default");
+            let e = Topology::parse("t.yaml", &text).expect_err(to);
+            assert_eq!((e.path.as_str(), e.message.contains(says)), (path, true), "{e}");
+            let parent = &path[..path.rfind('.').unwrap_or(0)];
+            assert_eq!(e.line, key_line(&text, parent), "{e}");
+        }
+        let text = DEFAULT_YAML.replacen("{default: 1, ", "{", 1);
+        let e = Topology::parse("t.yaml", &text).expect_err("no default");
+        assert_eq!(e.path, "pe.math.op_cycles", "{e}");
+        assert!(e.message.starts_with("missing `default`"), "{e}");
         // At the bounds, the machine is valid and its times are exact.
         let slow = DEFAULT_YAML.replacen("clock_ghz: 1.0", "clock_ghz: 0.001", 1);
         assert_eq!(Topology::parse("t.yaml", &slow).expect("1 MHz").cycle_ps, 1_000_000);

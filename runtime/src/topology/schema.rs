@@ -84,7 +84,7 @@ pub type ClockGhz = Ranged<1, 1000>;
 
 impl<'de, const MIN_MILLI: u64, const MAX: u64> Deserialize<'de> for Ranged<MIN_MILLI, MAX> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = f64::deserialize(d)?;
+        let v = number(d)?;
         let min = MIN_MILLI as f64 / 1000.0;
         if !(v >= min && v <= MAX as f64) {
             return Err(serde::de::Error::custom(format!(
@@ -94,6 +94,35 @@ impl<'de, const MIN_MILLI: u64, const MAX: u64> Deserialize<'de> for Ranged<MIN_
         }
         Ok(Ranged(v))
     }
+}
+
+/// A number as YAML writes one: a float, or an integer in any of YAML's
+/// forms (`16`, `0x10`, `0o20`). serde_yaml's `f64` takes only decimal
+/// integers and calls a hexadecimal one an integer that is not a number.
+fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    struct Number;
+    impl serde::de::Visitor<'_> for Number {
+        type Value = f64;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a number")
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<f64, E> {
+            Ok(v)
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+        fn visit_i128<E>(self, v: i128) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+        fn visit_u128<E>(self, v: u128) -> Result<f64, E> {
+            Ok(v as f64)
+        }
+    }
+    d.deserialize_any(Number)
 }
 
 /// `v` as a reader wrote it: Rust prints `1e300` with all its 301
@@ -113,7 +142,7 @@ pub struct Fraction(pub f64);
 
 impl<'de> Deserialize<'de> for Fraction {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = f64::deserialize(d)?;
+        let v = number(d)?;
         if !(v > 0.0 && v <= 1.0) {
             return Err(serde::de::Error::custom(format!(
                 "expected a fraction in (0, 1], got {}",

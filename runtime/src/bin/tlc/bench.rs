@@ -187,15 +187,17 @@ pub fn sim(a: SimArgs) -> ExitCode {
     match a.format {
         Format::Human => {
             outln!(
-                "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank ({} bytes in all) on {ranks} PE{} of `{}`{}",
+                "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank ({} bytes in all) on {ranks} PE{} of `{}`, {}",
                 alg.name,
                 first.size_bytes,
                 first.size_bytes * ranks as u64,
                 if ranks == 1 { "" } else { "s" },
                 topo.spec.name,
+                // Said always: a figure on one core and one on several differ
+                // by up to 2x, and both get quoted.
                 match a.threads {
-                    0 | 1 => String::new(),
-                    n => format!(", up to {n} threads"),
+                    0 | 1 => "one thread".to_string(),
+                    n => format!("up to {n} threads"),
                 }
             );
             outln!(
