@@ -2263,6 +2263,46 @@ fn run_and_bench_outputs_are_where_users_look() {
         "{}",
         stderr(&o)
     );
+    // In JSON, the unreadable file is a line of the diagnostics' stream.
+    let o = tlc(&["check", &d1.to_string_lossy(), "--format", "json"]);
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["code"], "E0101", "{lines:?}");
+    assert!(
+        lines[1]["file"].as_str().is_some_and(|f| f.ends_with("zz.tl")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1]["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("is not UTF-8 text")),
+        "{lines:?}"
+    );
+    // A folder with no `.tl` file is a usage error; a folder reached again
+    // through a symbolic link is walked once.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).expect("empty");
+    assert_exit(&tlc(&["check", &empty.to_string_lossy()]), 2, "no `.tl` file in folder");
+    #[cfg(unix)]
+    {
+        let looped = dir.join("looped");
+        std::fs::create_dir_all(looped.join("sub")).expect("looped");
+        write_kernel(&looped, "ok.tl", "@kernel\ndef k(x: ptr[f32]):\n    tl.store(x, 1.0)\n");
+        let _ = std::os::unix::fs::symlink("..", looped.join("sub/up"));
+        let o = tlc(&["check", &looped.to_string_lossy(), "--format", "json"]);
+        assert_eq!(
+            (o.status.code(), o.stdout.is_empty()),
+            (Some(0), true),
+            "{}",
+            stderr(&o)
+        );
+        let o = tlc(&["check", &looped.to_string_lossy(), &looped.to_string_lossy()]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    }
 
     let o = tlc(&[
         "bench",
@@ -2348,6 +2388,26 @@ fn run_json_reports_every_failure_as_one_record() {
         &tlc(&["bench", "ccl", "--stdlib", "/nonexistent-kernbench", "--sizes", "1K"]),
         2,
         "--stdlib `/nonexistent-kernbench`: no such folder",
+    );
+    // So is a $KERNBENCH_STDLIB that is no folder.
+    let o = Command::new(env!("CARGO_BIN_EXE_tlc"))
+        .args(["check", "stdlib/kernels/add.tl"])
+        .env("KERNBENCH_STDLIB", "/nonexistent-kernbench")
+        .current_dir(repo())
+        .output()
+        .expect("tlc runs");
+    assert_exit(&o, 2, "KERNBENCH_STDLIB `/nonexistent-kernbench`: no such folder");
+    // -D reads Python's integer literals, and refuses one past 64 bits.
+    assert_eq!(
+        tlc(&["check", "-D", "BLOCK=0x40", "stdlib/kernels/add.tl"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_exit(
+        &tlc(&["check", "-D", "BLOCK=99999999999999999999", "stdlib/kernels/add.tl"]),
+        2,
+        "`99999999999999999999` does not fit a 64-bit integer",
     );
     // clap's whole message (what is missing), and no panic on an argument
     // that is not UTF-8.
@@ -2628,5 +2688,39 @@ fn every_json_command_reports_a_failure_as_one_record() {
             .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| v.get("error").is_none())),
         "{text}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A tensor `--out` cannot write (a directory in its way) loses no other
+/// file and not the summary: the others are written, the human summary is
+/// shown, and the run fails naming the file.
+#[test]
+fn an_output_that_cannot_be_written_loses_no_other() {
+    let dir = temp_dir("out-partial");
+    std::fs::create_dir_all(dir.join("y.npy")).expect("a directory in y.npy's way");
+    let out = dir.to_string_lossy().into_owned();
+    let o = tlc(&[
+        "run",
+        "stdlib/kernels/add.tl",
+        "--kernel",
+        "add",
+        "-D",
+        "BLOCK=4",
+        "--arg",
+        "x=rand(10,f32,1)",
+        "--arg",
+        "y=rand(10,f32,2)",
+        "--arg",
+        "out=zeros(10,f32)",
+        "--arg",
+        "n=10",
+        "--out",
+        &out,
+    ]);
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    assert!(e.contains("y.npy"), "{e}");
+    assert!(dir.join("x.npy").is_file() && dir.join("out.npy").is_file(), "{e}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("simulated time"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }

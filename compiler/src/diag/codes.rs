@@ -108,6 +108,7 @@ codes! {
     E0326 = "E0326", "invalid argument value";
     E0327 = "E0327", "program too large to check";
     E0328 = "E0328", "constant out of range for a comparison";
+    E0329 = "E0329", "tuple of values across a run-time branch or loop";
     // Control flow.
     E0400 = "E0400", "`break` outside a loop";
     E0401 = "E0401", "`continue` outside a loop";

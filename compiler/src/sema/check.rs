@@ -50,6 +50,12 @@ impl Val {
         }
     }
 
+    /// A tuple, constant or not (`(a, b)`, `x.shape`, a helper's
+    /// `return a, b`).
+    pub fn is_tuple(&self) -> bool {
+        matches!(self.ty, Ty::Tuple(_)) || matches!(self.konst, Some(Konst::Tuple(_)))
+    }
+
     pub fn runtime(ty: Ty) -> Val {
         Val {
             ty,
@@ -1054,8 +1060,27 @@ impl Checker {
                     // Both branches leave: what follows is unreachable, and
                     // the variables keep their values from before the `if`.
                     (true, true) => before.clone(),
-                    _ => self.merge(f, &before, then_vars.clone(), else_vars.clone()),
+                    _ => self.merge(f, &before, then_vars.clone(), else_vars.clone(), !cv.is_const),
                 };
+                // One branch leaves (`return`, `break`): the other's values
+                // flow out of the `if`, which cannot carry a tuple either.
+                if then_term != else_term && !cv.is_const {
+                    let mut names: Vec<&String> = merged.keys().collect();
+                    names.sort();
+                    let crossing: Vec<(String, Span, Span)> = names
+                        .into_iter()
+                        .filter_map(|n| {
+                            let (b, v) = (before.get(n)?, &merged[n]);
+                            tuple_changed(b, v).then(|| (n.clone(), b.def, v.def))
+                        })
+                        .collect();
+                    for (name, was, now) in crossing {
+                        self.tuple_crosses(f, &name, "a run-time `if`", (was, now));
+                        if let Some(v) = merged.get_mut(&name) {
+                            v.val = Val::unknown();
+                        }
+                    }
+                }
                 if let Some((inst, t, e)) = lowered.filter(|_| !(then_term && else_term)) {
                     let names = changed_runtime_vars(&before, &merged);
                     let tys: Vec<crate::ir::Type> =
@@ -1121,13 +1146,16 @@ impl Checker {
         self.leave_region(Some(r));
     }
 
-    /// Joins the variables of two paths (the branches of an `if`).
+    /// Joins the variables of two paths (the branches of an `if`);
+    /// `runtime`: the IR will choose between them (not a condition on an
+    /// unbound constexpr, which only checking sees).
     fn merge(
         &mut self,
         f: &Frame,
         before: &HashMap<String, Var>,
         a: HashMap<String, Var>,
         mut b: HashMap<String, Var>,
+        runtime: bool,
     ) -> HashMap<String, Var> {
         let mut out = HashMap::new();
         let mut names: Vec<String> = a.keys().chain(b.keys()).cloned().collect();
@@ -1136,7 +1164,7 @@ impl Checker {
         let mut a = a;
         for name in names {
             let merged = match (a.remove(&name), b.remove(&name)) {
-                (Some(x), Some(y)) => self.join_var(f, &name, x, y),
+                (Some(x), Some(y)) => self.join_var(f, &name, x, y, runtime),
                 (Some(x), None) | (None, Some(x)) => {
                     if before.contains_key(&name) {
                         x
@@ -1155,11 +1183,21 @@ impl Checker {
         out
     }
 
-    fn join_var(&mut self, f: &Frame, name: &str, x: Var, y: Var) -> Var {
+    fn join_var(&mut self, f: &Frame, name: &str, x: Var, y: Var, runtime: bool) -> Var {
         let state = match (&x.state, &y.state) {
             (VarState::MaybeUndefined(s), _) | (_, VarState::MaybeUndefined(s)) => VarState::MaybeUndefined(*s),
             _ => VarState::Defined,
         };
+        if tuple_changed(&x, &y) {
+            if runtime {
+                self.tuple_crosses(f, name, "a run-time `if`", (y.def, x.def));
+            }
+            return Var {
+                val: Val::unknown(),
+                state,
+                ..x
+            };
+        }
         if x.val == y.val {
             return Var { state, ..x };
         }
@@ -1200,6 +1238,28 @@ impl Checker {
         }
     }
 
+    /// E0329: variable `name`, a tuple, has another value after a run-time
+    /// `what` (assigned at `at`) than it had before it (at `before`): the IR
+    /// carries scalars and blocks out of a branch or a loop, not tuples.
+    fn tuple_crosses(&mut self, f: &Frame, name: &str, what: &str, (before, at): (Span, Span)) {
+        let other = if what.contains("loop") {
+            "its value before the loop"
+        } else {
+            "its value on the other path"
+        };
+        let d = Diagnostic::new(
+            Code::E0329,
+            format!("tuple `{name}` is reassigned across {what}"),
+            self.loc(f, at),
+            "assigned here",
+        )
+        .with_secondary(self.loc(f, before), other)
+        .with_help(format!(
+            "unpack it into separate variables (`a, b = {name}`) and assign those instead"
+        ));
+        self.emit(f, d);
+    }
+
     /// Before a loop body: variables the body assigns become run-time
     /// values. Returns the variables before the loop and the carried ones
     /// (with their IR types, when lowering).
@@ -1238,7 +1298,9 @@ impl Checker {
 
     /// After a loop body: carried variables must keep their types; names
     /// first assigned inside are possibly undefined after it.
-    fn exit_loop(&mut self, f: &mut Frame, before: HashMap<String, Var>) {
+    /// `runtime`: a loop the IR keeps (not a `tl.static_range` checked
+    /// once without unrolling).
+    fn exit_loop(&mut self, f: &mut Frame, before: HashMap<String, Var>, runtime: bool) {
         let after = std::mem::take(&mut f.vars);
         let mut out = before.clone();
         let mut names: Vec<&String> = after.keys().collect();
@@ -1246,6 +1308,12 @@ impl Checker {
         for name in names {
             let var = &after[name];
             match before.get(name) {
+                Some(old) if runtime && tuple_changed(old, var) => {
+                    self.tuple_crosses(f, name, "a run-time loop", (old.def, var.def));
+                    if let Some(o) = out.get_mut(name) {
+                        o.val = Val::unknown();
+                    }
+                }
                 Some(old) => {
                     if !old.val.ty.compatible(&var.val.ty) {
                         let d = Diagnostic::new(
@@ -1445,7 +1513,7 @@ impl Checker {
                     );
                     self.block(f, body);
                     f.terminated = false;
-                    self.exit_loop(f, before);
+                    self.exit_loop(f, before, false);
                 }
             }
             f.loops.pop();
@@ -1536,7 +1604,7 @@ impl Checker {
             },
         );
         self.loop_body(f, body, &carried, lowered.as_ref().map(|l| l.0), iter.span);
-        self.exit_loop(f, before);
+        self.exit_loop(f, before, true);
         if let Some((_, _, results)) = &lowered {
             Self::bind_carried(f, &carried, results);
         }
@@ -1559,7 +1627,7 @@ impl Checker {
         self.block(f, body);
         f.terminated = false;
         f.loops.pop();
-        self.exit_loop(f, before);
+        self.exit_loop(f, before, true);
     }
 
     fn not_a_range(&mut self, f: &mut Frame, iter: &Expr) {
@@ -1623,7 +1691,7 @@ impl Checker {
             Self::bind_carried(f, &carried, bparams);
         }
         self.loop_body(f, body, &carried, lowered.as_ref().map(|l| l.2), cond.span);
-        self.exit_loop(f, before);
+        self.exit_loop(f, before, true);
         if let Some((.., results)) = &lowered {
             Self::bind_carried(f, &carried, results);
         }
@@ -1746,6 +1814,20 @@ pub(super) type FuncDef = Rc<ast::FunctionDef>;
 
 /// Variables whose run-time value differs from before an `if`: what the
 /// `if` must yield.
+/// Whether `a` and `b`, values of one variable on two paths, are different
+/// tuples (or a tuple and something else): constants by their values,
+/// others by their assignment too, since checking alone gives no IR values
+/// and two run-time tuples of one type compare equal.
+fn tuple_changed(a: &Var, b: &Var) -> bool {
+    if !(a.val.is_tuple() || b.val.is_tuple()) {
+        return false;
+    }
+    match (&a.val.konst, &b.val.konst) {
+        (Some(x), Some(y)) => x != y,
+        _ => a.val != b.val || a.def != b.def,
+    }
+}
+
 fn changed_runtime_vars(before: &HashMap<String, Var>, after: &HashMap<String, Var>) -> Vec<String> {
     let mut names: Vec<String> = after
         .iter()

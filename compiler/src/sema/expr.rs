@@ -93,6 +93,23 @@ impl Checker {
                     let a = self.expr(f, then);
                     let at_else = self.builder.as_ref().map(|b| b.mark());
                     let b = self.expr(f, otherwise);
+                    if a.is_tuple() || b.is_tuple() {
+                        // A run-time choice between tuples would need a
+                        // tuple-typed IR value; the elements can each be
+                        // chosen. (On an unbound constexpr, only checking
+                        // sees it: the tuple is not known.)
+                        if !c.is_const {
+                            let d = Diagnostic::new(
+                                Code::E0329,
+                                "a run-time `… if … else …` cannot choose between tuples",
+                                self.loc(f, e.span),
+                                "a tuple on a branch",
+                            )
+                            .with_help("choose each element on its own: `a = x0 if c else y0`, `b = x1 if c else y1`");
+                            self.emit(f, d);
+                        }
+                        return Val::unknown();
+                    }
                     let joined = self.join_values(f, (then, a.clone()), (otherwise, b.clone()), e.span);
                     // A branch with an effect or that may fail (a load, an
                     // atomic, a division, a helper with control flow) runs

@@ -134,6 +134,18 @@ impl Checker {
                     );
                     return Val::unknown();
                 }
+                // The block is i32: every element must be one.
+                let i32_range = i64::from(i32::MIN)..=i64::from(i32::MAX) + 1;
+                if !i32_range.contains(&s) || !i32_range.contains(&e) {
+                    self.error(
+                        f,
+                        Code::E0326,
+                        format!("`tl.arange({s}, {e})` has elements outside i32"),
+                        call,
+                        "its elements are i32",
+                    );
+                    return Val::unknown();
+                }
                 let n = (e - s) as u64;
                 if n > MAX_BLOCK_ELEMS {
                     self.too_large(f, call, n);
@@ -537,6 +549,11 @@ impl Checker {
     }
 
     fn too_large(&mut self, f: &Frame, span: Span, n: u64) {
+        let n = if n == u64::MAX {
+            "2^64 or more".to_string()
+        } else {
+            n.to_string()
+        };
         self.error(
             f,
             Code::E0323,

@@ -122,9 +122,14 @@ impl fmt::Display for Elem {
 pub type Dim = Option<u64>;
 pub type Shape = Vec<Dim>;
 
-/// Number of elements, if every dimension is known.
+/// Number of elements, if every dimension is known; `u64::MAX` when the
+/// product does not fit (a size check must refuse it, not take it for an
+/// unknown one).
 pub fn numel(shape: &[Dim]) -> Option<u64> {
-    shape.iter().try_fold(1u64, |acc, d| d.and_then(|d| acc.checked_mul(d)))
+    let n = shape
+        .iter()
+        .try_fold(1u128, |acc, d| d.map(|d| acc.saturating_mul(u128::from(d))))?;
+    Some(u64::try_from(n).unwrap_or(u64::MAX))
 }
 
 pub fn shape_string(shape: &[Dim]) -> String {
@@ -201,8 +206,12 @@ impl Konst {
     /// a dtype name, or else a string.
     pub fn parse_define(text: &str) -> Konst {
         let t = text.trim();
-        if let Ok(v) = t.parse::<i64>() {
-            return Konst::Int(v);
+        match int_literal(t) {
+            Some(Some(v)) => return Konst::Int(v),
+            // Digits past 64 bits stay text (an error where a number is
+            // wanted), not a float that looks right.
+            Some(None) => return Konst::Str(t.to_string()),
+            None => {}
         }
         if let Ok(v) = t.parse::<f64>() {
             return Konst::Float(v);
@@ -235,6 +244,35 @@ impl Konst {
             Konst::Direction(_) => Ty::Direction,
         }
     }
+}
+
+/// `t` as a Python integer literal (`42`, `-7`, `0x1F`, `0o17`, `0b101`,
+/// `1_000`): `Some(Some(v))`, or `Some(None)` when it does not fit 64 bits;
+/// `None` when it is not one.
+pub fn int_literal(t: &str) -> Option<Option<i64>> {
+    let (negative, body) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let lower = body.to_ascii_lowercase();
+    let (radix, digits) = match lower.get(..2) {
+        Some("0x") => (16, &lower[2..]),
+        Some("0o") => (8, &lower[2..]),
+        Some("0b") => (2, &lower[2..]),
+        _ => (10, lower.as_str()),
+    };
+    // Underscores only between digits, as Python allows.
+    let ok_underscores = !digits.starts_with('_') && !digits.ends_with('_') && !digits.contains("__");
+    let clean: String = digits.chars().filter(|&c| c != '_').collect();
+    if clean.is_empty() || !ok_underscores || !clean.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    let magnitude = u128::from_str_radix(&clean, radix).ok();
+    let value = magnitude.and_then(|m| {
+        let m = i128::try_from(m).ok()?;
+        i64::try_from(if negative { -m } else { m }).ok()
+    });
+    Some(value)
 }
 
 impl fmt::Display for Konst {
@@ -509,6 +547,25 @@ mod tests {
 
     fn p(a: DType, aw: bool, b: DType, bw: bool, div: bool) -> DType {
         promote(a, aw, b, bw, div).unwrap()
+    }
+
+    #[test]
+    fn defines_read_python_integer_literals() {
+        assert_eq!(Konst::parse_define("0x10"), Konst::Int(16));
+        assert_eq!(Konst::parse_define("-0b101"), Konst::Int(-5));
+        assert_eq!(Konst::parse_define("0o17"), Konst::Int(15));
+        assert_eq!(Konst::parse_define("1_024"), Konst::Int(1024));
+        assert_eq!(Konst::parse_define("-9223372036854775808"), Konst::Int(i64::MIN));
+        // Past 64 bits: text (refused where a number is wanted), not 1e20.
+        assert_eq!(
+            Konst::parse_define("99999999999999999999"),
+            Konst::Str("99999999999999999999".into())
+        );
+        assert_eq!(int_literal("9223372036854775808"), Some(None));
+        assert_eq!(Konst::parse_define("2.5"), Konst::Float(2.5));
+        assert_eq!(Konst::parse_define("1e3"), Konst::Float(1000.0));
+        assert_eq!(Konst::parse_define("0x"), Konst::Str("0x".into()));
+        assert_eq!(Konst::parse_define("1__0"), Konst::Str("1__0".into()));
     }
 
     #[test]

@@ -60,6 +60,7 @@ mod run;
 use clap::{Parser, Subcommand, ValueEnum};
 use kernbench_compiler::diag::{render_human, render_json, render_summary, ColorMode};
 use kernbench_compiler::sema::{self, DType, Konst};
+use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -455,7 +456,15 @@ pub(crate) fn stdlib_root(given: Option<PathBuf>) -> Result<Option<PathBuf>, Str
     match given {
         Some(dir) if !dir.is_dir() => Err(format!("--stdlib `{}`: no such folder", dir.display())),
         Some(dir) => Ok(Some(dir)),
-        None => Ok(default_stdlib()),
+        // The environment's folder is checked as --stdlib's is: a bad one
+        // would surface only as "module not found" at an import.
+        None => match std::env::var_os("KERNBENCH_STDLIB") {
+            Some(dir) if !Path::new(&dir).is_dir() => Err(format!(
+                "KERNBENCH_STDLIB `{}`: no such folder",
+                Path::new(&dir).display()
+            )),
+            _ => Ok(default_stdlib()),
+        },
     }
 }
 
@@ -474,6 +483,12 @@ pub(crate) fn parse_defines(defines: &[String]) -> Result<std::collections::BTre
             return Err(format!("invalid -D `{d}`: `{name}` is not a parameter name"));
         }
         let k = Konst::parse_define(value);
+        if kernbench_compiler::sema::types::int_literal(value.trim()) == Some(None) {
+            return Err(format!(
+                "invalid -D `{d}`: `{}` does not fit a 64-bit integer",
+                value.trim()
+            ));
+        }
         // A dtype tl does not have (`f64`, `int16`) would be a string, and
         // fail at every use as "expected a dtype, found str".
         if let Konst::Str(v) = &k {
@@ -499,16 +514,22 @@ pub(crate) fn parse_defines(defines: &[String]) -> Result<std::collections::BTre
     Ok(out)
 }
 
-/// Every `.tl` file named or under a named folder, in a stable order.
+/// Every `.tl` file named or under a named folder, in a stable order. A
+/// folder reached again through a symbolic link is walked once; a named
+/// folder with no `.tl` file under it is an error (a mistyped path, most
+/// likely), not a silent success.
 fn collect_tl_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        if !seen.insert(std::fs::canonicalize(dir)?) {
+            return Ok(());
+        }
         let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .collect();
         entries.sort();
         for p in entries {
             if p.is_dir() {
-                walk(&p, out)?;
+                walk(&p, seen, out)?;
             } else if p.extension().is_some_and(|e| e == "tl") {
                 out.push(p);
             }
@@ -516,11 +537,18 @@ fn collect_tl_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
         Ok(())
     }
     let mut out = Vec::new();
+    let mut seen = HashSet::new();
     for p in paths {
         if p.is_dir() {
-            walk(p, &mut out).map_err(|e| format!("cannot read folder `{}`: {e}", p.display()))?;
+            let (before, named_again) = (out.len(), std::fs::canonicalize(p).is_ok_and(|c| seen.contains(&c)));
+            walk(p, &mut seen, &mut out).map_err(|e| format!("cannot read folder `{}`: {e}", p.display()))?;
+            if out.len() == before && !named_again {
+                return Err(format!("no `.tl` file in folder `{}`", p.display()));
+            }
         } else if p.is_file() {
             out.push(p.clone());
+        } else if p.exists() {
+            return Err(format!("`{}` is not a file or a folder", p.display()));
         } else {
             return Err(format!("no such file or folder: `{}`", p.display()));
         }
@@ -880,13 +908,13 @@ fn check(
     // A file that cannot be read (not UTF-8, say) is reported and the
     // others are still checked; the run then fails (exit 1).
     let mut readable = Vec::with_capacity(files.len());
-    let mut unreadable = 0;
+    let mut unreadable = Vec::new();
     for file in &files {
         match read_source(file) {
             Ok(s) => readable.push((file, s)),
             Err(e) => {
                 errln!("error: {e}");
-                unreadable += 1;
+                unreadable.push((file, e));
             }
         }
     }
@@ -909,13 +937,23 @@ fn check(
         let json = render_json(&out.diagnostics, &out.sources);
         if !json.is_empty() {
             out!("{json}");
+            // Beside diagnostics, an unreadable file is one more line of
+            // the stream, shaped like them (no code, no position).
+            for (file, message) in &unreadable {
+                let line = serde_json::json!({
+                    "code": null, "severity": "error", "file": file.display().to_string(),
+                    "line": null, "column": null, "message": message,
+                    "labels": [], "notes": [], "help": null,
+                });
+                outln!("{line}");
+            }
         }
         let _ = std::io::stdout().flush();
     } else {
         let text = render_human(&out.diagnostics, &out.sources, color_mode(color));
         err!("{text}{}", render_summary(&out.diagnostics));
     }
-    if out.has_errors() || unreadable > 0 {
+    if out.has_errors() || !unreadable.is_empty() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

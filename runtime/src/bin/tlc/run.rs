@@ -246,10 +246,18 @@ fn emit_tensors(out: Option<&Path>, tensors: &[(String, Tensor)], quiet: bool) -
         }
         Some(dir) => {
             make_out_dir(dir)?;
+            // Every tensor that can be written is: one that cannot is no
+            // reason to lose the others (the kernel's result among them).
+            let mut failed = Vec::new();
             for (name, t) in tensors {
                 let path = dir.join(format!("{name}.npy"));
-                args::write_npy(&path, t)?;
-                errln!("wrote {}", path.display());
+                match args::write_npy(&path, t) {
+                    Ok(()) => errln!("wrote {}", path.display()),
+                    Err(e) => failed.push(e),
+                }
+            }
+            if !failed.is_empty() {
+                return Err(failed.join("; "));
             }
         }
     }
@@ -605,18 +613,26 @@ pub fn run(a: RunArgs) -> ExitCode {
         .iter()
         .map(|t| (t.name.clone(), place::gather(&machine, t)))
         .collect();
-    // Files first: the JSON names them, so they are there when it says so;
-    // a write that fails (a tensor or the trace) is the run's error, and
-    // its record replaces the summary.
+    // Files first: the JSON names them, so they are there when it says so.
+    // Every file that can be written is; a write that fails (a tensor or
+    // the trace) is the run's error: its record replaces the JSON summary,
+    // and the human one is still shown.
+    let mut io_errors = Vec::new();
     if a.out.is_some() {
         if let Err(e) = emit_tensors(a.out.as_deref(), &tensors, true) {
-            return fail.error("io", &e);
+            io_errors.push(e);
         }
     }
     if let Some((path, file, _)) = trace_file {
         if let Err(e) = write_trace(path, file, &report, &func, &sources, a.trace_links, "the run") {
-            return fail.error("io", &e);
+            io_errors.push(e);
         }
+    }
+    if !io_errors.is_empty() {
+        if a.format == Format::Human {
+            out!("{}", sim::summary_text(&report));
+        }
+        return fail.error("io", &io_errors.join("; "));
     }
     match a.format {
         Format::Human => out!("{}", sim::summary_text(&report)),
