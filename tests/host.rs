@@ -433,6 +433,17 @@ fn registry_errors_name_the_entry() {
     );
     let e = try_yaml("defaults:\n  small:\n    all_reduce: rd_allreduce\n");
     assert!(e.contains("defaults.small") && e.contains("below_bytes"), "{e}");
+    // A default redefined for another collective is blamed at its own key.
+    let e = try_yaml(
+        "algorithms:\n  ring_allreduce:\n    collective: broadcast\n    module: mine.tl\n    kernel: mine\n    topology: ring\n",
+    );
+    assert!(
+        e.starts_with(
+            "my_ccl.yaml:3: algorithms.ring_allreduce.collective: `ring_allreduce` is the all_reduce default \
+             (defaults.all_reduce), so it must stay an algorithm for all_reduce, not broadcast"
+        ),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

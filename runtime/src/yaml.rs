@@ -345,7 +345,13 @@ fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Err
     // after the last one: the file's last line is where a reader looks
     // (a syntax error keeps the parser's place, where the file stopped).
     let last_line = text.lines().count().max(1);
+    // A second document: serde_yaml gives no place; its `---` is it.
+    let second_document = message
+        .contains("more than one document")
+        .then(|| second_document_line(text))
+        .flatten();
     let line = match key_line(text, &path) {
+        _ if second_document.is_some() => second_document,
         Some(l) if !syntax && !message.starts_with("unknown field") => Some(l),
         _ if syntax => inner.location().map(|l| l.line()),
         _ => inner.location().map(|l| l.line().min(last_line)),
@@ -357,6 +363,24 @@ fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Err
         message,
         unreadable: false,
     }
+}
+
+/// The line (1-based) of the `---` that starts `text`'s second YAML
+/// document: the first one when content precedes it, else the second.
+fn second_document_line(text: &str) -> Option<usize> {
+    let mut started = false;
+    for (i, line) in text.lines().enumerate() {
+        let marker = line == "---" || line.starts_with("--- ");
+        if marker {
+            if started {
+                return Some(i + 1);
+            }
+            started = true;
+        } else if content(line).is_some() && !line.starts_with('%') {
+            started = true;
+        }
+    }
+    None
 }
 
 /// `message` with Rust's type names (serde's "expected f64") in the
@@ -677,6 +701,16 @@ mod tests {
         let e = parse::<crate::topology::schema::File>("t.yaml", &syntax).expect_err("syntax");
         assert_eq!(e.path, "", "{e}");
         assert_eq!(plain_types("expected u8x"), "expected u8x");
+    }
+
+    /// A second document is an error at its `---`.
+    #[test]
+    fn a_second_document_is_pointed_at() {
+        for (text, line) in [("a: 1\n---\nb: 2\n", 2), ("---\na: 1\n# note\n---\nb: 2\n", 4)] {
+            let e = parse::<serde_yaml::Value>("t.yaml", text).expect_err("two documents");
+            assert_eq!(e.line, Some(line), "{e}");
+            assert!(e.message.contains("more than one document"), "{e}");
+        }
     }
 
     #[test]

@@ -319,6 +319,19 @@ impl Registry {
                         format!("no algorithm `{a}` is registered ({})", self.names().join(", ")),
                     ))
                 }
+                // Redefined by this file for another collective: its key
+                // here is the mistake, not a default it may not mention.
+                Some(alg) if alg.collective != *c && alg.origin.0 == file => {
+                    return Err(err(
+                        format!("algorithms.{a}.collective"),
+                        format!(
+                            "`{a}` is the {} default ({path}), so it must stay an algorithm for {}, not {}",
+                            c.key(),
+                            c.key(),
+                            alg.collective.key()
+                        ),
+                    ))
+                }
                 Some(alg) if alg.collective != *c => {
                     return Err(err(
                         path,
