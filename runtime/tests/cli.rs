@@ -2724,3 +2724,61 @@ fn an_output_that_cannot_be_written_loses_no_other() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("simulated time"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An issue unit that waits for an operand of the address generation it
+/// runs (here the `arange`, computed in the MATH chain of the `zeros`
+/// beside it) has stalled: the trace has a slice for the wait, named by the
+/// group it waits at, and every gap between its busy spans has one.
+#[test]
+fn an_address_operand_wait_is_a_traced_stall() {
+    let dir = temp_dir("address-wait");
+    let kernel = write_kernel(
+        &dir,
+        "st2.tl",
+        "@kernel\ndef st2(y: ptr[f32], BLOCK: constexpr = 8192):\n    offs = tl.arange(0, BLOCK)\n    \
+         z = tl.zeros((BLOCK,), tl.float32)\n    tl.store(y + offs, z)\n    s = y + BLOCK\n    tl.store(s + offs, z)\n",
+    );
+    let trace = dir.join("t.json");
+    let o = tlc(&[
+        "run",
+        &kernel,
+        "--arg",
+        "y=zeros(16384,f32)",
+        "--trace",
+        &trace.to_string_lossy(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
+    let on = |tid: u64| -> Vec<(f64, f64, String, String)> {
+        t["traceEvents"]
+            .as_array()
+            .map(|events| {
+                events
+                    .iter()
+                    .filter(|e| e["ph"] == "X" && e["pid"] == 0 && e["tid"] == tid)
+                    .map(|e| {
+                        let ts = e["ts"].as_f64().unwrap_or(0.0);
+                        let name = e["name"].as_str().unwrap_or("").to_string();
+                        let why = e["args"]["why"].as_str().unwrap_or("").to_string();
+                        (ts, ts + e["dur"].as_f64().unwrap_or(0.0), name, why)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let (busy, stalls) = (on(5), on(6));
+    let gaps: Vec<(f64, f64)> = busy
+        .windows(2)
+        .map(|w| (w[0].1, w[1].0))
+        .filter(|g| g.1 > g.0 + 1e-9)
+        .collect();
+    assert_eq!(gaps.len(), 1, "{busy:?}");
+    let wait = stalls
+        .iter()
+        .find(|s| (s.0 - gaps[0].0).abs() < 1e-9)
+        .unwrap_or_else(|| panic!("no stall at the gap {gaps:?}: {stalls:?}"));
+    assert!((wait.1 - gaps[0].1).abs() < 1e-9, "{wait:?} fills {gaps:?}");
+    assert!(wait.2.ends_with("st2.tl:7:14"), "{wait:?}");
+    assert_eq!(wait.3, "waits for a value not produced yet");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -152,8 +152,13 @@ impl Sim<'_> {
         self.dispatch_n(p, t, 1)
     }
 
-    /// Pays `n` dispatches (a fused group: one per instruction).
+    /// Pays `n` dispatches (a fused group: one per instruction). Not
+    /// before `t`: an issue unit that waits for an operand until then
+    /// (address generation runs in it) has stalled, and the trace says so.
     fn dispatch_n(&mut self, p: usize, t: u64, n: usize) -> u64 {
+        if self.trace && t > self.pes[p].issue_ps {
+            self.note_stall(p, Stall::Data);
+        }
         let d = self.dispatch_ps * n as u64;
         self.pes[p].dispatch(t, d)
     }
@@ -258,7 +263,7 @@ impl Sim<'_> {
     fn issue_pure_scalar(&mut self, p: usize, first: Inst, budget: &mut usize) -> Result<Option<bool>, SimError> {
         let steps = &self.plan.steps;
         let scalar_ops = &self.scalar_ops;
-        let (dispatch_ps, stop_ps) = (self.dispatch_ps, self.stop_ps);
+        let (dispatch_ps, stop_ps, trace) = (self.dispatch_ps, self.stop_ps, self.trace);
         let pe = &mut self.pes[p];
         let Some(frame) = pe.frames.last() else {
             return Ok(None);
@@ -310,7 +315,13 @@ impl Sim<'_> {
                     }
                 },
             };
-            // One dispatch, once the operands are ready.
+            // One dispatch, once the operands are ready; waiting for them
+            // is a stall (as in `dispatch_n`).
+            if trace && ready > pe.issue_ps {
+                if let Some(stalls) = pe.issue_stalls.as_mut() {
+                    stalls.push((pe.issue_ps, inst, Stall::Data.describe()));
+                }
+            }
             let at = pe.dispatch(ready, dispatch_ps);
             if step.result_entry != super::events::NO_ENTRY {
                 pe.set_at(

@@ -417,10 +417,13 @@ pub(crate) fn time_limit(arg: &str) -> Result<TimeLimit, String> {
         _ => return Err("expected a time with its unit (ps, ns, us, ms, s), e.g. `500us`, or `none`".into()),
     };
     match number.parse::<f64>() {
-        // Up to about 200 days of simulated time: u64 picoseconds.
-        Ok(v) if v > 0.0 && v * ps_per_unit <= 1.8e19 => Ok(TimeLimit(Some((v * ps_per_unit).round().max(1.0) as u64))),
+        // From the simulator's 1 ps resolution (a shorter limit would be
+        // silently raised to it) up to about 200 days: u64 picoseconds.
+        Ok(v) if v * ps_per_unit >= 1.0 && v * ps_per_unit <= 1.8e19 => {
+            Ok(TimeLimit(Some((v * ps_per_unit).round() as u64)))
+        }
         _ => Err(format!(
-            "expected a positive time of at most 1.8e7 s, e.g. `500us`, got `{arg}`"
+            "expected a time from 1 ps to 1.8e7 s, e.g. `500us`, got `{arg}`"
         )),
     }
 }
@@ -968,5 +971,19 @@ mod tests {
     fn the_default_time_limit_is_the_host_apis() {
         let parsed = time_limit(DEFAULT_TIME_LIMIT).map(|t| t.0);
         assert_eq!(parsed, Ok(Some(kernbench_runtime::host::DEFAULT_TIME_LIMIT_PS)));
+    }
+
+    /// From 1 ps (the resolution) to about 200 days; `none`; anything else
+    /// is refused, not rounded into range.
+    #[test]
+    fn time_limits_parse_within_the_resolution() {
+        let ps = |a: &str| time_limit(a).map(|t| t.0);
+        assert_eq!(ps("1ps"), Ok(Some(1)));
+        assert_eq!(ps("1.4ps"), Ok(Some(1)));
+        assert_eq!(ps("2.5ns"), Ok(Some(2500)));
+        assert_eq!(ps("none"), Ok(None));
+        for bad in ["0.0001ps", "0.9ps", "0s", "-1us", "2e7s", "5", "5 parsecs"] {
+            assert!(ps(bad).is_err(), "{bad}");
+        }
     }
 }
