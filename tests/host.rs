@@ -94,6 +94,23 @@ fn policies_place_shards_structurally_and_round_trip() {
         rt.zeros(&[4], DType::I32, DpPolicy::row_wise(1, 9)).is_err(),
         "a cube has 8 PEs"
     );
+    // Shapes past any memory are errors before a host buffer is made: one
+    // that does not fit a PE's HBM slice, one whose byte count wraps, one
+    // whose element count wraps (to 0).
+    for shape in [&[1usize << 40][..], &[1 << 61, 3], &[1 << 62, 4]] {
+        let e = rt.zeros(shape, DType::F32, DpPolicy::default()).expect_err("too large");
+        assert!(
+            e.to_string().contains("does not fit") || e.to_string().contains("larger than any memory"),
+            "{e}"
+        );
+    }
+    let e = rt
+        .full(&[1usize << 62, 4], 1.0f32, DpPolicy::default())
+        .expect_err("too large");
+    assert!(e.to_string().contains("larger than any memory"), "{e}");
+    // A barrier across a device the machine does not have.
+    let e = rt.barrier_across(&[0, 7]).expect_err("no device 7");
+    assert!(e.to_string().contains("the machine has 2 devices"), "{e}");
     assert_eq!(DpPolicy::tiled(1, 2, 1, 2).dist, Dist::Tiled { rows: 1, cols: 2 });
 }
 

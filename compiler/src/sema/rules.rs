@@ -1438,6 +1438,30 @@ impl Checker {
         }
         for name in ["M", "N", "K"] {
             self.int_scalar(f, a, name);
+            // The engine takes i32 sizes: a wider value would be cut down
+            // silently (4294967296 to 0, a GEMM that does nothing).
+            let v = a.val(name);
+            let wide = match (&v.konst, v.ty.dtype()) {
+                (Some(k), _) => k.as_int().is_some_and(|i| i32::try_from(i).is_err()),
+                (None, Some(d)) => matches!(d, DType::I64 | DType::U32),
+                _ => false,
+            };
+            if wide {
+                let d = Diagnostic::new(
+                    Code::E0300,
+                    format!(
+                        "`{name}` of `tl.gemm` is an i32 size, found {}",
+                        v.konst.as_ref().map_or_else(|| v.ty.to_string(), |k| k.to_string())
+                    ),
+                    self.loc(f, a.span(name)),
+                    "wider than i32",
+                )
+                .with_help(match v.konst {
+                    Some(_) => "a GEMM size is at most 2147483647".to_string(),
+                    None => format!("pass an i32 (`{name}.to(i32)` when it fits)"),
+                });
+                self.emit(f, d);
+            }
         }
         for name in ["a_in", "b_in"] {
             let v = a.val(name);

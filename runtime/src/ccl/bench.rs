@@ -527,7 +527,12 @@ pub fn parse_sizes(s: &str) -> Result<Vec<u64>, String> {
         let mut x = lo;
         while x <= hi {
             v.push(x);
-            x = x.saturating_mul(2);
+            // Past u64's last power of two the range ends (saturating
+            // would stay at u64::MAX, which is not past `hi` = u64::MAX).
+            match x.checked_mul(2) {
+                Some(next) => x = next,
+                None => break,
+            }
         }
         return Ok(v);
     }
@@ -537,6 +542,15 @@ pub fn parse_sizes(s: &str) -> Result<Vec<u64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A range ends at its last power of two, up to u64's (it used to loop
+    /// forever with `u64::MAX` for its end).
+    #[test]
+    fn size_ranges_end() {
+        assert_eq!(parse_sizes("1K:4K"), Ok(vec![1024, 2048, 4096]));
+        let all = parse_sizes("1:18446744073709551615").expect("a range");
+        assert_eq!((all.len(), all.last().copied()), (64, Some(1 << 63)));
+    }
 
     /// The expected results made in one pass over the inputs are, element
     /// by element, the reduction over ranks of the inputs as the kernel

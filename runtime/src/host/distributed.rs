@@ -280,6 +280,12 @@ impl Runtime {
 
     /// Queues a barrier across ranks: one PE of each rank's device.
     pub fn barrier_across(&mut self, devices: &[u32]) -> Result<()> {
+        if let Some(d) = devices.iter().find(|&&d| d >= self.topo.sips()) {
+            return Err(HostError::new(format!(
+                "barrier across device {d}: the machine has {} devices (SIPs)",
+                self.topo.sips()
+            )));
+        }
         let kernel = self.builtin("barrier", DType::I32)?;
         let pes = devices
             .iter()

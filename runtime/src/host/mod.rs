@@ -520,7 +520,20 @@ impl Runtime {
         let pes = policy.pes(&self.topo, self.device)?;
         let n = pes.len();
         let rows = shape.first().copied().unwrap_or(1);
-        let numel: usize = shape.iter().product();
+        let esz = dtype.size_bytes() as usize;
+        // Checked before any host buffer is made: a shape past what a
+        // memory holds is an error, not gigabytes of host memory first (or
+        // a product that wraps around).
+        let too_big = || {
+            HostError::new(format!(
+                "`{name}`: shape {shape:?} of {dtype} is larger than any memory"
+            ))
+        };
+        let numel: usize = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .filter(|n| n.checked_mul(esz).is_some())
+            .ok_or_else(too_big)?;
         let cols = numel / rows.max(1);
         let split = |len: usize, parts: usize, what: &str| -> Result<Vec<Range<usize>>> {
             if parts == 0 || len % parts != 0 {
@@ -549,7 +562,16 @@ impl Runtime {
                     .collect()
             }
         };
-        let esz = dtype.size_bytes() as usize;
+        let placements: Vec<Placement> = pes.iter().map(|p| Placement::near(policy.space, *p)).collect();
+        for (pl, (r, c)) in placements.iter().zip(&parts) {
+            let bytes = (r.len() * c.len() * esz) as u64;
+            let capacity = self.machine.mem.capacity(*pl);
+            if bytes > capacity {
+                return Err(HostError::new(format!(
+                    "`{name}`: a shard of {bytes} bytes does not fit {pl}, which holds {capacity}"
+                )));
+            }
+        }
         let bytes_of = |(r, c): &(Range<usize>, Range<usize>)| -> Vec<u8> {
             let mut out = Vec::with_capacity(r.len() * c.len() * esz);
             for row in r.clone() {
@@ -560,7 +582,6 @@ impl Runtime {
             }
             out
         };
-        let placements: Vec<Placement> = pes.iter().map(|p| Placement::near(policy.space, *p)).collect();
         let contents: Vec<(Placement, Vec<u8>)> = placements
             .iter()
             .zip(&parts)
@@ -658,7 +679,28 @@ impl Runtime {
 
     /// A tensor filled with `value` (copied from the host).
     pub fn full<T: Element>(&mut self, shape: &[usize], value: T, policy: DpPolicy) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
+        // The same check `shards` makes, before the host's copy is built.
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .filter(|&n| {
+                let pes = policy.pes(&self.topo, self.device).map_or(1, |p| p.len().max(1));
+                let space = Placement::near(
+                    policy.space,
+                    PeCoord {
+                        sip: self.device,
+                        cube: 0,
+                        pe: 0,
+                    },
+                );
+                (n / pes) as u64 <= self.machine.mem.capacity(space) / T::DTYPE.size_bytes()
+            })
+            .ok_or_else(|| {
+                HostError::new(format!(
+                    "`full`: shape {shape:?} of {} is larger than any memory",
+                    T::DTYPE
+                ))
+            })?;
         let data = vec![value.to_bits(); n];
         self.shards("full", shape, T::DTYPE, policy, Some(&data))
     }
