@@ -602,7 +602,7 @@ impl PeState {
     }
 
     /// Prefetches the fields an event of `kind` reads first (see
-    /// `Sim::run_events`).
+    /// `Sim::run_lp`).
     #[inline(always)]
     pub fn prefetch_state(&self, kind: EventKind) {
         match kind {
