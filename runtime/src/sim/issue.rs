@@ -95,6 +95,17 @@ impl Sim<'_> {
         Ok(())
     }
 
+    /// When tracing: a dispatch not before `t`, later than the issue unit's
+    /// clock, is a stall for an operand. Out of line: the hot path only
+    /// tests `trace`.
+    #[cold]
+    #[inline(never)]
+    fn note_operand_wait(&mut self, p: usize, t: u64) {
+        if t > self.pes[p].issue_ps {
+            self.note_stall(p, Stall::Data);
+        }
+    }
+
     /// Stops issuing until the reason goes away; always false.
     fn stall(&mut self, p: usize, why: Stall) -> bool {
         if self.trace {
@@ -156,8 +167,8 @@ impl Sim<'_> {
     /// before `t`: an issue unit that waits for an operand until then
     /// (address generation runs in it) has stalled, and the trace says so.
     fn dispatch_n(&mut self, p: usize, t: u64, n: usize) -> u64 {
-        if self.trace && t > self.pes[p].issue_ps {
-            self.note_stall(p, Stall::Data);
+        if self.trace {
+            self.note_operand_wait(p, t);
         }
         let d = self.dispatch_ps * n as u64;
         self.pes[p].dispatch(t, d)
@@ -317,10 +328,8 @@ impl Sim<'_> {
             };
             // One dispatch, once the operands are ready; waiting for them
             // is a stall (as in `dispatch_n`).
-            if trace && ready > pe.issue_ps {
-                if let Some(stalls) = pe.issue_stalls.as_mut() {
-                    stalls.push((pe.issue_ps, inst, Stall::Data.describe()));
-                }
+            if trace {
+                note_scalar_wait(pe, inst, ready);
             }
             let at = pe.dispatch(ready, dispatch_ps);
             if step.result_entry != super::events::NO_ENTRY {
@@ -1275,3 +1284,15 @@ pub(super) fn barrier_rounds(world: u32) -> u32 {
 /// Bytes of a barrier token: one word written into a slot of the
 /// receiver's control queue.
 pub(super) const BARRIER_TOKEN_BYTES: u64 = 8;
+
+/// When tracing: a scalar instruction `inst` whose operands are ready only
+/// at `ready`, after the issue unit's clock, stalls it until then.
+#[cold]
+#[inline(never)]
+fn note_scalar_wait(pe: &mut super::pe::PeState, inst: Inst, ready: u64) {
+    if ready > pe.issue_ps {
+        if let Some(stalls) = pe.issue_stalls.as_mut() {
+            stalls.push((pe.issue_ps, inst, Stall::Data.describe()));
+        }
+    }
+}
