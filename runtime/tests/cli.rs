@@ -107,6 +107,21 @@ fn defines_specialize_shapes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A trace's slices on thread `tid` of process `pid`: start, end (µs),
+/// name, and `args.why` (a stall's reason; empty for other slices).
+fn slices_on(events: &[serde_json::Value], pid: u64, tid: u64) -> Vec<(f64, f64, String, String)> {
+    events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid)
+        .map(|e| {
+            let ts = e["ts"].as_f64().unwrap_or(0.0);
+            let name = e["name"].as_str().unwrap_or("").to_string();
+            let why = e["args"]["why"].as_str().unwrap_or("").to_string();
+            (ts, ts + e["dur"].as_f64().unwrap_or(0.0), name, why)
+        })
+        .collect()
+}
+
 fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("tlc-cli-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -690,18 +705,7 @@ fn run_on_many_pes_shards_gathers_and_reports_time() {
     // starts, named by the instruction it could not go past; every gap
     // has one. In this ring that is a blocking receive, and at the end
     // the return, where it waits for its engines to drain.
-    let on = |pid: u64, tid: u64| -> Vec<(f64, f64, String, String)> {
-        events
-            .iter()
-            .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid)
-            .map(|e| {
-                let ts = e["ts"].as_f64().unwrap_or(0.0);
-                let name = e["name"].as_str().unwrap_or("").to_string();
-                let why = e["args"]["why"].as_str().unwrap_or("").to_string();
-                (ts, ts + e["dur"].as_f64().unwrap_or(0.0), name, why)
-            })
-            .collect()
-    };
+    let on = |pid: u64, tid: u64| slices_on(events, pid, tid);
     let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
     let mut stalls = 0;
     for pid in 0..4 {
@@ -2749,23 +2753,8 @@ fn an_address_operand_wait_is_a_traced_stall() {
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
-    let on = |tid: u64| -> Vec<(f64, f64, String, String)> {
-        t["traceEvents"]
-            .as_array()
-            .map(|events| {
-                events
-                    .iter()
-                    .filter(|e| e["ph"] == "X" && e["pid"] == 0 && e["tid"] == tid)
-                    .map(|e| {
-                        let ts = e["ts"].as_f64().unwrap_or(0.0);
-                        let name = e["name"].as_str().unwrap_or("").to_string();
-                        let why = e["args"]["why"].as_str().unwrap_or("").to_string();
-                        (ts, ts + e["dur"].as_f64().unwrap_or(0.0), name, why)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let events = t["traceEvents"].as_array().expect("events");
+    let on = |tid: u64| slices_on(events, 0, tid);
     let (busy, stalls) = (on(5), on(6));
     let gaps: Vec<(f64, f64)> = busy
         .windows(2)
