@@ -1075,7 +1075,7 @@ impl Checker {
                         })
                         .collect();
                     for (name, was, now) in crossing {
-                        self.tuple_crosses(f, &name, "a run-time `if`", (was, now));
+                        self.tuple_crosses(f, &name, Across::If, (was, now));
                         if let Some(v) = merged.get_mut(&name) {
                             v.val = Val::unknown();
                         }
@@ -1190,7 +1190,7 @@ impl Checker {
         };
         if tuple_changed(&x, &y) {
             if runtime {
-                self.tuple_crosses(f, name, "a run-time `if`", (y.def, x.def));
+                self.tuple_crosses(f, name, Across::If, (y.def, x.def));
             }
             return Var {
                 val: Val::unknown(),
@@ -1239,13 +1239,12 @@ impl Checker {
     }
 
     /// E0329: variable `name`, a tuple, has another value after a run-time
-    /// `what` (assigned at `at`) than it had before it (at `before`): the IR
+    /// `if` or loop (assigned at `at`) than it had before it (at `before`): the IR
     /// carries scalars and blocks out of a branch or a loop, not tuples.
-    fn tuple_crosses(&mut self, f: &Frame, name: &str, what: &str, (before, at): (Span, Span)) {
-        let other = if what.contains("loop") {
-            "its value before the loop"
-        } else {
-            "its value on the other path"
+    fn tuple_crosses(&mut self, f: &Frame, name: &str, across: Across, (before, at): (Span, Span)) {
+        let (what, other) = match across {
+            Across::If => ("a run-time `if`", "its value on the other path"),
+            Across::Loop => ("a run-time loop", "its value before the loop"),
         };
         let d = Diagnostic::new(
             Code::E0329,
@@ -1309,7 +1308,7 @@ impl Checker {
             let var = &after[name];
             match before.get(name) {
                 Some(old) if runtime && tuple_changed(old, var) => {
-                    self.tuple_crosses(f, name, "a run-time loop", (old.def, var.def));
+                    self.tuple_crosses(f, name, Across::Loop, (old.def, var.def));
                     if let Some(o) = out.get_mut(name) {
                         o.val = Val::unknown();
                     }
@@ -1814,6 +1813,13 @@ pub(super) type FuncDef = Rc<ast::FunctionDef>;
 
 /// Variables whose run-time value differs from before an `if`: what the
 /// `if` must yield.
+/// The run-time control flow a tuple cannot cross (E0329).
+#[derive(Clone, Copy)]
+enum Across {
+    If,
+    Loop,
+}
+
 /// Whether `a` and `b`, values of one variable on two paths, are different
 /// tuples (or a tuple and something else): constants by their values,
 /// others by their assignment too, since checking alone gives no IR values

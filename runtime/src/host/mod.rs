@@ -679,7 +679,9 @@ impl Runtime {
 
     /// A tensor filled with `value` (copied from the host).
     pub fn full<T: Element>(&mut self, shape: &[usize], value: T, policy: DpPolicy) -> Result<Tensor> {
-        // The same check `shards` makes, before the host's copy is built.
+        // A first bound before the host's copy is built (`shards` checks
+        // each shard exactly): an element count that wraps, or more than
+        // the policy's PEs could hold between them.
         let n = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
