@@ -108,6 +108,20 @@ fn policies_place_shards_structurally_and_round_trip() {
         .full(&[1usize << 62, 4], 1.0f32, DpPolicy::default())
         .expect_err("too large");
     assert!(e.to_string().contains("larger than any memory"), "{e}");
+    let e = rt
+        .full(&[1usize << 40], 1.0f32, DpPolicy::default())
+        .expect_err("too large");
+    assert!(e.to_string().contains("does not fit"), "{e}");
+    // So does a rank's `full` inside `spawn` (it used to build the host
+    // buffer first, in the rank's thread).
+    spawn(&mut rt, 1, |_, ctx| {
+        let e = ctx
+            .full(&[1usize << 62, 4], 1i32, DpPolicy::default())
+            .expect_err("too large");
+        assert!(e.to_string().contains("larger than any memory"), "{e}");
+        Ok(())
+    })
+    .expect("the rank checks its error");
     // A barrier across a device the machine does not have.
     let e = rt.barrier_across(&[0, 7]).expect_err("no device 7");
     assert!(e.to_string().contains("the machine has 2 devices"), "{e}");

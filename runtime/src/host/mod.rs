@@ -381,6 +381,36 @@ pub fn default_stdlib() -> Option<PathBuf> {
     shipped.is_dir().then(|| shipped.canonicalize().unwrap_or(shipped))
 }
 
+/// What a new tensor holds, element by element in row-major order (each
+/// element's bits as [`Element::to_bits`] gives them). A fill is one value,
+/// not a host buffer of the tensor's size: a shape past every memory is
+/// refused by the size checks before anything that large is made.
+#[derive(Clone, Debug)]
+pub(crate) enum Contents {
+    /// Zeros, with no host copy (`zeros`, `empty`).
+    Zeros,
+    /// One value everywhere, copied from the host (`full`).
+    Fill(u64),
+    /// Every element, copied from the host (`from_ndarray`).
+    Elems(Vec<u64>),
+}
+
+impl Contents {
+    /// Element `i`'s bits.
+    fn at(&self, i: usize) -> u64 {
+        match self {
+            Contents::Zeros => 0,
+            Contents::Fill(bits) => *bits,
+            Contents::Elems(bits) => bits[i],
+        }
+    }
+
+    /// Whether the host sends the data (a copy that takes time).
+    fn is_host_copy(&self) -> bool {
+        !matches!(self, Contents::Zeros)
+    }
+}
+
 impl Runtime {
     /// A runtime on a machine (`Topology::default_machine()`, a preset, a
     /// file).
@@ -514,7 +544,7 @@ impl Runtime {
         shape: &[usize],
         dtype: DType,
         policy: DpPolicy,
-        data: Option<&[u64]>,
+        data: &Contents,
     ) -> Result<Tensor> {
         self.free_dropped();
         let pes = policy.pes(&self.topo, self.device)?;
@@ -576,7 +606,7 @@ impl Runtime {
             let mut out = Vec::with_capacity(r.len() * c.len() * esz);
             for row in r.clone() {
                 for col in c.clone() {
-                    let b = data.map_or(0, |d| d[row * cols + col]);
+                    let b = data.at(row * cols + col);
                     out.extend_from_slice(&b.to_le_bytes()[..esz]);
                 }
             }
@@ -606,7 +636,7 @@ impl Runtime {
             }
             v
         };
-        if data.is_some() {
+        if data.is_host_copy() {
             // The host's copy over PCIe, shard by shard.
             let mut end = self.machine.clock_ps(Some(self.device));
             for ((pl, len), base) in placements.iter().zip(&lens).zip(&bases) {
@@ -668,49 +698,24 @@ impl Runtime {
 
     /// A tensor of zeros.
     pub fn zeros(&mut self, shape: &[usize], dtype: DType, policy: DpPolicy) -> Result<Tensor> {
-        self.shards("zeros", shape, dtype, policy, None)
+        self.shards("zeros", shape, dtype, policy, &Contents::Zeros)
     }
 
     /// A tensor whose contents are unspecified (here: zeros, without a
     /// host copy).
     pub fn empty(&mut self, shape: &[usize], dtype: DType, policy: DpPolicy) -> Result<Tensor> {
-        self.shards("empty", shape, dtype, policy, None)
+        self.shards("empty", shape, dtype, policy, &Contents::Zeros)
     }
 
     /// A tensor filled with `value` (copied from the host).
     pub fn full<T: Element>(&mut self, shape: &[usize], value: T, policy: DpPolicy) -> Result<Tensor> {
-        // A first bound before the host's copy is built (`shards` checks
-        // each shard exactly): an element count that wraps, or more than
-        // the policy's PEs could hold between them.
-        let n = shape
-            .iter()
-            .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .filter(|&n| {
-                let pes = policy.pes(&self.topo, self.device).map_or(1, |p| p.len().max(1));
-                let space = Placement::near(
-                    policy.space,
-                    PeCoord {
-                        sip: self.device,
-                        cube: 0,
-                        pe: 0,
-                    },
-                );
-                (n / pes) as u64 <= self.machine.mem.capacity(space) / T::DTYPE.size_bytes()
-            })
-            .ok_or_else(|| {
-                HostError::new(format!(
-                    "`full`: shape {shape:?} of {} is larger than any memory",
-                    T::DTYPE
-                ))
-            })?;
-        let data = vec![value.to_bits(); n];
-        self.shards("full", shape, T::DTYPE, policy, Some(&data))
+        self.shards("full", shape, T::DTYPE, policy, &Contents::Fill(value.to_bits()))
     }
 
     /// A tensor with the array's contents (copied from the host).
     pub fn from_ndarray<T: Element>(&mut self, a: &ArrayD<T>, policy: DpPolicy) -> Result<Tensor> {
-        let data: Vec<u64> = a.iter().map(|x| x.to_bits()).collect();
-        self.shards("tensor", a.shape(), T::DTYPE, policy, Some(&data))
+        let data = Contents::Elems(a.iter().map(|x| x.to_bits()).collect());
+        self.shards("tensor", a.shape(), T::DTYPE, policy, &data)
     }
 
     /// Runs every queued launch up to the last one that touches `t` (all

@@ -61,7 +61,7 @@ enum Request {
         shape: Vec<usize>,
         dtype: DType,
         policy: DpPolicy,
-        bits: Option<Vec<u64>>,
+        contents: super::Contents,
     },
     Read(Tensor),
     Write(Tensor, Vec<u64>),
@@ -188,7 +188,7 @@ impl Ctx {
             shape: shape.to_vec(),
             dtype,
             policy,
-            bits: None,
+            contents: super::Contents::Zeros,
         })
     }
 
@@ -197,22 +197,20 @@ impl Ctx {
     }
 
     pub fn full<T: Element>(&self, shape: &[usize], value: T, policy: DpPolicy) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
         self.tensor(Request::Alloc {
             shape: shape.to_vec(),
             dtype: T::DTYPE,
             policy,
-            bits: Some(vec![value.to_bits(); n]),
+            contents: super::Contents::Fill(value.to_bits()),
         })
     }
 
     pub fn from_ndarray<T: Element>(&self, a: &ArrayD<T>, policy: DpPolicy) -> Result<Tensor> {
-        let bits = a.iter().map(|x| x.to_bits()).collect();
         self.tensor(Request::Alloc {
             shape: a.shape().to_vec(),
             dtype: T::DTYPE,
             policy,
-            bits: Some(bits),
+            contents: super::Contents::Elems(a.iter().map(|x| x.to_bits()).collect()),
         })
     }
 
@@ -548,9 +546,9 @@ fn serve_local(rt: &mut Runtime, q: Request) -> Result<Response> {
             shape,
             dtype,
             policy,
-            bits,
+            contents,
         } => rt
-            .shards("tensor", &shape, dtype, policy, bits.as_deref())
+            .shards("tensor", &shape, dtype, policy, &contents)
             .map(Response::Tensor),
         Request::Read(t) => rt.read_bits(&t).map(Response::Data),
         Request::Write(t, bits) => rt.write_bits(&t, &bits).map(|_| Response::Unit),

@@ -456,18 +456,19 @@ pub(crate) fn default_stdlib() -> Option<PathBuf> {
 /// folder is bad usage, said before anything looks in it), else the
 /// default one ([`default_stdlib`]).
 pub(crate) fn stdlib_root(given: Option<PathBuf>) -> Result<Option<PathBuf>, String> {
-    match given {
-        Some(dir) if !dir.is_dir() => Err(format!("--stdlib `{}`: no such folder", dir.display())),
+    // The environment's folder is checked as --stdlib's is: a bad one
+    // would surface only as "module not found" at an import.
+    let (dir, from) = match given {
+        Some(dir) => (Some(dir), "--stdlib"),
+        None => (
+            std::env::var_os("KERNBENCH_STDLIB").map(PathBuf::from),
+            "KERNBENCH_STDLIB",
+        ),
+    };
+    match dir {
+        Some(dir) if !dir.is_dir() => Err(format!("{from} `{}`: no such folder", dir.display())),
         Some(dir) => Ok(Some(dir)),
-        // The environment's folder is checked as --stdlib's is: a bad one
-        // would surface only as "module not found" at an import.
-        None => match std::env::var_os("KERNBENCH_STDLIB") {
-            Some(dir) if !Path::new(&dir).is_dir() => Err(format!(
-                "KERNBENCH_STDLIB `{}`: no such folder",
-                Path::new(&dir).display()
-            )),
-            _ => Ok(default_stdlib()),
-        },
+        None => Ok(default_stdlib()),
     }
 }
 
@@ -486,15 +487,13 @@ pub(crate) fn parse_defines(defines: &[String]) -> Result<std::collections::BTre
             return Err(format!("invalid -D `{d}`: `{name}` is not a parameter name"));
         }
         let k = Konst::parse_define(value);
-        if kernbench_compiler::sema::types::int_literal(value.trim()) == Some(None) {
-            return Err(format!(
-                "invalid -D `{d}`: `{}` does not fit a 64-bit integer",
-                value.trim()
-            ));
-        }
-        // A dtype tl does not have (`f64`, `int16`) would be a string, and
-        // fail at every use as "expected a dtype, found str".
         if let Konst::Str(v) = &k {
+            // Digits past 64 bits are text to `parse_define`, not a number.
+            if kernbench_compiler::sema::types::int_literal(v) == Some(None) {
+                return Err(format!("invalid -D `{d}`: `{v}` does not fit a 64-bit integer"));
+            }
+            // A dtype tl does not have (`f64`, `int16`) would be a string,
+            // and fail at every use as "expected a dtype, found str".
             let bare = v.trim_start_matches("tl.");
             let digits = bare.trim_start_matches(|c: char| c.is_ascii_alphabetic());
             let prefix = &bare[..bare.len() - digits.len()];
