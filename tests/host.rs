@@ -818,3 +818,38 @@ fn a_launch_on_one_sip_reaches_no_other_and_a_failed_one_moves_its_clock() {
         .to_string()
         .contains("device 2 does not exist"));
 }
+
+/// A tensor is another runtime's memory: reading, writing, launching on
+/// or reducing it through a second runtime is refused with a message, and
+/// neither runtime's data changes.
+#[test]
+fn a_tensor_is_used_only_with_the_runtime_that_made_it() {
+    let mut a = Runtime::new(&Topology::default_machine());
+    let mut b = Runtime::new(&Topology::default_machine());
+    let policy = DpPolicy::row_wise(1, 4);
+    let x = a.from_ndarray(&arr(&[1024], |i| i as f32), policy).unwrap();
+    // b's own tensor at the same addresses as a's `x` (both first).
+    let mine = b.full(&[1024], 7.0f32, policy).unwrap();
+    let refused = |e: kernbench_runtime::host::HostError, what: &str| {
+        assert!(e.message.contains("belongs to another Runtime"), "{what}: {e}");
+    };
+    refused(b.to_ndarray::<f32>(&x).expect_err("read"), "read");
+    refused(b.copy_from(&x, &arr(&[1024], |_| -1.0)).expect_err("write"), "write");
+    let add = compile_add(&b, 256);
+    let e = b
+        .launch(
+            &add,
+            None,
+            &[Arg::Tensor(&x), Arg::Tensor(&x), Arg::Tensor(&mine), Arg::I32(256)],
+        )
+        .expect_err("launch");
+    assert!(e.message.contains("argument `x`"), "{e}");
+    refused(e, "launch");
+    let e = spawn(&mut b, 1, |_, ctx: &Ctx| ctx.all_reduce(&x, ReduceOp::Sum)).expect_err("all_reduce");
+    let (rank, e) = e.failures.into_iter().next().expect("a failure");
+    assert_eq!(rank, 0);
+    refused(e, "all_reduce");
+    assert!(b.to_ndarray::<f32>(&mine).unwrap().iter().all(|v| *v == 7.0));
+    let back: ArrayD<f32> = a.to_ndarray(&x).unwrap();
+    assert!(back.iter().enumerate().all(|(i, v)| *v == i as f32));
+}

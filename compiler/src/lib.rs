@@ -12,3 +12,4 @@ pub mod ir;
 pub mod sema;
 pub mod span;
 pub mod syntax;
+pub mod text;

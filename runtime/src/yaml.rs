@@ -42,6 +42,21 @@ impl YamlError {
     }
 }
 
+/// Reads configuration file `path` (named `file` in errors) as text. An
+/// unreadable file is bad usage; one that is not UTF-8 is too, but named
+/// at the line of its first bad byte. `hint` follows an I/O error's
+/// message (the presets a topology could have been).
+pub fn read(path: &std::path::Path, file: &str, hint: &str) -> Result<String, YamlError> {
+    use kernbench_compiler::text::{read_text, ReadError};
+    read_text(path).map_err(|e| match e {
+        ReadError::Io(e) => YamlError::unreadable(file, format!("cannot read: {e}{hint}")),
+        ReadError::NotUtf8 { byte, line, column } => YamlError {
+            line: Some(line),
+            ..YamlError::unreadable(file, format!("not UTF-8 text: byte {byte:#04x} at column {column}"))
+        },
+    })
+}
+
 impl fmt::Display for YamlError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.file)?;
@@ -308,6 +323,11 @@ fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Err
     if message == "recursion limit exceeded" {
         message = format!("collections nested more than {MAX_FLOW_DEPTH} deep");
     }
+    // Aliases that expand past serde_yaml's limit (a "billion laughs"
+    // file): said in YAML's terms.
+    if message == "repetition limit exceeded" {
+        message = "aliases (`*name`) expand to too many values".to_string();
+    }
     // YAML reads a number past f64's range (`1e400`) as a string.
     if let Some((quoted, expected)) = message
         .strip_prefix("got the string \"")
@@ -355,7 +375,10 @@ fn located(file: &str, text: &str, e: serde_path_to_error::Error<serde_yaml::Err
         Some(l) if !syntax && !message.starts_with("unknown field") => Some(l),
         _ if syntax => inner.location().map(|l| l.line()),
         _ => inner.location().map(|l| l.line().min(last_line)),
-    };
+    }
+    // Where serde_yaml gives no place (the alias limit), the line of the
+    // path's last key (`f` of `f[0][3]`), or of its nearest ancestor.
+    .or_else(|| key_or_parent_line(text, path.split('[').next().unwrap_or("")).filter(|_| !path.is_empty()));
     YamlError {
         file: file.to_string(),
         line,
@@ -743,5 +766,38 @@ mod tests {
         );
         assert!(shown.ends_with("characters), expected a mapping of keys"), "{shown}");
         assert!(shown.len() < 160, "{} characters: {shown}", shown.len());
+    }
+
+    /// Aliases that expand past the limit ("billion laughs") are refused
+    /// at the key whose value expands, in YAML's terms; a file that is not
+    /// UTF-8 at the line of its first bad byte.
+    #[test]
+    fn alias_bombs_and_bad_bytes_have_a_line() {
+        let mut text = String::from(
+            "name: x
+a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n",
+        );
+        let mut prev = 'a';
+        for k in 'b'..='i' {
+            text.push_str(&format!("{k}: &{k} [{}]\n", vec![format!("*{prev}"); 9].join(", ")));
+            prev = k;
+        }
+        let e = parse::<serde_yaml::Value>("t.yaml", &text).expect_err("too many values");
+        assert_eq!(e.message, "aliases (`*name`) expand to too many values", "{e}");
+        let line = e.line.expect("a line");
+        let key = text.lines().nth(line - 1).unwrap_or("");
+        assert!(
+            e.path.starts_with(&key[..1]) && key[1..].starts_with(": &"),
+            "{e}: line {line} is `{key}`"
+        );
+
+        let dir = std::env::temp_dir().join(format!("kernbench-yaml-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let f = dir.join("t.yaml");
+        std::fs::write(&f, b"name: x\nsips: \xff\n").expect("written");
+        let e = read(&f, "t.yaml", "").expect_err("not UTF-8");
+        assert_eq!(e.to_string(), "t.yaml:2: not UTF-8 text: byte 0xff at column 7");
+        assert!(e.unreadable);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -2261,7 +2261,9 @@ fn run_and_bench_outputs_are_where_users_look() {
     write_kernel(&d1, "a.tl", "@kernel\ndef k(x: ptr[f32]):\n    tl.lood(x)\n");
     std::fs::write(d1.join("zz.tl"), [0xffu8, 0xfe]).expect("binary file");
     let o = tlc(&["check", &d1.to_string_lossy(), "--color", "never"]);
-    assert_exit(&o, 1, "zz.tl` is not UTF-8 text");
+    // Unreadable is bad usage (exit 2), as for emit-ir and run; the other
+    // file's diagnostics are still shown, and the byte is located.
+    assert_exit(&o, 2, "zz.tl` is not UTF-8 text: byte 0xff at line 1, column 1");
     assert!(
         stderr(&o).contains("`tl` has no built-in named `lood`"),
         "{}",
@@ -2273,7 +2275,7 @@ fn run_and_bench_outputs_are_where_users_look() {
         .lines()
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(2));
     assert_eq!(lines.len(), 2, "{lines:?}");
     assert_eq!(lines[0]["code"], "E0101", "{lines:?}");
     assert!(
@@ -2283,7 +2285,7 @@ fn run_and_bench_outputs_are_where_users_look() {
     assert!(
         lines[1]["message"]
             .as_str()
-            .is_some_and(|m| m.ends_with("is not UTF-8 text")),
+            .is_some_and(|m| m.ends_with("is not UTF-8 text: byte 0xff at line 1, column 1")),
         "{lines:?}"
     );
     // A folder with no `.tl` file is a usage error; a folder reached again
@@ -2614,8 +2616,13 @@ fn every_json_command_reports_a_failure_as_one_record() {
     // A file that is not UTF-8 has no diagnostics, only the error.
     let latin = dir.join("latin.tl");
     std::fs::write(&latin, b"\xff\xfe").expect("file written");
-    let e = record(&["check", &latin.to_string_lossy(), "--format", "json"], 1, "failure");
+    let e = record(&["check", &latin.to_string_lossy(), "--format", "json"], 2, "usage");
     assert!(message(&e).contains("latin.tl"), "{e}");
+    let e = record(&["emit-ir", &latin.to_string_lossy(), "--format", "json"], 2, "usage");
+    assert!(
+        message(&e).contains("latin.tl` is not UTF-8 text: byte 0xff at line 1"),
+        "{e}"
+    );
     // A syntax error that hides every kernel: its diagnostics, not an
     // empty list.
     let hidden = write_kernel(&dir, "hidden.tl", "x = = 1\n");

@@ -327,7 +327,7 @@ impl Checker {
             }
             return Some(existing);
         }
-        let source = match std::fs::read_to_string(&found) {
+        let source = match crate::text::read_text(&found) {
             Ok(s) => s,
             Err(e) => {
                 self.diags.push(Diagnostic::new(

@@ -216,8 +216,7 @@ impl Registry {
     /// Reads `path` and merges it over this registry.
     pub fn merge_file(&mut self, path: &Path) -> Result<(), RegistryError> {
         let name = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|e| RegistryError::unreadable(&name, format!("cannot read: {e}")))?;
+        let text = crate::yaml::read(path, &name, "")?;
         self.merge_text(&name, path.parent().unwrap_or(Path::new(".")), &text)
     }
 
@@ -455,7 +454,7 @@ impl Registry {
         layout: &[(&str, i64)],
     ) -> Result<(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap), String> {
         let entry = || a.entry();
-        let source = std::fs::read_to_string(&a.module)
+        let source = kernbench_compiler::text::read_text(&a.module)
             .map_err(|e| format!("{}: cannot read its module `{}`: {e}", entry(), a.module.display()))?;
         // What the kernel declares, to bind only what it has.
         let mut probe = sema::Session::new(sema::Options {

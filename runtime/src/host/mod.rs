@@ -197,8 +197,9 @@ pub struct Tensor {
     sip: u32,
     shards: Arc<Vec<Shard>>,
     /// Shared by the handle's clones; the last one's drop tells the
-    /// runtime.
-    _life: Arc<Life>,
+    /// runtime (whose graveyard it holds: that names the runtime that
+    /// made the tensor).
+    life: Arc<Life>,
 }
 
 /// Tensors whose last handle is gone, by id with their shards' bases, for
@@ -495,7 +496,7 @@ impl Runtime {
     /// an error carries the diagnostics as `tlc check` prints them.
     pub fn compile(&self, file: impl AsRef<Path>, kernel: &str, constexprs: &[(&str, Konst)]) -> Result<Kernel> {
         let file = file.as_ref();
-        let source = std::fs::read_to_string(file)
+        let source = kernbench_compiler::text::read_text(file)
             .map_err(|e| HostError::new(format!("cannot read `{}`: {e}", file.display())))?;
         self.compile_source(
             &file.display().to_string(),
@@ -664,7 +665,7 @@ impl Runtime {
             dtype,
             policy,
             sip: self.device,
-            _life: Arc::new(Life {
+            life: Arc::new(Life {
                 id: self.next_id,
                 bases: shards.iter().map(|s| s.base).collect(),
                 graveyard: self.graveyard.clone(),
@@ -759,15 +760,29 @@ impl Runtime {
         }
     }
 
-    /// An error when `t`'s contents are not defined (see `undefined`);
-    /// `what` is the operation refused.
+    /// An error when `t` is another runtime's, or its contents are not
+    /// defined (see `undefined`); `what` is the operation refused.
     fn check_defined(&self, t: &Tensor, what: &str) -> Result<()> {
+        self.check_owned(t, what)?;
         match self.undefined.get(&t.id) {
             Some(why) => Err(HostError::new(format!(
                 "{what}: the tensor's contents are not defined: {why} (copy_from writes it anew)"
             ))),
             None => Ok(()),
         }
+    }
+
+    /// An error when `t` was made by another runtime: its shards' addresses
+    /// are that machine's, and here they would read or write whatever
+    /// this one keeps there.
+    fn check_owned(&self, t: &Tensor, what: &str) -> Result<()> {
+        if Arc::ptr_eq(&t.life.graveyard, &self.graveyard) {
+            return Ok(());
+        }
+        Err(HostError::new(format!(
+            "{what}: the tensor ({}{:?}) belongs to another Runtime; a tensor is used only with the runtime that              made it (copy it through the host: to_ndarray there, from_ndarray here)",
+            t.dtype, t.shape
+        )))
     }
 
     fn execute(&mut self, p: &Pending) -> Result<sim::Report> {
@@ -848,6 +863,7 @@ impl Runtime {
     /// Drains the work that writes `t`, copies its shards to the host
     /// (timed) and converts each element's bits with `conv`.
     fn read_elems<T: Default + Clone>(&mut self, t: &Tensor, conv: impl Fn(u64) -> T) -> Result<Vec<T>> {
+        self.check_owned(t, "cannot read it")?;
         self.drain(Some(t.id))?;
         self.check_defined(t, "cannot read it")?;
         let (rows, cols) = t.rows_cols();
@@ -884,6 +900,7 @@ impl Runtime {
     /// Writes row-major element bits (as many as the tensor has elements)
     /// into the tensor's shards, after the queued work on it (timed).
     pub(crate) fn write_bits(&mut self, t: &Tensor, data: &[u64]) -> Result<()> {
+        self.check_owned(t, "cannot write it")?;
         self.drain(Some(t.id))?;
         let (_, cols) = t.rows_cols();
         let esz = t.dtype.size_bytes() as usize;
@@ -1096,6 +1113,7 @@ impl Runtime {
         for (p, a) in func.params.iter().zip(args) {
             match (p.ty.elem(), a) {
                 (Elem::Ptr(d), Arg::Tensor(t)) => {
+                    self.check_owned(t, &format!("argument `{}`", p.name))?;
                     if d != t.dtype {
                         return Err(HostError::new(format!(
                             "argument `{}` is ptr[{d}], the tensor is {}",

@@ -69,15 +69,12 @@ impl Topology {
         if let Some((_, text)) = PRESETS.iter().find(|(n, _)| *n == path_or_preset) {
             return Topology::parse(&format!("<preset {path_or_preset}>"), text);
         }
-        let text = std::fs::read_to_string(Path::new(path_or_preset)).map_err(|e| {
-            TopologyError::unreadable(
-                path_or_preset,
-                format!(
-                    "cannot read: {e} (presets: {})",
-                    PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ")
-                ),
-            )
-        })?;
+        let presets = PRESETS.iter().map(|p| p.0).collect::<Vec<_>>().join(", ");
+        let text = crate::yaml::read(
+            Path::new(path_or_preset),
+            path_or_preset,
+            &format!(" (presets: {presets})"),
+        )?;
         Topology::parse(path_or_preset, &text)
     }
 

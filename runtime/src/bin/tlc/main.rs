@@ -574,8 +574,12 @@ pub(crate) fn color_mode(color: Color) -> ColorMode {
 
 /// Reads one source file for a command that takes a single file.
 pub(crate) fn read_source(file: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(file).map_err(|e| format!("cannot read `{}`: {e}", file.display()))?;
-    String::from_utf8(bytes).map_err(|_| format!("`{}` is not UTF-8 text", file.display()))
+    use kernbench_compiler::text::{read_text, ReadError};
+    read_text(file).map_err(|e| match e {
+        ReadError::Io(e) => format!("cannot read `{}`: {e}", file.display()),
+        // "`f.tl` is not UTF-8 text: byte 0xff at line 2, column 11".
+        e @ ReadError::NotUtf8 { .. } => format!("`{}` is {e}", file.display()),
+    })
 }
 
 /// The names of the `@kernel`s `file` defines, in order, and whether the
@@ -908,7 +912,8 @@ fn check(
     };
     let mut options = sema::Options { defines, stdlib_root };
     // A file that cannot be read (not UTF-8, say) is reported and the
-    // others are still checked; the run then fails (exit 1).
+    // others are still checked; it is bad usage (exit 2), as it is for
+    // every command that reads a file.
     let mut readable = Vec::with_capacity(files.len());
     let mut unreadable = Vec::new();
     for file in &files {
@@ -955,7 +960,9 @@ fn check(
         let text = render_human(&out.diagnostics, &out.sources, color_mode(color));
         err!("{text}{}", render_summary(&out.diagnostics));
     }
-    if out.has_errors() || !unreadable.is_empty() {
+    if !unreadable.is_empty() {
+        ExitCode::from(2)
+    } else if out.has_errors() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
