@@ -2737,24 +2737,27 @@ fn an_output_that_cannot_be_written_loses_no_other() {
 }
 
 /// An issue unit that waits for an operand of the address generation it
-/// runs (here the `arange`, computed in the MATH chain of the `zeros`
-/// beside it) has stalled: the trace has a slice for the wait, named by the
-/// group it waits at, and every gap between its busy spans has one.
+/// runs (here `k`, the end of a reduction on the MATH engine) has stalled:
+/// the trace has a slice for the wait, named by the group it waits at, and
+/// every gap between its busy spans has one. The `arange` beside the
+/// reduction's chain is not fused into it (it would be ready only when the
+/// reduction ends, and the first store would wait too).
 #[test]
 fn an_address_operand_wait_is_a_traced_stall() {
     let dir = temp_dir("address-wait");
     let kernel = write_kernel(
         &dir,
         "st2.tl",
-        "@kernel\ndef st2(y: ptr[f32], BLOCK: constexpr = 8192):\n    offs = tl.arange(0, BLOCK)\n    \
-         z = tl.zeros((BLOCK,), tl.float32)\n    tl.store(y + offs, z)\n    s = y + BLOCK\n    tl.store(s + offs, z)\n",
+        "@kernel\ndef st2(y: ptr[i32], BLOCK: constexpr = 8192):\n    offs = tl.arange(0, BLOCK)\n    \
+         k = tl.sum(tl.zeros((BLOCK,), tl.int32) + 1)\n    tl.store(y + offs, tl.zeros((BLOCK,), tl.int32))\n    \
+         tl.store(y + (offs + k), tl.zeros((BLOCK,), tl.int32))\n",
     );
     let trace = dir.join("t.json");
     let o = tlc(&[
         "run",
         &kernel,
         "--arg",
-        "y=zeros(16384,f32)",
+        "y=zeros(16384,i32)",
         "--trace",
         &trace.to_string_lossy(),
     ]);
@@ -2774,7 +2777,34 @@ fn an_address_operand_wait_is_a_traced_stall() {
         .find(|s| (s.0 - gaps[0].0).abs() < 1e-9)
         .unwrap_or_else(|| panic!("no stall at the gap {gaps:?}: {stalls:?}"));
     assert!((wait.1 - gaps[0].1).abs() < 1e-9, "{wait:?} fills {gaps:?}");
-    assert!(wait.2.ends_with("st2.tl:7:14"), "{wait:?}");
+    // The group waits for `k`: named by its splat, at `k`.
+    assert!(wait.2.ends_with("st2.tl:6:26"), "{wait:?}");
     assert_eq!(wait.3, "waits for a value not produced yet");
+    // An `arange` for addresses beside an unrelated chain (`zeros`) of
+    // one iteration space: its own group, ready when issued, so the
+    // issue unit never waits (it waited 125 ns for the chain when the
+    // two were fused).
+    let beside = write_kernel(
+        &dir,
+        "beside.tl",
+        "@kernel\ndef beside(y: ptr[f32], BLOCK: constexpr = 8192):\n    offs = tl.arange(0, BLOCK)\n    \
+         z = tl.zeros((BLOCK,), tl.float32)\n    tl.store(y + offs, z)\n    s = y + BLOCK\n    tl.store(s + offs, z)\n",
+    );
+    let o = tlc(&[
+        "run",
+        &beside,
+        "--arg",
+        "y=zeros(16384,f32)",
+        "--trace",
+        &trace.to_string_lossy(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t: serde_json::Value = serde_json::from_slice(&std::fs::read(&trace).expect("trace")).expect("trace json");
+    let events = t["traceEvents"].as_array().expect("events");
+    let (busy, stalls) = (slices_on(events, 0, 5), slices_on(events, 0, 6));
+    assert!(
+        busy.windows(2).all(|w| w[1].0 <= w[0].1 + 1e-9),
+        "the issue unit waited: {busy:?} {stalls:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

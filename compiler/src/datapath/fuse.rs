@@ -141,17 +141,11 @@ pub fn plan(func: &Function, fuse: bool) -> Plan {
 
 /// Plans `func`'s execution with the given fusion.
 pub fn plan_with(func: &Function, mode: Fusion) -> Plan {
-    let mut uses: SecondaryMap<Value, Vec<Inst>> = SecondaryMap::new();
-    for (i, d) in func.insts.iter() {
-        for a in &d.args {
-            uses[*a].push(i);
-        }
-    }
     let mut p = Planner {
         func,
         mode,
         plan: Plan::default(),
-        uses,
+        uses: uses_of(func),
     };
     p.region(func.body);
     p.plan
@@ -284,37 +278,179 @@ impl Planner<'_> {
         self.group_serving(insts, &[])
     }
 
-    /// A group of `insts`. Its outputs are the results used outside it,
-    /// except by members of `next`, a group that recomputes them.
+    /// A group of `insts`, serving `next` (see [`make_group`]).
     fn group_serving(&mut self, insts: Vec<Inst>, next: &[Inst]) -> GroupId {
-        let members: HashSet<Inst> = insts.iter().copied().collect();
-        let defined: HashSet<Value> = insts.iter().flat_map(|i| self.func.inst(*i).results.clone()).collect();
-        let mut inputs = Vec::new();
-        for &i in &insts {
-            for &a in &self.func.inst(i).args {
-                if !defined.contains(&a) && !inputs.contains(&a) {
-                    inputs.push(a);
-                }
-            }
-        }
-        let mut outputs = Vec::new();
-        for &i in &insts {
-            let recomputed = next.contains(&i);
-            for &r in &self.func.inst(i).results {
-                if self.uses[r]
-                    .iter()
-                    .any(|u| !(members.contains(u) || (recomputed && next.contains(u))))
-                {
-                    outputs.push(r);
-                }
-            }
-        }
-        self.plan.groups.push(Group { insts, inputs, outputs });
+        let g = make_group(self.func, &self.uses, insts, next);
+        self.plan.groups.push(g);
         self.plan.groups.len() - 1
     }
+}
+
+/// Every use of each value of `func`.
+fn uses_of(func: &Function) -> SecondaryMap<Value, Vec<Inst>> {
+    let mut uses: SecondaryMap<Value, Vec<Inst>> = SecondaryMap::new();
+    for (i, d) in func.insts.iter() {
+        for a in &d.args {
+            uses[*a].push(i);
+        }
+    }
+    uses
+}
+
+/// A group of `insts`. Its outputs are the results used outside it,
+/// except by members of `next`, a group that recomputes them.
+fn make_group(func: &Function, uses: &SecondaryMap<Value, Vec<Inst>>, insts: Vec<Inst>, next: &[Inst]) -> Group {
+    let members: HashSet<Inst> = insts.iter().copied().collect();
+    let defined: HashSet<Value> = insts.iter().flat_map(|i| func.inst(*i).results.clone()).collect();
+    let mut inputs = Vec::new();
+    for &i in &insts {
+        for &a in &func.inst(i).args {
+            if !defined.contains(&a) && !inputs.contains(&a) {
+                inputs.push(a);
+            }
+        }
+    }
+    let mut outputs = Vec::new();
+    for &i in &insts {
+        let recomputed = next.contains(&i);
+        for &r in &func.inst(i).results {
+            if uses[r]
+                .iter()
+                .any(|u| !(members.contains(u) || (recomputed && next.contains(u))))
+            {
+                outputs.push(r);
+            }
+        }
+    }
+    Group { insts, inputs, outputs }
+}
+
+impl Plan {
+    /// Splits every group whose members `apart` marks only in part into
+    /// two independent groups, the marked members and the others, when
+    /// no member of either half takes a result of the other; otherwise
+    /// (and for a group that is all one or the other) the group stays
+    /// whole. The halves run in that order, which cannot change a result.
+    ///
+    /// Why: fusion joins every elementwise instruction of one iteration
+    /// space, related or not, and a group's outputs are all ready when it
+    /// ends. The simulator splits off address generation this way: an
+    /// `arange` for addresses fused beside a combine of received data
+    /// would make the load it addresses wait for the receive.
+    pub fn split_apart(&mut self, func: &Function, apart: impl Fn(Inst) -> bool) {
+        let uses = uses_of(func);
+        let mut groups = Vec::with_capacity(self.groups.len());
+        // Old group id to its new ids (one, or the two halves in order).
+        let mut renumbered: Vec<Vec<GroupId>> = Vec::with_capacity(self.groups.len());
+        for g in std::mem::take(&mut self.groups) {
+            let (marked, rest): (Vec<Inst>, Vec<Inst>) = g.insts.iter().partition(|i| apart(**i));
+            if marked.is_empty()
+                || rest.is_empty()
+                || needs_any(func, &marked, &rest)
+                || needs_any(func, &rest, &marked)
+            {
+                renumbered.push(vec![groups.len()]);
+                groups.push(g);
+                continue;
+            }
+            renumbered.push(vec![groups.len(), groups.len() + 1]);
+            groups.push(make_group(func, &uses, marked, &[]));
+            groups.push(make_group(func, &uses, rest, &[]));
+        }
+        self.groups = groups;
+        for (_, steps) in self.steps.iter_mut() {
+            *steps = steps
+                .iter()
+                .flat_map(|s| match *s {
+                    Step::Group(g) => renumbered[g].iter().map(|&n| Step::Group(n)).collect(),
+                    other => vec![other],
+                })
+                .collect();
+        }
+    }
+}
+
+/// Whether a member of `users` takes a result of a member of `makers`.
+/// The two split one group, so any chain of members from one to the other
+/// has such a direct link.
+fn needs_any(func: &Function, users: &[Inst], makers: &[Inst]) -> bool {
+    let made: HashSet<Value> = makers.iter().flat_map(|i| func.inst(*i).results.clone()).collect();
+    users
+        .iter()
+        .any(|u| func.inst(*u).args.iter().any(|a| made.contains(a)))
 }
 
 /// Whether a value is a block (as opposed to a scalar) in `func`.
 pub fn is_block(func: &Function, v: Value) -> bool {
     matches!(func.ty(v), Type::Block(..))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lower(src: &str) -> Function {
+        let mut s = crate::sema::Session::new(crate::sema::Options::default());
+        s.add_file("t.tl", None, src.to_string());
+        s.lower("k").1.expect("lowers")
+    }
+
+    const STORE_DOUBLED: &str = "@kernel\ndef k(x: ptr[f32], y: ptr[f32]):\n    offs = tl.arange(0, 64)\n    \
+                                 a = tl.load(x + offs)\n    tl.store(y + offs, a * 2.0)\n";
+
+    fn ops(func: &Function, g: &Group) -> Vec<String> {
+        g.insts.iter().map(|i| func.inst(*i).op.mnemonic()).collect()
+    }
+
+    /// The store's pointers, fused beside the multiply it stores, become a
+    /// group of their own before it; each half hands on what the store
+    /// takes. A group all on one side is left alone.
+    #[test]
+    fn independent_halves_of_a_group_are_split() {
+        let f = lower(STORE_DOUBLED);
+        let mut plan = plan_with(&f, Fusion::Compute);
+        let pointers = |i: Inst| {
+            let r = f.inst(i).results.first();
+            r.is_some_and(|r| matches!(f.ty(*r).elem(), crate::sema::types::Elem::Ptr(_)))
+        };
+        let before: Vec<Vec<String>> = plan.groups.iter().map(|g| ops(&f, g)).collect();
+        plan.split_apart(&f, pointers);
+        let after: Vec<Vec<String>> = plan.groups.iter().map(|g| ops(&f, g)).collect();
+        let mixed = before
+            .iter()
+            .position(|g| g.contains(&"mul".to_string()))
+            .expect("a chain with the mul");
+        assert_eq!(after.len(), before.len() + 1, "{before:?} -> {after:?}");
+        assert_eq!(after[..mixed], before[..mixed]);
+        assert_eq!(after[mixed], ["splat", "ptr_add"], "{after:?}");
+        assert_eq!(after[mixed + 1], ["splat", "mul"], "{after:?}");
+        let steps: Vec<GroupId> = plan.steps[f.body]
+            .iter()
+            .filter_map(|s| match s {
+                Step::Group(g) => Some(*g),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            steps,
+            (0..after.len()).collect::<Vec<_>>(),
+            "every group once, in order"
+        );
+        let store = plan.groups.last().expect("the store");
+        for half in [&plan.groups[mixed], &plan.groups[mixed + 1]] {
+            assert_eq!(half.outputs.len(), 1, "{half:?}");
+            assert!(store.inputs.contains(&half.outputs[0]), "{half:?} feeds {store:?}");
+        }
+    }
+
+    /// A marked member that takes an unmarked one's result keeps the group
+    /// whole.
+    #[test]
+    fn dependent_halves_stay_one_group() {
+        let f = lower(STORE_DOUBLED);
+        let mut plan = plan_with(&f, Fusion::Compute);
+        let before = plan.groups.len();
+        plan.split_apart(&f, |i| f.inst(i).op.mnemonic() == "mul");
+        assert_eq!(plan.groups.len(), before);
+    }
 }

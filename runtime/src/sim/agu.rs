@@ -21,7 +21,7 @@
 //! one cone per output: the issue unit evaluates each symbolically and
 //! reuses it while its inputs stay the same.
 
-use kernbench_compiler::datapath::{affine, Group};
+use kernbench_compiler::datapath::{affine, plan_with, Fusion, Group, Plan};
 use kernbench_compiler::ir::{BinaryOp, Function, Inst, Op, Region, UnaryOp, Value};
 use kernbench_compiler::sema::types::Elem;
 use std::collections::HashSet;
@@ -258,6 +258,19 @@ pub fn address_values(func: &Function) -> HashSet<Value> {
         .keys()
         .filter(|v| candidate[v.as_u32() as usize] && ok[uf.find(v.as_u32()) as usize])
         .collect()
+}
+
+/// The simulator's plan of `func` and its address values: fused
+/// elementwise chains with every memory operation alone
+/// ([`Fusion::Compute`]), and each chain's address generation split off
+/// from its computation where the two are independent
+/// ([`Plan::split_apart`]), so that addresses are ready when issued rather
+/// than when a computation fused beside them ends.
+pub(super) fn sim_plan(func: &Function) -> (Plan, HashSet<Value>) {
+    let mut plan = plan_with(func, Fusion::Compute);
+    let address = address_values(func);
+    plan.split_apart(func, |i| super::events::is_address_inst(func, i, &address));
+    (plan, address)
 }
 
 /// One output of an address-generation group with only the instructions

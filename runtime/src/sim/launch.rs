@@ -26,7 +26,7 @@ use super::slots::EnvSlots;
 use super::{ipcq_tcm_bytes, peak_live, Communicator, Launch, Machine, MemView, Placement, SimError};
 use crate::topology::schema::Ipcq;
 use crate::topology::{PeCoord, Topology};
-use kernbench_compiler::datapath::{plan_with, DataPath, Fusion, Plan, RtValue};
+use kernbench_compiler::datapath::{DataPath, Plan, RtValue};
 use kernbench_compiler::ir::Function;
 use std::collections::HashSet;
 use std::ops::Range;
@@ -42,7 +42,8 @@ pub(super) struct Shared<'a> {
     pub comms: &'a [Communicator],
     pub grid: [u32; 3],
     pub trace: bool,
-    /// The launch's plan ([`Fusion::Compute`]: each group on one engine).
+    /// The launch's plan ([`super::agu::sim_plan`]: each group on one
+    /// engine, address generation apart).
     pub plan: Plan,
     pub groups: Vec<GroupInfo>,
     /// Per instruction (by index), its decoded form when it is pure
@@ -144,10 +145,9 @@ impl<'a> Shared<'a> {
             }
             tcm_base_bytes.push(live + used);
         }
-        let plan = plan_with(func, Fusion::Compute);
+        let (plan, address) = super::agu::sim_plan(func);
         dp.prepare(func, &plan)
             .map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
-        let address = super::agu::address_values(func);
         let groups: Vec<GroupInfo> = (0..plan.groups.len())
             .map(|g| group_info(m, func, &plan, g, &address))
             .collect();

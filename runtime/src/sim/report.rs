@@ -358,14 +358,13 @@ struct FusedChain {
     members: Vec<String>,
 }
 
-/// The MATH chains of the simulator's plan (`Fusion::Compute`, as the
+/// The MATH chains of the simulator's plan (`agu::sim_plan`, as the
 /// launch makes it) that span several source lines, by label (the member
 /// making the result, which their slices and issue stalls carry): one
 /// name would otherwise hide the other lines' work (a softmax's `exp`
 /// fused into the `sum` of the next line).
 fn fused_chains(func: &Function, sources: &SourceMap) -> HashMap<Inst, FusedChain> {
-    let plan = kernbench_compiler::datapath::plan_with(func, kernbench_compiler::datapath::Fusion::Compute);
-    let address = super::agu::address_values(func);
+    let (plan, address) = super::agu::sim_plan(func);
     let mut chains = HashMap::new();
     let on_math = |g: &kernbench_compiler::datapath::Group| {
         g.insts

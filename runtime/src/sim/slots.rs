@@ -306,7 +306,7 @@ mod tests {
     fn groups_move_only_their_last_reads() {
         const SRC: &str = "@kernel\ndef k(p: ptr[i32], n: i32):\n    offs = tl.arange(0, 4)\n    x = tl.load(p + offs)\n    for i in range(n):\n        y = tl.load(p + offs + 4 * i)\n        tl.store(p + offs, x + y)\n    tl.store(p + offs, x * x)\n";
         let (f, _) = lower(SRC, "k");
-        let plan = kernbench_compiler::datapath::plan_with(&f, kernbench_compiler::datapath::Fusion::Compute);
+        let (plan, _) = super::super::agu::sim_plan(&f);
         let moves = EnvSlots::assign(&f, &plan).group_moves;
         let w = Walk::new(&f, &plan);
         let (_, body) = f.insts.iter().find(|(_, d)| d.op == Op::For).expect("a loop");
