@@ -16,7 +16,7 @@
 //! fuses elementwise chains but keeps every memory operation alone, so
 //! that each group runs on one engine: the simulator's plan.
 
-use crate::ir::{Function, Inst, Op, ReduceOp, Region, Type, Value};
+use crate::ir::{Function, Inst, Op, ReduceOp, Region, Value};
 use cranelift_entity::SecondaryMap;
 use std::collections::HashSet;
 
@@ -326,36 +326,34 @@ fn make_group(func: &Function, uses: &SecondaryMap<Value, Vec<Inst>>, insts: Vec
 }
 
 impl Plan {
-    /// Splits every group whose members `apart` marks only in part into
-    /// two independent groups, the marked members and the others, when
-    /// no member of either half takes a result of the other; otherwise
-    /// (and for a group that is all one or the other) the group stays
-    /// whole. The halves run in that order, which cannot change a result.
+    /// Splits every group into its independent parts: members joined by
+    /// a value one makes and another takes (directly or through other
+    /// members) stay together; each such part becomes a group, in the
+    /// order of its first member, which cannot change a result. A group
+    /// of one part is left as it is.
     ///
     /// Why: fusion joins every elementwise instruction of one iteration
-    /// space, related or not, and a group's outputs are all ready when it
-    /// ends. The simulator splits off address generation this way: an
-    /// `arange` for addresses fused beside a combine of received data
-    /// would make the load it addresses wait for the receive.
-    pub fn split_apart(&mut self, func: &Function, apart: impl Fn(Inst) -> bool) {
+    /// space, related or not, and the simulator runs a group as one
+    /// operation that starts when all its inputs are ready and whose
+    /// results are all ready when it ends. Apart, each starts when its
+    /// own operands are (DESIGN §2's scoreboard): an `arange` for
+    /// addresses fused beside a combine of received data would otherwise
+    /// make the load it addresses wait for the receive, and a computation
+    /// on data already there would wait for a load it does not use.
+    pub fn split_independent(&mut self, func: &Function) {
         let uses = uses_of(func);
         let mut groups = Vec::with_capacity(self.groups.len());
-        // Old group id to its new ids (one, or the two halves in order).
+        // Old group id to its new ids, in order.
         let mut renumbered: Vec<Vec<GroupId>> = Vec::with_capacity(self.groups.len());
         for g in std::mem::take(&mut self.groups) {
-            let (marked, rest): (Vec<Inst>, Vec<Inst>) = g.insts.iter().partition(|i| apart(**i));
-            if marked.is_empty()
-                || rest.is_empty()
-                || needs_any(func, &marked, &rest)
-                || needs_any(func, &rest, &marked)
-            {
+            let parts = independent_parts(func, &g.insts);
+            if parts.len() == 1 {
                 renumbered.push(vec![groups.len()]);
                 groups.push(g);
                 continue;
             }
-            renumbered.push(vec![groups.len(), groups.len() + 1]);
-            groups.push(make_group(func, &uses, marked, &[]));
-            groups.push(make_group(func, &uses, rest, &[]));
+            renumbered.push((groups.len()..groups.len() + parts.len()).collect());
+            groups.extend(parts.into_iter().map(|insts| make_group(func, &uses, insts, &[])));
         }
         self.groups = groups;
         for (_, steps) in self.steps.iter_mut() {
@@ -370,19 +368,37 @@ impl Plan {
     }
 }
 
-/// Whether a member of `users` takes a result of a member of `makers`.
-/// The two split one group, so any chain of members from one to the other
-/// has such a direct link.
-fn needs_any(func: &Function, users: &[Inst], makers: &[Inst]) -> bool {
-    let made: HashSet<Value> = makers.iter().flat_map(|i| func.inst(*i).results.clone()).collect();
-    users
-        .iter()
-        .any(|u| func.inst(*u).args.iter().any(|a| made.contains(a)))
-}
-
-/// Whether a value is a block (as opposed to a scalar) in `func`.
-pub fn is_block(func: &Function, v: Value) -> bool {
-    matches!(func.ty(v), Type::Block(..))
+/// `insts` (one group's members, in program order) in parts that share no
+/// value, each in program order, the parts ordered by their first member.
+fn independent_parts(func: &Function, insts: &[Inst]) -> Vec<Vec<Inst>> {
+    // Union-find over member positions, joined along each value a member
+    // takes from another.
+    let mut parent: Vec<usize> = (0..insts.len()).collect();
+    fn root(parent: &mut [usize], mut k: usize) -> usize {
+        while parent[k] != k {
+            parent[k] = parent[parent[k]];
+            k = parent[k];
+        }
+        k
+    }
+    for (k, &i) in insts.iter().enumerate() {
+        for a in &func.inst(i).args {
+            let maker = insts[..k].iter().position(|m| func.inst(*m).results.contains(a));
+            if let Some(m) = maker {
+                let (rk, rm) = (root(&mut parent, k), root(&mut parent, m));
+                parent[rk.max(rm)] = rk.min(rm);
+            }
+        }
+    }
+    let mut parts: Vec<(usize, Vec<Inst>)> = Vec::new();
+    for (k, &i) in insts.iter().enumerate() {
+        let r = root(&mut parent, k);
+        match parts.iter_mut().find(|(pr, _)| *pr == r) {
+            Some((_, members)) => members.push(i),
+            None => parts.push((r, vec![i])),
+        }
+    }
+    parts.into_iter().map(|(_, members)| members).collect()
 }
 
 #[cfg(test)]
@@ -395,31 +411,29 @@ mod tests {
         s.lower("k").1.expect("lowers")
     }
 
-    const STORE_DOUBLED: &str = "@kernel\ndef k(x: ptr[f32], y: ptr[f32]):\n    offs = tl.arange(0, 64)\n    \
-                                 a = tl.load(x + offs)\n    tl.store(y + offs, a * 2.0)\n";
-
     fn ops(func: &Function, g: &Group) -> Vec<String> {
         g.insts.iter().map(|i| func.inst(*i).op.mnemonic()).collect()
     }
 
-    /// The store's pointers, fused beside the multiply it stores, become a
-    /// group of their own before it; each half hands on what the store
-    /// takes. A group all on one side is left alone.
+    /// Two chains of one space fused into one group (the store's pointers
+    /// and the multiply it stores; below, `s` and `w`, which share only
+    /// the `arange`) become a group each, in program order, each handing
+    /// on what the stores take. Groups of one part are left alone.
     #[test]
-    fn independent_halves_of_a_group_are_split() {
-        let f = lower(STORE_DOUBLED);
+    fn independent_parts_of_a_group_are_split() {
+        let f = lower(
+            "@kernel\ndef k(x: ptr[f32], y: ptr[f32]):\n    offs = tl.arange(0, 64)\n    \
+             a = tl.load(x + offs)\n    tl.store(y + offs, a * 2.0)\n",
+        );
         let mut plan = plan_with(&f, Fusion::Compute);
-        let pointers = |i: Inst| {
-            let r = f.inst(i).results.first();
-            r.is_some_and(|r| matches!(f.ty(*r).elem(), crate::sema::types::Elem::Ptr(_)))
-        };
         let before: Vec<Vec<String>> = plan.groups.iter().map(|g| ops(&f, g)).collect();
-        plan.split_apart(&f, pointers);
+        plan.split_independent(&f);
         let after: Vec<Vec<String>> = plan.groups.iter().map(|g| ops(&f, g)).collect();
         let mixed = before
             .iter()
             .position(|g| g.contains(&"mul".to_string()))
             .expect("a chain with the mul");
+        assert_eq!(before[mixed], ["splat", "ptr_add", "splat", "mul"], "{before:?}");
         assert_eq!(after.len(), before.len() + 1, "{before:?} -> {after:?}");
         assert_eq!(after[..mixed], before[..mixed]);
         assert_eq!(after[mixed], ["splat", "ptr_add"], "{after:?}");
@@ -437,20 +451,38 @@ mod tests {
             "every group once, in order"
         );
         let store = plan.groups.last().expect("the store");
-        for half in [&plan.groups[mixed], &plan.groups[mixed + 1]] {
-            assert_eq!(half.outputs.len(), 1, "{half:?}");
-            assert!(store.inputs.contains(&half.outputs[0]), "{half:?} feeds {store:?}");
+        for part in [&plan.groups[mixed], &plan.groups[mixed + 1]] {
+            assert_eq!(part.outputs.len(), 1, "{part:?}");
+            assert!(store.inputs.contains(&part.outputs[0]), "{part:?} feeds {store:?}");
         }
     }
 
-    /// A marked member that takes an unmarked one's result keeps the group
-    /// whole.
+    /// Members joined through another member stay one group: `exp(a)` and
+    /// `r * 3` both feed the `add` (the store's pointers, fused beside
+    /// them, go apart).
     #[test]
-    fn dependent_halves_stay_one_group() {
-        let f = lower(STORE_DOUBLED);
+    fn parts_joined_through_a_member_stay_one_group() {
+        let f = lower(
+            "@kernel\ndef k(x: ptr[f32], y: ptr[f32]):\n    r = tl.arange(0, 64)\n    a = tl.load(x + r)\n    \
+             tl.store(y + r, tl.exp(a) + r.to(tl.float32) * 3.0)\n",
+        );
         let mut plan = plan_with(&f, Fusion::Compute);
-        let before = plan.groups.len();
-        plan.split_apart(&f, |i| f.inst(i).op.mnemonic() == "mul");
-        assert_eq!(plan.groups.len(), before);
+        let with_exp = |p: &Plan| {
+            p.groups
+                .iter()
+                .find(|g| ops(&f, g).contains(&"exp".to_string()))
+                .map(|g| ops(&f, g))
+        };
+        let before = with_exp(&plan);
+        plan.split_independent(&f);
+        let after = with_exp(&plan);
+        assert_eq!(
+            before.as_deref(),
+            Some(&["splat", "ptr_add", "exp", "cast", "splat", "mul", "add"].map(String::from)[..])
+        );
+        assert_eq!(
+            after.as_deref(),
+            Some(&["exp", "cast", "splat", "mul", "add"].map(String::from)[..])
+        );
     }
 }

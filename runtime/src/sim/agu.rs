@@ -262,15 +262,13 @@ pub fn address_values(func: &Function) -> HashSet<Value> {
 
 /// The simulator's plan of `func` and its address values: fused
 /// elementwise chains with every memory operation alone
-/// ([`Fusion::Compute`]), and each chain's address generation split off
-/// from its computation where the two are independent
-/// ([`Plan::split_apart`]), so that addresses are ready when issued rather
-/// than when a computation fused beside them ends.
+/// ([`Fusion::Compute`]), each group split into its independent parts
+/// ([`Plan::split_independent`]: an address or a result is ready when its
+/// own operands are, not when a computation fused beside it ends).
 pub(super) fn sim_plan(func: &Function) -> (Plan, HashSet<Value>) {
     let mut plan = plan_with(func, Fusion::Compute);
-    let address = address_values(func);
-    plan.split_apart(func, |i| super::events::is_address_inst(func, i, &address));
-    (plan, address)
+    plan.split_independent(func);
+    (plan, address_values(func))
 }
 
 /// One output of an address-generation group with only the instructions

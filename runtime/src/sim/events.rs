@@ -500,7 +500,7 @@ pub(super) fn group_engine(op: &Op) -> (Engine, bool, bool) {
 
 /// Whether instruction `i` only generates addresses (every result is in
 /// `address`, [`super::agu::address_values`]).
-pub(super) fn is_address_inst(func: &Function, i: Inst, address: &HashSet<Value>) -> bool {
+fn is_address_inst(func: &Function, i: Inst, address: &HashSet<Value>) -> bool {
     let d = func.inst(i);
     !d.results.is_empty() && d.results.iter().all(|r| address.contains(r))
 }

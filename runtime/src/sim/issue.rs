@@ -164,8 +164,9 @@ impl Sim<'_> {
     }
 
     /// Pays `n` dispatches (a fused group: one per instruction). Not
-    /// before `t`: an issue unit that waits for an operand until then
-    /// (address generation runs in it) has stalled, and the trace says so.
+    /// before `t`: an issue unit that waits until then for an operand of
+    /// what it computes itself (a scalar, `tl.symm_at`, a notify's
+    /// operands) has stalled, and the trace says so.
     fn dispatch_n(&mut self, p: usize, t: u64, n: usize) -> u64 {
         if self.trace {
             self.note_operand_wait(p, t);
@@ -471,7 +472,8 @@ impl Sim<'_> {
     }
 
     /// Issues a data-path group. Address generation with known operands
-    /// is computed now at no engine time; a compute group (MATH, `dot`)
+    /// is computed now at no engine time, its values ready when its
+    /// operands are; a compute group (MATH, `dot`)
     /// whose operands' ready times are known and whose engine has nothing
     /// queued is scheduled now — its start is `max(issue, engine free,
     /// operands ready)` and it touches no shared state, so no event is
@@ -483,9 +485,13 @@ impl Sim<'_> {
         if info.address || !info.memory {
             if let Some(ready) = self.ready_all(p, &group.inputs) {
                 if info.address {
+                    // The address generator makes the values once their
+                    // operands are ready; the issue unit only dispatches
+                    // it and goes on (an operand still being computed
+                    // delays the addresses, and the operations that take
+                    // them, not the issue unit).
                     let outs = self.address_now(p, g)?;
-                    let t = self.pes[p].issue_ps.max(ready);
-                    let at = self.dispatch_n(p, t, group.insts.len());
+                    let at = self.dispatch_n(p, 0, group.insts.len()).max(ready);
                     for (v, x) in group.outputs.iter().zip(outs) {
                         self.pes[p].set(*v, Val::Ready { v: x, at });
                     }

@@ -328,8 +328,9 @@ pub fn peak_live_bytes(func: &Function) -> u64 {
     peak_live(func).0
 }
 
-/// The kernel's peak bytes of live blocks and the first instruction where
-/// they reach it (`None` for a kernel without blocks). A static estimate:
+/// The kernel's peak bytes of live blocks (address generation's aside)
+/// and the first instruction where they reach it (`None` for a kernel
+/// without blocks). A static estimate:
 /// a block is live from its definition to its last use in program order, and a value
 /// used inside a loop that does not define it lives until that loop ends
 /// (every iteration needs it). A value defined in a loop's body and used
@@ -390,7 +391,13 @@ pub fn peak_live(func: &Function) -> (u64, Option<kernbench_compiler::ir::Inst>)
         }
     }
     let mut delta = vec![0i64; order.len() + 2];
+    // Address generation's pointer and mask blocks are made by the DMA
+    // engine's address generator as the transfer goes: they take no TCM.
+    let address = agu::address_values(func);
     for (v, data) in func.values.iter() {
+        if address.contains(&v) {
+            continue;
+        }
         let block = match &data.ty {
             Type::Block(e, s) => Some((*e, s)),
             // A received future's data is in the PE once it has arrived.
