@@ -1793,6 +1793,11 @@ fn a_skipped_barrier_deadlocks_with_a_diagnostic() {
         rounds: 2,
     };
     assert_eq!(got, vec![(0, at(3, 1)), (1, at(3, 2)), (2, at(0, 2))]);
+    // Rank 3 skipped the barrier and finished: the ranks waiting for it
+    // say so (rank 2 waits for rank 0, blocked too).
+    let mut finished: Vec<(u32, bool)> = blocked.iter().map(|b| (b.rank, b.peer_finished)).collect();
+    finished.sort();
+    assert_eq!(finished, vec![(0, true), (1, true), (2, false)]);
     let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
     compare_or_bless(&repo_root().join("tests/sim/deadlock-barrier.stderr"), &text).unwrap_or_else(|d| panic!("{d}"));
 }

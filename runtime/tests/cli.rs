@@ -1333,9 +1333,15 @@ fn bench_ccl_prints_the_nccl_tests_table() {
         "{v}"
     );
     assert_eq!(v[0]["redop"], "none", "{v}");
-    // Only a broadcast has a root; one outside the communicator is a
-    // usage error, said once before anything runs.
+    // Only a broadcast has a root, and only a reducing collective a
+    // reduction; one outside the communicator is a usage error, said once
+    // before anything runs.
     assert_eq!(tlc(&["bench", "ccl", "--root", "1"]).status.code(), Some(2));
+    assert_exit(
+        &tlc(&["bench", "ccl", "--op", "all_gather", "--redop", "max"]),
+        2,
+        "--redop: all_gather reduces nothing",
+    );
     let o = tlc(&[
         "bench",
         "ccl",
@@ -1398,6 +1404,7 @@ fn bench_sim_reports_the_simulators_speed() {
     assert_eq!(v["algorithm"], "ring_allreduce");
     assert_eq!(v["ranks"], 16);
     assert_eq!(v["bytes_per_rank"], 4096);
+    assert_eq!(v["requested_bytes_per_rank"], 4096);
     assert_eq!(v["wrong"], 0);
     assert_eq!(v["wall_s"]["runs"], 3);
     let events = v["events"].as_f64().expect("events");
@@ -1421,6 +1428,13 @@ fn bench_sim_reports_the_simulators_speed() {
             && text.contains("#wrong 0 OK")
             && text.contains("events/s (M)"),
         "{text}"
+    );
+    // A size that is not whole elements is rounded, and says so.
+    let o = tlc(&["bench", "sim", "--pes", "4", "--bytes", "1001", "--runs", "1"]);
+    assert_stdout(
+        &o,
+        0,
+        "1000 bytes of int32 per rank (--bytes 1001 rounded to whole int32 elements)",
     );
     // Bad usage.
     assert_eq!(tlc(&["bench", "sim", "--runs", "0"]).status.code(), Some(2));
@@ -2815,5 +2829,43 @@ fn an_address_operand_wait_delays_the_access_not_the_issue_unit() {
         busy.windows(2).all(|w| w[1].0 <= w[0].1 + 1e-9),
         "the issue unit waited: {busy:?} {stalls:?}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A deadlock across SIPs is dated by the arrival of the last message (its
+/// last byte lands in the receiver's slots after the event that took it
+/// over from the other SIP): the same time the partial summary ends at.
+#[test]
+fn a_deadlock_across_sips_is_dated_by_its_last_arrival() {
+    let dir = temp_dir("deadlock-sips");
+    let kernel = write_kernel(
+        &dir,
+        "full20.tl",
+        "@kernel\ndef full20(buf: ptr[i32]):\n    r = tl.rank()\n    lanes = tl.arange(0, 1024)\n    \
+         for i in range(20):\n        tl.send(1 - r, lanes + i)\n    acc = lanes * 0\n    for i in range(20):\n        \
+         acc = acc + tl.recv(1 - r, [1024], i32)\n    tl.store(buf + lanes, acc)\n",
+    );
+    let o = tlc(&[
+        "run",
+        &kernel,
+        "--pes",
+        "0.0.0,1.0.0",
+        "--arg",
+        "buf=zeros((2,1024),i32):shard",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("a JSON error record");
+    assert_eq!(v["error"]["kind"], "deadlock", "{v}");
+    let (at, end) = (v["error"]["at_ps"].as_u64(), v["partial"]["end_ps"].as_u64());
+    assert!(
+        at.is_some() && at == end,
+        "deadlock at {at:?}, run ends at {end:?}: {v}"
+    );
+    for r in v["error"]["ranks"].as_array().expect("ranks") {
+        assert_eq!(r["reason"]["kind"], "queue_full", "{v}");
+        assert_eq!(r["reason"]["peer_finished"], false, "{v}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

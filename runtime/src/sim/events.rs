@@ -788,12 +788,16 @@ impl Sim<'_> {
         let blocked = blocked.into_iter().map(|(p, b)| (self.launch_order[p], b)).collect();
         // Stuck since the last PE reached the operation it waits in and
         // its last operation ended: its issue clock, and the end of an
-        // operation settled when it started, may be past the last event.
+        // operation settled when it started, may be past the last event;
+        // so may the arrival of a message from another SIP (its last
+        // byte lands after the event that took it over).
+        let arrivals = self.my_lps.iter().map(|&lp| self.lps[lp].last_arrival_ps);
         let stuck_ps = self
             .pes
             .iter()
             .filter(|(_, pe)| pe.stall != Stall::Finished)
             .map(|(_, pe)| pe.issue_ps.max(pe.last_done_ps))
+            .chain(arrivals)
             .fold(self.latest_ps, u64::max);
         let pes: Vec<PeStat> = self
             .pes
@@ -974,15 +978,14 @@ impl Sim<'_> {
                 let Some(head) = pe.engines[e.index()].queue.front() else {
                     continue;
                 };
-                let reason = match head.kind {
+                let (reason, peer) = match head.kind {
                     super::pe::OpKind::Recv { queue, msg } => {
                         let q = &self.queues.queues[queue as usize];
                         if q.arrival_ps(msg).is_some() {
                             continue;
                         }
-                        WaitReason::NoData {
-                            from_rank: self.ranks[q.src as usize],
-                        }
+                        let from_rank = self.ranks[q.src as usize];
+                        (WaitReason::NoData { from_rank }, self.coords[q.src as usize])
                     }
                     super::pe::OpKind::Send { queue, slots: need } => {
                         let q = &self.queues.queues[queue as usize];
@@ -994,11 +997,12 @@ impl Sim<'_> {
                             continue;
                         }
                         let slots = self.queues.n_slots();
-                        WaitReason::QueueFull {
+                        let full = WaitReason::QueueFull {
                             to_rank: self.ranks[q.dst as usize],
                             used: slots - free.min(slots),
                             slots,
-                        }
+                        };
+                        (full, self.coords[q.dst as usize])
                     }
                     _ => continue,
                 };
@@ -1010,6 +1014,8 @@ impl Sim<'_> {
                         rank: pe.ctx.rank,
                         inst: head.inst,
                         reason,
+                        peer: Some(peer),
+                        peer_finished: false,
                     },
                 ));
             }
@@ -1060,6 +1066,7 @@ impl Sim<'_> {
                 })
                 .or_else(oldest_op)
                 .unwrap_or_else(|| func.region(func.body).insts[0]);
+            let mut peer = None;
             let reason = match pe.stall {
                 Stall::Signal => {
                     let (addr, dt, want) = pe.signal_wait.unwrap_or((0, DType::I32, 0));
@@ -1077,6 +1084,7 @@ impl Sim<'_> {
                 // Waiting for the token of its last round.
                 Stall::Data if pe.barrier_round > 0 && pe.wait_for.is_some() => {
                     let (_, from) = self.barrier_peers(p, pe.barrier_round - 1);
+                    peer = Some(self.coords[from as usize]);
                     WaitReason::Barrier {
                         from_rank: self.ranks[from as usize],
                         round: u32::from(pe.barrier_round),
@@ -1092,6 +1100,8 @@ impl Sim<'_> {
                     rank: pe.ctx.rank,
                     inst,
                     reason,
+                    peer,
+                    peer_finished: false,
                 },
             ));
         }

@@ -767,7 +767,13 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, (
     // In the launch's order.
     let mut blocked: Vec<(usize, Blocked)> = outs.iter().flat_map(|o| o.blocked.iter().cloned()).collect();
     blocked.sort_by_key(|(at, _)| *at);
-    let blocked: Vec<Blocked> = blocked.into_iter().map(|(_, b)| b).collect();
+    let mut blocked: Vec<Blocked> = blocked.into_iter().map(|(_, b)| b).collect();
+    // Every PE whose program has not finished is blocked somewhere: a peer
+    // that is not has finished (known only now, with every shard's).
+    let unfinished: std::collections::HashSet<PeCoord> = blocked.iter().map(|b| b.pe).collect();
+    for b in &mut blocked {
+        b.peer_finished = b.peer.is_some_and(|p| !unfinished.contains(&p));
+    }
     let stopped = if outs.iter().any(|o| o.timed_out) {
         Some((
             SimError::TimeLimit {

@@ -445,6 +445,28 @@ pub struct Blocked {
     pub rank: u32,
     pub inst: Inst,
     pub reason: WaitReason,
+    /// The PE its reason names (the receiver of a full queue, the sender
+    /// it waits for, the barrier token's sender), and whether that PE's
+    /// program has finished (set once every shard's blocked PEs are known:
+    /// a PE not among them has finished).
+    pub peer: Option<PeCoord>,
+    pub peer_finished: bool,
+}
+
+impl Blocked {
+    /// ", and rank r has finished" when the peer it waits on has.
+    fn peer_note(&self) -> String {
+        let peer_rank = match self.reason {
+            WaitReason::QueueFull { to_rank: r, .. }
+            | WaitReason::NoData { from_rank: r }
+            | WaitReason::Barrier { from_rank: r, .. } => r,
+            _ => return String::new(),
+        };
+        match self.peer_finished {
+            true => format!(", and rank {peer_rank} has finished its program"),
+            false => String::new(),
+        }
+    }
 }
 
 /// `d` rendered the way rustc renders, with or without colour.
@@ -623,6 +645,10 @@ fn running_note(b: &Blocked) -> String {
 }
 
 fn wait_note(b: &Blocked) -> String {
+    format!("{}{}", wait_words(b), b.peer_note())
+}
+
+fn wait_words(b: &Blocked) -> String {
     match &b.reason {
         WaitReason::QueueFull { to_rank, used, slots } => {
             format!(
@@ -797,6 +823,10 @@ pub fn error_json(
                     WaitReason::Other if running => json!({"kind": "running"}),
                     WaitReason::Other => json!({"kind": "own_operations"}),
                 };
+                let mut reason = reason;
+                if b.peer.is_some() {
+                    reason["peer_finished"] = json!(b.peer_finished);
+                }
                 json!({
                     "rank": b.rank,
                     "pe": b.pe.to_string(),

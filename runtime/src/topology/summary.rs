@@ -146,11 +146,13 @@ pub fn summary_text(t: &Topology) -> String {
     ));
     o.push_str("\nmemories\n");
     o.push_str(&format!(
-        "  hbm   {} per cube ({} per PE slice), {:.1} GB/s per PE controller, {} ns\n",
+        "  hbm   {} per cube ({} per PE slice), {:.1} GB/s per PE controller, {} ns; {} pseudo-channels, addresses interleaved every {}\n",
         bytes(s.cube.hbm_capacity_bytes.0),
         bytes(t.hbm_slice_bytes()),
         t.hbm_bandwidth_bytes_per_ns(),
-        s.pe.hbm_controller.latency_ns.0
+        s.pe.hbm_controller.latency_ns.0,
+        s.pe.hbm_controller.pseudo_channels.0,
+        bytes(s.pe.hbm_controller.interleave_bytes.0)
     ));
     o.push_str(&format!(
         "  sram  {} per cube, {} GB/s, {} ns\n",
@@ -206,11 +208,19 @@ pub fn summary_text(t: &Topology) -> String {
     ));
     let q = &s.pe.ipcq;
     o.push_str(&format!(
-        "  ipcq  {} slots × {} in {}, backpressure {}\n",
+        "  ipcq  {} slots × {} in {}, backpressure {}{}\n",
         q.n_slots.0,
         bytes(q.slot_size_bytes.0),
         yaml_name(&q.buffer_space),
-        yaml_name(&q.backpressure)
+        yaml_name(&q.backpressure),
+        match q.backpressure {
+            crate::topology::schema::Backpressure::Poll => format!(" (every {} ns)", q.poll_interval_ns.0),
+            crate::topology::schema::Backpressure::Sleep => String::new(),
+        }
+    ));
+    o.push_str(&format!(
+        "\nhost       a launch starts on all its PEs at once, PCIe {} ns + IO CPU {} ns + launch overhead {} ns + the NoC to its farthest PE after the host issues it; a copy pays the IO CPU's {} ns, then its route\n",
+        s.host.pcie.latency_ns.0, s.host.io_cpu_latency_ns.0, s.host.launch_overhead_ns.0, s.host.io_cpu_latency_ns.0
     ));
     o.push_str(&format!("\nlinks (packets of {} bytes)\n", s.fabric.packet_bytes.0));
     o.push_str(&format!(
@@ -234,17 +244,24 @@ pub fn summary_text(t: &Topology) -> String {
     ));
     if t.cubes_per_sip() > 1 {
         o.push_str(&format!(
-            "  ucie       {:.0} GB/s per cube-to-cube port\n",
-            t.ucie_bandwidth_bytes_per_ns()
+            "  ucie       {} GB/s per cube-to-cube port\n",
+            gbps(t.ucie_bandwidth_bytes_per_ns())
         ));
     }
     if t.sips() > 1 {
         o.push_str(&format!(
-            "  sip link   {:.0} GB/s per link\n",
-            s.system.sip_link.bandwidth_bytes_per_ns.0
+            "  sip link   {} GB/s per link\n",
+            gbps(s.system.sip_link.bandwidth_bytes_per_ns.0)
         ));
     }
     o
+}
+
+/// A bandwidth as the links table gives it (one decimal), without a
+/// trailing `.0`: 37.5 stays 37.5, not 38.
+fn gbps(x: f64) -> String {
+    let s = format!("{x:.1}");
+    s.strip_suffix(".0").map_or(s.clone(), str::to_string)
 }
 
 /// A topology keyword as the YAML spells it (`torus_2d`, `tcm`, `sleep`).
@@ -307,5 +324,34 @@ mod tests {
         let v = summary_json(&large);
         assert_eq!(v["spec"]["system"]["sip_topology"], "torus_2d");
         assert_eq!(v["spec"]["pe"]["ipcq"]["poll_interval_ns"], 50.0);
+    }
+
+    /// Every key that sets a time or a rate appears in the text: the
+    /// launch path, the HBM interleave, a polling interval; a bandwidth
+    /// keeps its decimal in the peaks, as in the links table.
+    #[test]
+    fn the_text_names_the_host_path_and_keeps_decimals() {
+        let y = crate::topology::DEFAULT_YAML
+            .replace("backpressure: sleep", "backpressure: poll")
+            .replacen("bandwidth_bytes_per_ns: 100\n", "bandwidth_bytes_per_ns: 37.5\n", 1);
+        let t = Topology::parse("t.yaml", &y).expect("valid");
+        let text = summary_text(&t);
+        let s = &t.spec;
+        for want in [
+            format!(
+                "IO CPU {} ns + launch overhead {} ns",
+                s.host.io_cpu_latency_ns.0, s.host.launch_overhead_ns.0
+            ),
+            format!(
+                "addresses interleaved every {}",
+                bytes(s.pe.hbm_controller.interleave_bytes.0)
+            ),
+            format!("backpressure poll (every {} ns)", s.pe.ipcq.poll_interval_ns.0),
+            "sip link   37.5 GB/s per link".to_string(),
+        ] {
+            assert!(text.contains(&want), "`{want}` missing from:\n{text}");
+        }
+        assert_eq!(gbps(100.0), "100");
+        assert_eq!(gbps(37.5), "37.5");
     }
 }

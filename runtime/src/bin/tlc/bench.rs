@@ -32,9 +32,10 @@ pub struct CclArgs {
     /// f16, bf16, f32 or i32.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
-    /// sum, max, min or avg.
-    #[arg(long, default_value = "sum")]
-    pub redop: String,
+    /// sum, max, min or avg (default sum); only for a collective that
+    /// reduces (all_reduce, reduce_scatter).
+    #[arg(long)]
+    pub redop: Option<String>,
     /// Broadcast: the root rank (default: world / 3, neither the first
     /// rank nor the last once there are three).
     #[arg(long, value_name = "RANK")]
@@ -186,8 +187,14 @@ pub fn sim(a: SimArgs) -> ExitCode {
     let ranks = pes.len();
     match a.format {
         Format::Human => {
+            // A size that is not whole int32 elements runs rounded down (to
+            // one element at least), as `bench ccl` rounds; said here.
+            let rounded = match first.size_bytes == size {
+                true => String::new(),
+                false => format!(" (--bytes {size} rounded to whole int32 elements)"),
+            };
             outln!(
-                "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank ({} bytes in all) on {ranks} PE{} of `{}`, {}",
+                "# simulator speed: `{}` all_reduce of {} bytes of int32 per rank{rounded} ({} bytes in all) on {ranks} PE{} of `{}`, {}",
                 alg.name,
                 first.size_bytes,
                 first.size_bytes * ranks as u64,
@@ -221,7 +228,8 @@ pub fn sim(a: SimArgs) -> ExitCode {
             "{}",
             json!({
                 "algorithm": alg.name, "ranks": ranks, "topology": topo.spec.name,
-                "bytes_per_rank": first.size_bytes, "events": first.events, "threads": a.threads,
+                "bytes_per_rank": first.size_bytes, "requested_bytes_per_rank": size,
+                "events": first.events, "threads": a.threads,
                 "simulated_us": first.time_ps as f64 / 1e6, "wrong": wrong,
                 "wall_s": { "min": min, "median": median, "max": max, "runs": walls.len() },
                 "events_per_s": { "best": rate(min), "median": rate(median) },
@@ -277,9 +285,15 @@ pub fn ccl(a: CclArgs) -> ExitCode {
             a.op
         ));
     };
-    let Some(redop) = ReduceOp::parse(&a.redop) else {
-        return usage_error(&format!("--redop `{}`: expected sum, max, min or avg", a.redop));
+    let redop_name = a.redop.as_deref().unwrap_or("sum");
+    let Some(redop) = ReduceOp::parse(redop_name) else {
+        return usage_error(&format!("--redop `{redop_name}`: expected sum, max, min or avg"));
     };
+    if a.redop.is_some() && !op.reduces() {
+        return usage_error(&format!(
+            "--redop: {op} reduces nothing (pass --op all_reduce or reduce_scatter)"
+        ));
+    }
     let dtype = match DType::from_name(&a.dtype) {
         Some(d) if matches!(d, DType::F16 | DType::BF16 | DType::F32 | DType::I32) => d,
         _ => return usage_error(&format!("--dtype `{}`: expected f16, bf16, f32 or i32", a.dtype)),
