@@ -972,6 +972,49 @@ fn a_full_queue_deadlocks_with_a_diagnostic() {
         .unwrap_or_else(|d| panic!("{d}"));
 }
 
+const ASYNC_FIRST: &str = "
+@kernel
+def async_first(buf: ptr[i32], N: constexpr = 8):
+    offs = tl.arange(0, N)
+    f = tl.recv_async(tl.PREV, [N], i32)
+    x = tl.wait(f)
+    tl.send(tl.NEXT, x)
+    tl.store(buf + offs, x)
+";
+
+/// Every rank receives asynchronously, then waits, before sending: the
+/// receives are blocked, and the issue units wait at the `tl.wait`, which
+/// the diagnostic shows beside the receive.
+#[test]
+fn a_blocked_async_receive_shows_where_the_issue_unit_waits() {
+    let topo = Topology::default_machine();
+    let (func, sources) = lower(ASYNC_FIRST, "async_first", &[]);
+    let pes = sim::select_pes(&topo, "2").unwrap();
+    let e = simulate(
+        &topo,
+        pes,
+        &func,
+        vec![tensor("buf", i32s(&[2, 8], |k| k as i32), &["shard"])],
+        None,
+        false,
+    )
+    .err()
+    .expect("a deadlock");
+    let SimError::Deadlock { ref blocked, .. } = e else {
+        panic!("expected a deadlock, got {e:?}")
+    };
+    assert_eq!(blocked.len(), 2, "{blocked:?}");
+    for b in blocked {
+        assert!(matches!(b.reason, sim::WaitReason::NoData { .. }), "{b:?}");
+        assert_eq!(func.inst(b.inst).op.mnemonic(), "recv_async", "{b:?}");
+        let w = b.issue_at.expect("the issue unit waits elsewhere");
+        assert_eq!(func.inst(w).op.mnemonic(), "wait", "{b:?}");
+    }
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    compare_or_bless(&repo_root().join("tests/sim/deadlock-recv-async.stderr"), &text)
+        .unwrap_or_else(|d| panic!("{d}"));
+}
+
 const SPIN: &str = "
 @kernel
 def spin_or_wait(buf: ptr[i32], N: constexpr = 8):

@@ -1016,6 +1016,7 @@ impl Sim<'_> {
                         reason,
                         peer: Some(peer),
                         peer_finished: false,
+                        issue_at: pe.wait_inst.filter(|w| pe.wait_for.is_some() && *w != head.inst),
                     },
                 ));
             }
@@ -1102,6 +1103,7 @@ impl Sim<'_> {
                     reason,
                     peer,
                     peer_finished: false,
+                    issue_at: None,
                 },
             ));
         }

@@ -451,6 +451,9 @@ pub struct Blocked {
     /// a PE not among them has finished).
     pub peer: Option<PeCoord>,
     pub peer_finished: bool,
+    /// Where its issue unit waits, when that is not `inst`: the
+    /// `tl.wait` of a `tl.recv_async` that never gets its message.
+    pub issue_at: Option<Inst>,
 }
 
 impl Blocked {
@@ -605,12 +608,30 @@ fn capped(mut notes: Vec<String>) -> Vec<String> {
     notes
 }
 
-/// One label per distinct instruction the PEs are at: "N ranks {what}".
+/// One label per distinct instruction the PEs are at: "N ranks {what}";
+/// and a secondary one where their issue units wait, when elsewhere (the
+/// `tl.wait` of a blocked `tl.recv_async`).
 fn labels_at(func: &Function, at: &[Blocked], what: &str) -> Vec<cs::Label<kernbench_compiler::span::FileId>> {
-    label_each(func, at.iter().map(|b| b.inst), |inst| {
+    let mut labels = label_each(func, at.iter().map(|b| b.inst), |inst| {
         let count = at.iter().filter(|o| o.inst == inst).count();
         format!("{count} rank{} {what}", if count == 1 { "" } else { "s" })
-    })
+    });
+    for w in at.iter().filter_map(|b| b.issue_at) {
+        let loc = func.inst(w).loc;
+        if labels
+            .iter()
+            .any(|l| l.file_id == loc.file && l.range == loc.span.range())
+        {
+            continue;
+        }
+        let count = at.iter().filter(|o| o.issue_at == Some(w)).count();
+        let (s, waits) = if count == 1 { ("", "waits") } else { ("s", "wait") };
+        labels.push(
+            cs::Label::secondary(loc.file, loc.span.range())
+                .with_message(format!("{count} issue unit{s} {waits} here")),
+        );
+    }
+    labels
 }
 
 /// One primary label per distinct source span of `insts` (in the order
@@ -831,6 +852,7 @@ pub fn error_json(
                     "rank": b.rank,
                     "pe": b.pe.to_string(),
                     "at": sources.at(func.inst(b.inst).loc),
+                    "issue_at": b.issue_at.map(|w| sources.at(func.inst(w).loc)),
                     "op": func.inst(b.inst).op.mnemonic(),
                     "reason": reason,
                     "note": if running { running_note(b) } else { wait_note(b) },
