@@ -1429,6 +1429,41 @@ fn bench_sim_reports_the_simulators_speed() {
             && text.contains("events/s (M)"),
         "{text}"
     );
+    // Threads beyond the launch's shards are not used, and it says so: 4
+    // PEs of one SIP are one shard.
+    let o = tlc(&[
+        "bench",
+        "sim",
+        "--pes",
+        "4",
+        "--bytes",
+        "1K",
+        "--runs",
+        "1",
+        "--threads",
+        "2",
+    ]);
+    assert_stdout(&o, 0, "on 4 PEs of `default`, one thread (of 2 allowed: one shard)");
+    let o = tlc(&[
+        "bench",
+        "sim",
+        "--pes",
+        "4",
+        "--bytes",
+        "1K",
+        "--runs",
+        "1",
+        "--threads",
+        "2",
+        "--format",
+        "json",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(
+        (&v["threads"], &v["threads_used"]),
+        (&serde_json::json!(2), &serde_json::json!(1)),
+        "{v}"
+    );
     // A size that is not whole elements is rounded, and says so.
     let o = tlc(&["bench", "sim", "--pes", "4", "--bytes", "1001", "--runs", "1"]);
     assert_stdout(

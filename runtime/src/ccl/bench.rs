@@ -35,6 +35,9 @@ pub struct Row {
     /// Wall-clock time of the simulation alone (not the machine's set-up,
     /// the data's placement or the check), for the simulator's speed.
     pub sim_wall: std::time::Duration,
+    /// Threads the simulation ran on (one shard each; fewer than asked
+    /// when the launch has fewer SIPs, or windows too short to share).
+    pub threads: usize,
 }
 
 /// nccl-tests' name of a dtype.
@@ -496,6 +499,7 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
         wrong,
         events: report.events,
         sim_wall,
+        threads: report.threads,
     })
 }
 

@@ -202,9 +202,11 @@ pub fn sim(a: SimArgs) -> ExitCode {
                 topo.spec.name,
                 // Said always: a figure on one core and one on several differ
                 // by up to 2x, and both get quoted.
-                match a.threads {
-                    0 | 1 => "one thread".to_string(),
-                    n => format!("up to {n} threads"),
+                match (a.threads, first.threads) {
+                    (0 | 1, _) => "one thread".to_string(),
+                    (n, 1) => format!("one thread (of {n} allowed: one shard)"),
+                    (n, used) if used == n => format!("{n} threads"),
+                    (n, used) => format!("{used} threads (of {n} allowed)"),
                 }
             );
             outln!(
@@ -229,7 +231,7 @@ pub fn sim(a: SimArgs) -> ExitCode {
             json!({
                 "algorithm": alg.name, "ranks": ranks, "topology": topo.spec.name,
                 "bytes_per_rank": first.size_bytes, "requested_bytes_per_rank": size,
-                "events": first.events, "threads": a.threads,
+                "events": first.events, "threads": a.threads, "threads_used": first.threads,
                 "simulated_us": first.time_ps as f64 / 1e6, "wrong": wrong,
                 "wall_s": { "min": min, "median": median, "max": max, "runs": walls.len() },
                 "events_per_s": { "best": rate(min), "median": rate(median) },
