@@ -2981,3 +2981,69 @@ fn a_panic_on_a_shards_thread_stops_the_launch() {
         "a bug on the first shard's thread"
     );
 }
+
+const PROGRAMS: &str = "
+@kernel
+def programs(x: ptr[i32], N: constexpr = 1024, OOB: constexpr = 0):
+    pid = tl.program_id(0)
+    offs = pid * N + tl.arange(0, N)
+    v = tl.load(x + offs)
+    far = (1 - tl.minimum(pid, 1)) * OOB
+    tl.store(x + (offs + far), v + 1)
+";
+
+/// A PE running several programs issues the next as soon as the previous
+/// one's last instruction is dispatched (DESIGN §2 names no stall at a
+/// program's end): program 1's load starts before program 0's store has
+/// landed, the data is right, and 4 programs take less than 4 times one.
+/// An error of a queued operation names the program that issued it, not
+/// the one issuing by then.
+#[test]
+fn programs_on_one_pe_overlap_and_errors_name_their_program() {
+    let topo = Topology::default_machine();
+    let (func, _) = lower(PROGRAMS, "programs", &[]);
+    let run = |grid: u32| {
+        simulate(
+            &topo,
+            vec![pe(0, 0, 0)],
+            &func,
+            vec![tensor("x", i32s(&[4096], |k| k as i32), &[])],
+            Some([grid, 1, 1]),
+            true,
+        )
+        .expect("runs")
+    };
+    let (one, four) = (run(1), run(4));
+    let got = &four.tensors[0];
+    assert!((0..4096).all(|k| elem::to_i64(DType::I32, got.get_bits(k)) == k as i64 + 1));
+    let t = |r: &SimRun| r.report.elapsed_ps();
+    assert!(t(&four) < 4 * t(&one), "4 programs {} ps, one {} ps", t(&four), t(&one));
+    let dma: Vec<&sim::Slice> = four
+        .report
+        .slices
+        .iter()
+        .filter(|s| s.engine == sim::Engine::Dma)
+        .collect();
+    // load 0, store 0, load 1, …: the second load starts before the first
+    // store's last byte is in.
+    assert_eq!(dma.len(), 8, "{dma:?}");
+    assert!(dma[2].start_ps < dma[1].done_ps, "{dma:?}");
+
+    // Program 0's store goes out of bounds; when it starts, the issue
+    // unit is in program 1.
+    let (bad, _) = lower(PROGRAMS, "programs", &[("OOB", Konst::Int(100_000_000))]);
+    let e = simulate(
+        &topo,
+        vec![pe(0, 0, 0)],
+        &bad,
+        vec![tensor("x", i32s(&[4096], |k| k as i32), &[])],
+        Some([2, 1, 1]),
+        false,
+    )
+    .err()
+    .expect("out of bounds");
+    match e {
+        SimError::Exec { program, .. } => assert_eq!(program, [0, 0, 0]),
+        other => panic!("expected an out-of-bounds store, got {other:?}"),
+    }
+}

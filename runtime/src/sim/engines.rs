@@ -579,9 +579,9 @@ impl Sim<'_> {
         let now = self.now;
         let bytes = u64::from(size);
         let place = self.mem.placement_of(addr).ok_or_else(|| {
-            self.exec_error(
+            self.op_error(
                 p,
-                op.inst,
+                &op,
                 ExecErrorKind::OutOfBounds(MemFault {
                     addr,
                     bytes,
@@ -677,7 +677,7 @@ impl Sim<'_> {
                 let t0 = now + self.dma_setup_ps;
                 if info.effect_at_end && self.elsewhere(place.sip()) {
                     let hbm = hbm.clone();
-                    let program = self.pes[p].ctx.pid;
+                    let program = self.program_id(u64::from(op.program));
                     return self.remote_put(p, e, op, (place, bytes, hbm), t0, |op, pe, slot| Then::Put {
                         pe,
                         slot,
@@ -808,7 +808,7 @@ impl Sim<'_> {
                 // bitcast=True)` says so on purpose). Its shape may change.
                 let sent = func.inst(m.sent_by).args.last().map(|&v| func.ty(v));
                 if sent.is_some_and(|s| s.elem() != ty.elem()) || want != bytes {
-                    return Err(self.recv_mismatch(p, op.inst, (&ty, want), (sent, bytes), src));
+                    return Err(self.recv_mismatch(p, &op, (&ty, want), (sent, bytes), src));
                 }
                 let (route, hbm) = self.buffer_route(queue, msg, bytes, false);
                 let tr = self.fabric.reserve(&route, bytes, &hbm, now);
@@ -826,7 +826,7 @@ impl Sim<'_> {
         Ok(())
     }
 
-    /// The error of a receive `inst` of type `ty` (`want` bytes) whose
+    /// The error of a receive `op` of type `ty` (`want` bytes) whose
     /// message from PE `src` does not fit it: another element type
     /// (`sent`, its operand's type), or `bytes` of another size. Out of
     /// line, as [`Self::check_lanes_elsewhere`] is.
@@ -835,12 +835,14 @@ impl Sim<'_> {
     fn recv_mismatch(
         &self,
         p: usize,
-        inst: kernbench_compiler::ir::Inst,
+        op: &OpRec,
         (ty, want): (&Type, u64),
         (sent, bytes): (Option<&Type>, u64),
         src: u32,
     ) -> SimError {
-        let rank = self.pes[src as usize].ctx.rank;
+        // Its rank from the launch's table: the sender may be another
+        // shard's PE.
+        let rank = self.ranks[src as usize];
         let what = match sent.filter(|s| s.elem() != ty.elem()) {
             Some(sent) => format!(
                 "this receive expects {} elements ({ty}) but rank {rank} sent {} elements ({sent}); \
@@ -850,7 +852,7 @@ impl Sim<'_> {
             ),
             None => format!("this receive expects {want} bytes ({ty}) but rank {rank} sent {bytes} bytes"),
         };
-        self.exec_error(p, inst, ExecErrorKind::Unsupported(what))
+        self.op_error(p, op, ExecErrorKind::Unsupported(what))
     }
 
     /// Slots a message of `value` sent by `inst` takes (an error when it
@@ -926,7 +928,7 @@ impl Sim<'_> {
             op.args.iter().map(|(v, x)| (func.ty(*v), x.data().unwrap_or(&UNSET))),
             |refs| self.dp.run(func, self.plan, g, refs, &mut self.mem),
         );
-        r.map_err(|e| self.fail(p, e))
+        r.map_err(|e| self.fail_in(p, op.program, e))
     }
 
     /// Where a memory operation goes and how many bytes it moves.
@@ -954,9 +956,9 @@ impl Sim<'_> {
             });
         };
         let fault = || {
-            self.exec_error(
+            self.op_error(
                 p,
-                op.inst,
+                op,
                 ExecErrorKind::OutOfBounds(MemFault {
                     addr: first,
                     bytes: size,
@@ -1035,9 +1037,9 @@ impl Sim<'_> {
             }
         });
         if let Some((a, pl)) = split {
-            return Err(self.exec_error(
+            return Err(self.op_error(
                 p,
-                op.inst,
+                op,
                 ExecErrorKind::Unsupported(format!(
                     "this access reaches the {place} (at {first:#x}) and the {pl} (at {a:#x}), on two SIPs: in a \
                      launch over several SIPs one access stays on one SIP"
@@ -1045,9 +1047,9 @@ impl Sim<'_> {
             ));
         }
         if let Some(a) = bad {
-            let outside = self.exec_error(
+            let outside = self.op_error(
                 p,
-                op.inst,
+                op,
                 ExecErrorKind::OutOfBounds(MemFault {
                     addr: a,
                     bytes: size,
@@ -1091,7 +1093,7 @@ impl Sim<'_> {
             _ => None,
         };
         match why {
-            Some(msg) => Err(self.exec_error(p, op.inst, ExecErrorKind::Unsupported(msg))),
+            Some(msg) => Err(self.op_error(p, op, ExecErrorKind::Unsupported(msg))),
             None => Ok(()),
         }
     }
@@ -1112,7 +1114,7 @@ impl Sim<'_> {
             if bytes == 0 {
                 continue;
             }
-            let fault = || self.exec_error(p, op.inst, ExecErrorKind::OutOfBounds(MemFault { addr, bytes, write }));
+            let fault = || self.op_error(p, op, ExecErrorKind::OutOfBounds(MemFault { addr, bytes, write }));
             // The whole matrix lies inside one allocation.
             let (base, _) = self.mem.lookup(addr).ok_or_else(fault)?;
             let len = self.mem.len_at(base).unwrap_or(0);
@@ -1125,9 +1127,9 @@ impl Sim<'_> {
                 // Its pipeline books all its traffic when it starts, which
                 // the SIP holding `out` books itself in a launch over
                 // several SIPs.
-                return Err(self.exec_error(
+                return Err(self.op_error(
                     p,
-                    op.inst,
+                    op,
                     ExecErrorKind::Unsupported(format!(
                         "tl.gemm writes its output at {addr:#x}, in the {place}, on another SIP: in a launch over \
                          several SIPs it writes on its own SIP (move the result with a store or tl.send)"

@@ -673,13 +673,32 @@ impl Sim<'_> {
     }
 
     pub fn fail(&self, p: usize, error: ExecError) -> SimError {
-        let pe = &self.pes[p];
+        self.fail_in(p, self.pes[p].program, error)
+    }
+
+    /// An error of an operation of program `program` (its index in the
+    /// flattened grid) of PE `p`: a queued operation's program, which the
+    /// issue unit may have left.
+    pub fn fail_in(&self, p: usize, program: u32, error: ExecError) -> SimError {
         SimError::Exec {
             pe: self.coords[p],
-            rank: pe.ctx.rank,
-            program: pe.ctx.pid,
+            rank: self.pes[p].ctx.rank,
+            program: self.program_id(u64::from(program)),
             error,
         }
+    }
+
+    /// [`Self::exec_error`] of queued operation `op`.
+    pub fn op_error(&self, p: usize, op: &super::pe::OpRec, kind: ExecErrorKind) -> SimError {
+        self.fail_in(p, op.program, ExecError { inst: op.inst, kind })
+    }
+
+    /// The program id (`tl.program_id` on each axis) of the program at
+    /// `idx` of the flattened grid (axis 0 fastest).
+    pub(super) fn program_id(&self, idx: u64) -> [u32; 3] {
+        let [g0, g1, _] = self.grid;
+        let (g0, g1) = (g0.max(1) as u64, g1.max(1) as u64);
+        [(idx % g0) as u32, ((idx / g0) % g1) as u32, (idx / (g0 * g1)) as u32]
     }
 
     /// PE `p`'s communicator.
@@ -690,23 +709,25 @@ impl Sim<'_> {
     /// Starts PE `p`'s next program, or marks it finished.
     pub fn start_next_program(&mut self, p: usize) {
         let func = self.func;
-        let [g0, g1, _] = self.grid;
         let Some(idx) = self.pes[p].programs.next() else {
             let pe = &mut self.pes[p];
             pe.stall = Stall::Finished;
             pe.end_ps = pe.issue_ps.max(pe.last_done_ps);
             return;
         };
+        let pid = self.program_id(idx);
         let pe = &mut self.pes[p];
-        let (g0, g1) = (g0.max(1) as u64, g1.max(1) as u64);
-        pe.ctx.pid = [(idx % g0) as u32, ((idx / g0) % g1) as u32, (idx / (g0 * g1)) as u32];
+        pe.ctx.pid = pid;
+        // The grid has fewer than 2^32 programs (checked at launch).
+        pe.program = idx as u32;
         pe.frames = vec![super::pe::Frame {
             region: func.body,
             idx: 0,
             kind: super::pe::FrameKind::Body,
         }];
-        let t = pe.issue_ps.max(pe.last_done_ps);
-        pe.issue_ps = t;
+        // At the issue unit's clock: the previous program's operations may
+        // still be queued or running (see `end_program`).
+        let t = pe.issue_ps;
         let params = &func.region(func.body).params;
         for (k, v) in params.iter().enumerate() {
             if let Some(a) = pe.args.get(k).cloned() {

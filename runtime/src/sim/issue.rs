@@ -175,8 +175,15 @@ impl Sim<'_> {
         self.pes[p].dispatch(t, d)
     }
 
-    /// The program is out of steps: once its engines drain, the next one.
+    /// The program is out of steps: the next one issues at once, its
+    /// operations queued behind this one's (DESIGN §2: issue stalls only
+    /// for a value, a full queue, a blocking receive or wait); after the
+    /// last, the PE finishes once its engines drain.
     fn end_program(&mut self, p: usize) -> Result<(), SimError> {
+        if self.pes[p].programs.next < self.pes[p].programs.end {
+            self.start_next_program(p);
+            return Ok(());
+        }
         if !self.pes[p].drained() {
             self.stall(p, Stall::Drain);
             return Ok(());
@@ -548,6 +555,7 @@ impl Sim<'_> {
     /// message not yet sent kicks it when its send starts.
     fn enqueue(&mut self, p: usize, e: Engine, t: u64, mut op: OpBox) {
         op.issued_ps = t;
+        op.program = self.pes[p].program;
         // A receive waits for its message's arrival, once known; until then
         // the send's start kicks the engine.
         let (awaits_message, arrival) = match op.kind {

@@ -114,6 +114,10 @@ pub enum OpKind {
 #[repr(align(64))]
 pub struct OpRec {
     pub inst: Inst,
+    /// The program that issued it, as its index in the flattened grid
+    /// (filled when queued): the next program may be issuing by the time
+    /// it starts, and its errors name its own.
+    pub program: u32,
     pub kind: OpKind,
     /// Captured operands: for a group its inputs (in the group's order),
     /// for a send the value (and rank), for a receive nothing.
@@ -158,6 +162,7 @@ impl OpPool {
                 op.mem_id = mem_id.unwrap_or(NO_MEM_OP);
                 op.issued_ps = 0;
                 op.end_ps = 0;
+                op.program = 0;
                 op
             }
             None => Box::new(OpRec {
@@ -168,6 +173,7 @@ impl OpPool {
                 mem_id: mem_id.unwrap_or(NO_MEM_OP),
                 issued_ps: 0,
                 end_ps: 0,
+                program: 0,
                 next: None,
             }),
         }
@@ -426,6 +432,9 @@ pub struct PeState {
     /// What the built-ins (`tl.program_id`, `tl.rank`, …) answer for the
     /// current program: its rank (`ctx.rank`) and program id (`ctx.pid`).
     pub ctx: crate::exec::ScalarCtx,
+    /// The current program's index in the flattened grid (`ctx.pid` is
+    /// its id on each axis).
+    pub program: u32,
     pub frames: Vec<Frame>,
     /// The values the issue unit holds, one entry per live range
     /// ([`super::slots`]): `env[slot_of[v]]` is value `v`'s.
@@ -572,6 +581,7 @@ impl PeState {
             args,
             programs,
             ctx,
+            program: 0,
             frames: Vec::new(),
             env: vec![Val::Unset; slots.count],
             slot_of: slots.slot_of.clone(),
