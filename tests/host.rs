@@ -386,7 +386,33 @@ fn registry_errors_name_the_entry() {
         "algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n",
     );
     assert!(
-        e.contains("must take (buf: ptr[T], n_elem: i32)") && e.contains("n_elem: f32"),
+        e.contains("must take (buf: ptr[T], n_elem: i32) for an all_reduce algorithm") && e.contains("n_elem: f32"),
+        "{e}"
+    );
+    // A kernel of one element type, or without `OP`, run for another type
+    // or reduction: refused, not run on the wrong bytes or as a sum.
+    std::fs::write(
+        dir.join("sum_f32.tl"),
+        "@kernel\ndef sum_f32(buf: ptr[f32], n_elem: i32):\n    pass\n",
+    )
+    .unwrap();
+    let mut r = Registry::stdlib(&root).unwrap();
+    r.merge_text(
+        "my_ccl.yaml",
+        &dir,
+        "algorithms:\n  sum_f32:\n    collective: all_reduce\n    module: sum_f32.tl\n    kernel: sum_f32\n    topology: ring\n",
+    )
+    .expect("registers");
+    let a = r.get("sum_f32").unwrap().clone();
+    assert!(r.compile(&a, DType::F32, ReduceOp::Sum, &[]).is_ok());
+    let e = r.compile(&a, DType::I32, ReduceOp::Sum, &[]).err().unwrap_or_default();
+    assert!(
+        e.contains("with T = i32 here, but takes (buf: ptr[f32], n_elem: i32)"),
+        "{e}"
+    );
+    let e = r.compile(&a, DType::F32, ReduceOp::Max, &[]).err().unwrap_or_default();
+    assert!(
+        e.contains("kernel `sum_f32` declares no `OP` constexpr, so it cannot be told to max"),
         "{e}"
     );
     let e = try_yaml("algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n    constexprs: {CHUNK: 8}\n");

@@ -270,8 +270,14 @@ pub fn eval(
                     continue;
                 }
                 let mut buf = [0u8; 8];
-                mem.read(*p, &mut buf[..size])
-                    .map_err(|f| err(i, ExecErrorKind::OutOfBounds(f)))?;
+                // A read-modify-write: its fault is the write's, as the
+                // simulator reports it.
+                mem.read(*p, &mut buf[..size]).map_err(|f| {
+                    err(
+                        i,
+                        ExecErrorKind::OutOfBounds(crate::datapath::MemFault { write: true, ..f }),
+                    )
+                })?;
                 *o = u64::from_le_bytes(buf);
                 let sum = elem::binary(crate::ir::BinaryOp::Add, dt, *o, *v).map_err(|e| elem_err(i, e))?;
                 mem.write(*p, &sum.to_le_bytes()[..size])

@@ -139,12 +139,11 @@ pub fn binary(op: BinOp, a: &Konst, b: &Konst) -> Folded {
                     if y == 0.0 {
                         Err("modulo by zero".into())
                     } else {
-                        let r = x % y;
-                        Ok(Konst::Float(if r != 0.0 && ((r < 0.0) != (y < 0.0)) {
-                            r + y
-                        } else {
-                            r
-                        }))
+                        // As the run time computes it (language.md): with
+                        // `//` above, `a == (a // b) * b + a % b` holds
+                        // for folded constants too, and infinities give
+                        // what a run gives (NaN).
+                        Ok(Konst::Float(x - (x / y).floor() * y))
                     }
                 }
                 BinOp::Pow => float_pow(x, y),
@@ -224,6 +223,25 @@ mod tests {
         assert_eq!(fold(BinOp::Mod, 7, -2), Konst::Int(-1));
         assert_eq!(fold(BinOp::Div, 7, 2), Konst::Float(3.5));
         assert_eq!(fold(BinOp::Pow, 2, 10), Konst::Int(1024));
+    }
+
+    /// Float `//` and `%` fold as the run time computes them
+    /// (language.md): `a // b` is `floor(a / b)`, `a % b` is
+    /// `a - floor(a / b) * b`, so the pair recombines to `a`, and an
+    /// infinite divisor gives NaN, as a run does.
+    #[test]
+    fn float_floor_division_and_modulo_agree() {
+        let f = |op, a: f64, b: f64| match binary(op, &Konst::Float(a), &Konst::Float(b)) {
+            Some(Ok(Konst::Float(v))) => v,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(f(BinOp::FloorDiv, 1.0, 0.1), 10.0);
+        assert_eq!(f(BinOp::Mod, 1.0, 0.1), 0.0);
+        assert_eq!(f(BinOp::Mod, -7.5, 2.0), 0.5);
+        assert_eq!(f(BinOp::Mod, 7.5, -2.0), -0.5);
+        assert!(f(BinOp::Mod, 5.0, f64::INFINITY).is_nan());
+        let z = f(BinOp::Mod, -0.0, 1.0);
+        assert!(z == 0.0 && z.is_sign_positive(), "{z}");
     }
 
     #[test]

@@ -477,6 +477,34 @@ impl Checker {
                     Some(Konst::Float(v)) if v.is_finite() && v.abs() < 9.2e18 => {
                         Val::konst(Konst::Int(v.trunc() as i64))
                     }
+                    // A constant all the same, which Python refuses too.
+                    Some(Konst::Float(v)) => {
+                        let why = match v.is_nan() {
+                            true => "cannot convert NaN to an integer".to_string(),
+                            false => format!("`int({v})` does not fit a 64-bit integer"),
+                        };
+                        self.error(f, Code::E0315, why, a.span("x"), "out of range");
+                        Val::unknown()
+                    }
+                    // Python's `int("42")`: decimal digits, a sign, `_`.
+                    Some(Konst::Str(text)) => {
+                        let t = text.trim();
+                        let body = t.trim_start_matches(['+', '-']).to_ascii_lowercase();
+                        let prefixed = ["0x", "0o", "0b"].iter().any(|p| body.starts_with(p));
+                        match super::types::int_literal(t).filter(|_| !prefixed) {
+                            Some(Some(v)) => Val::konst(Konst::Int(v)),
+                            Some(None) => {
+                                let why = format!("`int({text:?})` does not fit a 64-bit integer");
+                                self.error(f, Code::E0315, why, a.span("x"), "out of range");
+                                Val::unknown()
+                            }
+                            None => {
+                                let why = format!("cannot convert {text:?} to int");
+                                self.error(f, Code::E0326, why, a.span("x"), "not a decimal integer");
+                                Val::unknown()
+                            }
+                        }
+                    }
                     _ if x.ty.is_unknown() => Val::unknown(),
                     _ => {
                         let d = Diagnostic::new(

@@ -76,6 +76,35 @@ impl<'s> ParseSink<'s> {
         }
     }
 
+    /// Converts the left side of `+=` (and the other `op=`) into its one
+    /// name; anything else (`a[0] += 1`, a common habit from Python) is
+    /// E0015, as for `=`, and gives `None`.
+    pub(crate) fn aug_target(&mut self, e: Expr) -> Option<ast::Ident> {
+        let span = e.span;
+        match e.kind {
+            ExprKind::Name(name) => Some(ast::Ident { name, span }),
+            ExprKind::Tuple(_) | ExprKind::List(_) => {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::E0015,
+                        "cannot assign to a tuple with an augmented assignment",
+                        self.loc(span),
+                        "not one name",
+                    )
+                    .with_help("update each name on its own line"),
+                );
+                None
+            }
+            // An error already reported.
+            ExprKind::Error => None,
+            _ => {
+                // What `=` says of it.
+                let _ = self.target(e);
+                None
+            }
+        }
+    }
+
     pub(crate) fn check_arg_order(&mut self, args: &[Arg]) {
         let mut keyword_seen: Option<Span> = None;
         for a in args {
@@ -297,8 +326,17 @@ fn describe_expected(expected: &[String]) -> String {
     if expression_start {
         words.push("an expression".into());
     }
+    // `x += …` may follow any expression that starts a statement (the
+    // checker refuses all but a name); listing twelve of them after every
+    // expression statement would bury what was likely meant.
+    let augmented = [
+        "+=", "-=", "*=", "/=", "//=", "%=", "**=", "&=", "|=", "^=", "<<=", ">>=",
+    ];
     for e in expected {
         let t = strip(e);
+        if augmented.contains(&t.as_str()) {
+            continue;
+        }
         if expression_start
             && matches!(
                 t.as_str(),

@@ -501,6 +501,16 @@ impl Registry {
                 }
             }
         }
+        // A reduction the kernel cannot be told of would silently run as
+        // whatever the kernel does (a sum).
+        if a.collective.reduces() && op != super::ReduceOp::Sum && !declared.contains(&"OP") {
+            return Err(format!(
+                "{}: kernel `{}` declares no `OP` constexpr, so it cannot be told to {}: it can only run sum                  (declare `OP: constexpr = 0` and combine with reduce_ops.combine)",
+                entry(),
+                a.kernel,
+                op.name()
+            ));
+        }
         let mut defines = a.constexprs.clone();
         defines.insert("T".into(), Konst::DType(dtype));
         defines.insert("OP".into(), Konst::Int(op.code()));
@@ -540,13 +550,15 @@ impl Registry {
                 ));
             }
         };
-        check_signature(a, &func).map_err(|m| format!("{}: {m}", entry()))?;
+        check_signature(a, &func, dtype).map_err(|m| format!("{}: {m}", entry()))?;
         Ok((func, out.sources))
     }
 }
 
-/// The parameters each collective passes (pointers of T, i32 scalars).
-fn check_signature(a: &Algorithm, func: &kernbench_compiler::ir::Function) -> Result<(), String> {
+/// The parameters each collective passes (pointers of T, i32 scalars),
+/// with `T` the element type it runs on (`dtype`): a pointer of another
+/// element type would read the buffers as what they are not.
+fn check_signature(a: &Algorithm, func: &kernbench_compiler::ir::Function, dtype: DType) -> Result<(), String> {
     let want: &[(&str, bool)] = match a.collective {
         Collective::AllReduce => &[("buf", true), ("n_elem", false)],
         Collective::AllGather | Collective::ReduceScatter => &[("src", true), ("dst", true), ("n_elem", false)],
@@ -561,15 +573,20 @@ fn check_signature(a: &Algorithm, func: &kernbench_compiler::ir::Function) -> Re
     let got: Vec<String> = func.params.iter().map(|p| format!("{}: {}", p.name, p.ty)).collect();
     let ok = func.params.len() == want.len()
         && func.params.iter().zip(want).all(|(p, (_, is_ptr))| match p.ty.elem() {
-            Elem::Ptr(_) => *is_ptr,
+            Elem::Ptr(d) => *is_ptr && d == dtype,
             Elem::Num(DType::I32) => !*is_ptr,
             _ => false,
         });
     if ok {
         Ok(())
     } else {
+        let article = if a.collective.key().starts_with(['a', 'e', 'i', 'o', 'u']) {
+            "an"
+        } else {
+            "a"
+        };
         Err(format!(
-            "kernel `{}` must take ({}) for a {} algorithm, but takes ({})",
+            "kernel `{}` must take ({}) for {article} {} algorithm, with T = {dtype} here, but takes ({})",
             a.kernel,
             shape(want),
             a.collective.key(),
