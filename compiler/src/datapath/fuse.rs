@@ -14,7 +14,9 @@
 //! `reshape` is a relabelling the executor does itself. Without fusion
 //! every data-path instruction is its own group. [`Fusion::Compute`]
 //! fuses elementwise chains but keeps every memory operation alone, so
-//! that each group runs on one engine: the simulator's plan.
+//! that each group runs on one engine: the simulator's plan, which then
+//! splits each group into its independent parts
+//! ([`Plan::split_independent`]).
 
 use crate::ir::{Function, Inst, Op, ReduceOp, Region, Value};
 use cranelift_entity::SecondaryMap;
@@ -416,9 +418,9 @@ mod tests {
     }
 
     /// Two chains of one space fused into one group (the store's pointers
-    /// and the multiply it stores; below, `s` and `w`, which share only
-    /// the `arange`) become a group each, in program order, each handing
-    /// on what the stores take. Groups of one part are left alone.
+    /// and the multiply it stores) become a group each, in program order,
+    /// each handing on what the store takes. Groups of one part (the
+    /// load's pointers) are left alone.
     #[test]
     fn independent_parts_of_a_group_are_split() {
         let f = lower(

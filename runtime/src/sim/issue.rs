@@ -180,7 +180,7 @@ impl Sim<'_> {
     /// for a value, a full queue, a blocking receive or wait); after the
     /// last, the PE finishes once its engines drain.
     fn end_program(&mut self, p: usize) -> Result<(), SimError> {
-        if self.pes[p].programs.next < self.pes[p].programs.end {
+        if self.pes[p].programs.remaining() {
             self.start_next_program(p);
             return Ok(());
         }

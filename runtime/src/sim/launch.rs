@@ -43,7 +43,7 @@ pub(super) struct Shared<'a> {
     pub grid: [u32; 3],
     pub trace: bool,
     /// The launch's plan ([`super::agu::sim_plan`]: each group on one
-    /// engine, address generation apart).
+    /// engine, independent parts apart).
     pub plan: Plan,
     pub groups: Vec<GroupInfo>,
     /// Per instruction (by index), its decoded form when it is pure

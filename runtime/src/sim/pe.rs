@@ -367,6 +367,13 @@ pub struct Programs {
     pub end: u64,
 }
 
+impl Programs {
+    /// Whether a program is left to run.
+    pub fn remaining(&self) -> bool {
+        self.next < self.end
+    }
+}
+
 impl Iterator for Programs {
     type Item = u64;
 

@@ -669,6 +669,7 @@ fn wait_note(b: &Blocked) -> String {
     format!("{}{}", wait_words(b), b.peer_note())
 }
 
+/// What `b` waits for, without what [`Blocked::peer_note`] adds.
 fn wait_words(b: &Blocked) -> String {
     match &b.reason {
         WaitReason::QueueFull { to_rank, used, slots } => {
