@@ -893,6 +893,36 @@ fn ring_allreduce_time_follows_the_alpha_beta_model() {
     );
 }
 
+/// Runs `kernel` of `src` on the first `n` PEs (`sim::select_pes`) with
+/// `buf`, an i32 block of `shape` sharded over them, and returns its
+/// deadlock (any other outcome fails the test).
+fn deadlock_of(
+    src: &str,
+    kernel: &str,
+    n: &str,
+    shape: &[usize],
+) -> (
+    kernbench_compiler::ir::Function,
+    kernbench_compiler::diag::SourceMap,
+    SimError,
+) {
+    let topo = Topology::default_machine();
+    let (func, sources) = lower(src, kernel, &[]);
+    let pes = sim::select_pes(&topo, n).unwrap();
+    let e = simulate(
+        &topo,
+        pes,
+        &func,
+        vec![tensor("buf", i32s(shape, |k| k as i32), &["shard"])],
+        None,
+        false,
+    )
+    .err()
+    .expect("a deadlock");
+    assert!(matches!(e, SimError::Deadlock { .. }), "expected a deadlock, got {e:?}");
+    (func, sources, e)
+}
+
 const DEADLOCK: &str = "
 @kernel
 def wrong_ring(buf: ptr[i32], N: constexpr = 64):
@@ -903,19 +933,7 @@ def wrong_ring(buf: ptr[i32], N: constexpr = 64):
 
 #[test]
 fn receiving_first_deadlocks_with_a_diagnostic() {
-    let topo = Topology::default_machine();
-    let (func, sources) = lower(DEADLOCK, "wrong_ring", &[]);
-    let pes = sim::select_pes(&topo, "4").unwrap();
-    let e = simulate(
-        &topo,
-        pes,
-        &func,
-        vec![tensor("buf", i32s(&[4, 64], |k| k as i32), &["shard"])],
-        None,
-        false,
-    )
-    .err()
-    .expect("a deadlock");
+    let (func, sources, e) = deadlock_of(DEADLOCK, "wrong_ring", "4", &[4, 64]);
     let SimError::Deadlock { ref blocked, .. } = e else {
         panic!("expected a deadlock, got {e:?}")
     };
@@ -945,19 +963,7 @@ def flood(buf: ptr[i32], N: constexpr = 1024):
 
 #[test]
 fn a_full_queue_deadlocks_with_a_diagnostic() {
-    let topo = Topology::default_machine();
-    let (func, sources) = lower(FLOOD, "flood", &[]);
-    let pes = sim::select_pes(&topo, "2").unwrap();
-    let e = simulate(
-        &topo,
-        pes,
-        &func,
-        vec![tensor("buf", i32s(&[2, 1024], |k| k as i32), &["shard"])],
-        None,
-        false,
-    )
-    .err()
-    .expect("a deadlock");
+    let (func, sources, e) = deadlock_of(FLOOD, "flood", "2", &[2, 1024]);
     let SimError::Deadlock { ref blocked, .. } = e else {
         panic!("expected a deadlock, got {e:?}")
     };
@@ -987,19 +993,7 @@ def async_first(buf: ptr[i32], N: constexpr = 8):
 /// the diagnostic shows beside the receive.
 #[test]
 fn a_blocked_async_receive_shows_where_the_issue_unit_waits() {
-    let topo = Topology::default_machine();
-    let (func, sources) = lower(ASYNC_FIRST, "async_first", &[]);
-    let pes = sim::select_pes(&topo, "2").unwrap();
-    let e = simulate(
-        &topo,
-        pes,
-        &func,
-        vec![tensor("buf", i32s(&[2, 8], |k| k as i32), &["shard"])],
-        None,
-        false,
-    )
-    .err()
-    .expect("a deadlock");
+    let (func, sources, e) = deadlock_of(ASYNC_FIRST, "async_first", "2", &[2, 8]);
     let SimError::Deadlock { ref blocked, .. } = e else {
         panic!("expected a deadlock, got {e:?}")
     };
