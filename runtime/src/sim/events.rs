@@ -807,19 +807,25 @@ impl Sim<'_> {
         let timed_out = error.is_none() && self.next_event_ps().is_some();
         let blocked = if error.is_none() { self.blocked() } else { Vec::new() };
         let blocked = blocked.into_iter().map(|(p, b)| (self.launch_order[p], b)).collect();
+        // The last message from another SIP to land here (its last byte
+        // lands after the event that took it over): nobody may have
+        // received it, and it still arrived.
+        let last_arrival_ps = self
+            .my_lps
+            .iter()
+            .map(|&lp| self.lps[lp].last_arrival_ps)
+            .max()
+            .unwrap_or(0);
         // Stuck since the last PE reached the operation it waits in and
         // its last operation ended: its issue clock, and the end of an
         // operation settled when it started, may be past the last event;
-        // so may the arrival of a message from another SIP (its last
-        // byte lands after the event that took it over).
-        let arrivals = self.my_lps.iter().map(|&lp| self.lps[lp].last_arrival_ps);
+        // so may the last arrival.
         let stuck_ps = self
             .pes
             .iter()
             .filter(|(_, pe)| pe.stall != Stall::Finished)
             .map(|(_, pe)| pe.issue_ps.max(pe.last_done_ps))
-            .chain(arrivals)
-            .fold(self.latest_ps, u64::max);
+            .fold(self.latest_ps.max(last_arrival_ps), u64::max);
         let pes: Vec<PeStat> = self
             .pes
             .iter()
@@ -832,13 +838,10 @@ impl Sim<'_> {
                 issue_stalls: s.issue_stalls.clone().unwrap_or_default(),
             })
             .collect();
-        // A message to another SIP that nobody received still arrived.
-        let arrivals = self.my_lps.iter().map(|&lp| self.lps[lp].last_arrival_ps);
         let end_ps = pes
             .iter()
             .map(|p| p.end_ps)
-            .chain(arrivals)
-            .fold(self.start_ps, u64::max);
+            .fold(self.start_ps.max(last_arrival_ps), u64::max);
         let links = &self.fabric.links;
         let intervals = match self.fabric.record.take() {
             Some(r) if error.is_none() => r.iter().map(|&(i, s, e)| (links[i as usize].id, s, e)).collect(),

@@ -123,7 +123,8 @@ impl<'a> Shared<'a> {
         // Live blocks, the PE's TCM allocations and one queue's IPCQ slots
         // must fit; each further queue into a PE is checked when it is
         // first used.
-        let (live, peak_at) = peak_live(func);
+        let (plan, address) = super::agu::sim_plan(func);
+        let (live, peak_at) = peak_live(func, &address);
         let slot_bytes = ipcq_tcm_bytes(&ipcq);
         let mut tcm_base_bytes = Vec::with_capacity(coords.len());
         for &pe in &coords {
@@ -145,7 +146,6 @@ impl<'a> Shared<'a> {
             }
             tcm_base_bytes.push(live + used);
         }
-        let (plan, address) = super::agu::sim_plan(func);
         dp.prepare(func, &plan)
             .map_err(|e| SimError::Setup(format!("cannot compile `{}`: {e}", func.name)))?;
         let groups: Vec<GroupInfo> = (0..plan.groups.len())

@@ -325,7 +325,7 @@ pub enum TcmCause {
 
 /// The kernel's peak bytes of live blocks (see [`peak_live`]).
 pub fn peak_live_bytes(func: &Function) -> u64 {
-    peak_live(func).0
+    peak_live(func, &agu::address_values(func)).0
 }
 
 /// The kernel's peak bytes of live blocks (address generation's aside)
@@ -336,7 +336,13 @@ pub fn peak_live_bytes(func: &Function) -> u64 {
 /// (every iteration needs it). A value defined in a loop's body and used
 /// later in the same body lives from one to the other; one carried to the
 /// next iteration is an operand of the body's yield, its last use.
-pub fn peak_live(func: &Function) -> (u64, Option<kernbench_compiler::ir::Inst>) {
+///
+/// `address`: the kernel's address-generation values
+/// ([`agu::address_values`]), which take no TCM.
+pub fn peak_live(
+    func: &Function,
+    address: &std::collections::HashSet<Value>,
+) -> (u64, Option<kernbench_compiler::ir::Inst>) {
     /// Instructions in program order (each followed by its regions'),
     /// and where each instruction's regions end in that order.
     fn walk(f: &Function, r: Region, order: &mut Vec<kernbench_compiler::ir::Inst>, ends: &mut Vec<usize>) {
@@ -393,7 +399,6 @@ pub fn peak_live(func: &Function) -> (u64, Option<kernbench_compiler::ir::Inst>)
     let mut delta = vec![0i64; order.len() + 2];
     // Address generation's pointer and mask blocks are made by the DMA
     // engine's address generator as the transfer goes: they take no TCM.
-    let address = agu::address_values(func);
     for (v, data) in func.values.iter() {
         if address.contains(&v) {
             continue;
