@@ -515,6 +515,50 @@ algorithms:
     );
 }
 
+/// On both SIPs of the default machine a small ring all-reduce is bound by
+/// the SIP link's credit round trip over the queue's 4 slots, not by its
+/// hops' latency: it takes at least the reference's credit floor, and
+/// (nothing else on its path being near as long) within 5 % of it; the
+/// hops' latency is far below. The bandwidth reference counts the same
+/// window (4 slots of 16 KiB per round trip).
+#[test]
+fn a_ring_over_sips_is_bound_by_its_credit_round_trip() {
+    let topo = Topology::default_machine();
+    let reg = registry();
+    let pes = sim::select_pes(&topo, "all").expect("every PE");
+    let ring = reg.get("ring_allreduce").expect("registered");
+    let comm = kernbench_runtime::ccl::communicator(&topo, ring, &pes).expect("a ring");
+    let reference = bench::ring_reference(&topo, &reg, ring, &comm.pes);
+    let hops = Collective::AllReduce.ring_hops(pes.len() as u32);
+    let credit_ps = reference.credit_ns(hops) * 1000.0;
+    let latency_ps = reference.latency_ns(hops) * 1000.0;
+    assert!(
+        credit_ps > 10.0 * latency_ps,
+        "credits {credit_ps} ps, hops {latency_ps} ps"
+    );
+    let row = run(
+        &topo,
+        &reg,
+        "ring_allreduce",
+        pes.len(),
+        4096,
+        DType::F32,
+        ReduceOp::Sum,
+    );
+    assert_eq!(row.wrong, 0);
+    let t = row.time_ps as f64;
+    assert!(
+        t >= credit_ps && t <= 1.05 * credit_ps,
+        "{t} ps against a credit floor of {credit_ps} ps"
+    );
+    let window_gbps = 4.0 * 16384.0 / reference.max_round_trip_ns();
+    assert!(
+        reference.bottleneck_gbps <= window_gbps + 1e-9,
+        "{}",
+        reference.bottleneck_gbps
+    );
+}
+
 /// `tlc bench ccl`'s reference bandwidth counts the memories the slots
 /// live in as they are shared: with slots in SRAM, the cube's one SRAM
 /// port carries each message in and out for all 8 ranks of the cube

@@ -4,6 +4,7 @@
 //! errors.
 
 use kernbench_compiler::sema::{DType, Konst};
+use kernbench_runtime::ccl::registry::World;
 use kernbench_runtime::ccl::{Collective, ReduceOp, Registry};
 use kernbench_runtime::host::{spawn, Arg, Ctx, Dist, DpPolicy, Kernel, Runtime, Tensor};
 use kernbench_runtime::topology::{PeCoord, Topology, DEFAULT_YAML};
@@ -325,26 +326,88 @@ fn spawn_reports_root_causes_and_stops_the_others() {
 fn registry_errors_name_the_entry() {
     let root = repo_root().join("stdlib");
     let stdlib = Registry::stdlib(&root).expect("the stdlib registry is valid");
-    assert_eq!(
-        stdlib.default_for(Collective::AllReduce).unwrap().name,
-        "ring_allreduce"
-    );
-    // Small buffers take recursive doubling (below 16 KiB per rank).
-    for (bytes, want) in [
-        (4096, "rd_allreduce"),
-        (16383, "rd_allreduce"),
-        (16384, "ring_allreduce"),
-        (1 << 20, "ring_allreduce"),
+    let cube = World { ranks: 8, sips: 1 };
+    let sip = World { ranks: 128, sips: 1 };
+    let machine = World { ranks: 256, sips: 2 };
+    let pick = |c: Collective, bytes: u64, on: World| stdlib.default_for(c, bytes, on).unwrap().name.clone();
+    // Small buffers take recursive doubling (below 16 KiB per rank), then
+    // the ring; from 128 ranks the tree below 512 KiB; over SIPs the tree
+    // below 12 MiB, then the ring with 64 KiB messages.
+    for (bytes, on, want) in [
+        (4096, cube, "rd_allreduce"),
+        (16383, cube, "rd_allreduce"),
+        (16384, cube, "ring_allreduce"),
+        (1 << 20, cube, "ring_allreduce"),
+        (4096, World { ranks: 64, sips: 1 }, "tree_allreduce"),
+        (65536, World { ranks: 64, sips: 1 }, "ring_allreduce"),
+        (4096, sip, "tree_allreduce"),
+        (524287, sip, "tree_allreduce"),
+        (524288, sip, "ring_allreduce"),
+        (4096, machine, "tree_allreduce"),
+        (12582911, machine, "tree_allreduce"),
+        (12582912, machine, "ring_allreduce_large"),
     ] {
-        assert_eq!(
-            stdlib.default_for_size(Collective::AllReduce, bytes).unwrap().name,
-            want,
-            "{bytes} B"
-        );
+        assert_eq!(pick(Collective::AllReduce, bytes, on), want, "{bytes} B on {on:?}");
     }
+    // A level that names nothing for a collective leaves it to the next.
+    assert_eq!(pick(Collective::AllGather, 64, machine), "all_gather");
+    let bands = stdlib.default_bands(Collective::AllReduce, sip).unwrap();
     assert_eq!(
-        stdlib.default_for_size(Collective::AllGather, 64).unwrap().name,
-        "all_gather"
+        bands,
+        [
+            (0, "tree_allreduce".to_string()),
+            (524288, "ring_allreduce".to_string())
+        ]
+    );
+    let bands = stdlib
+        .default_bands(Collective::AllReduce, World { ranks: 16, sips: 1 })
+        .unwrap();
+    assert_eq!(
+        bands,
+        [(0, "rd_allreduce".to_string()), (16384, "ring_allreduce".to_string())]
+    );
+    // A user file's levels merge over the stdlib's, and a wrong name is
+    // reported at its key.
+    let mut mine = Registry::stdlib(&root).unwrap();
+    mine.merge_text(
+        "my_ccl.yaml",
+        &root,
+        "defaults:\n  from_ranks:\n    128:\n      all_reduce: mesh_allreduce\n",
+    )
+    .expect("merges");
+    assert_eq!(
+        mine.default_for(Collective::AllReduce, 1 << 30, sip).unwrap().name,
+        "mesh_allreduce"
+    );
+    assert_eq!(
+        mine.default_for(Collective::AllReduce, 4096, sip).unwrap().name,
+        "tree_allreduce"
+    );
+    let e = Registry::stdlib(&root)
+        .unwrap()
+        .merge_text(
+            "my_ccl.yaml",
+            &root,
+            "defaults:\n  across_sips:\n    small:\n      below_bytes: 1024\n      all_reduce: nope\n",
+        )
+        .expect_err("no such algorithm")
+        .to_string();
+    assert!(
+        e.contains("my_ccl.yaml:5: defaults.across_sips.small.all_reduce: no algorithm `nope` is registered"),
+        "{e}"
+    );
+    let e = Registry::stdlib(&root)
+        .unwrap()
+        .merge_text(
+            "my_ccl.yaml",
+            &root,
+            "defaults:\n  from_ranks:\n    8:\n      all_reduce: all_gather\n",
+        )
+        .expect_err("not an all-reduce")
+        .to_string();
+    assert!(
+        e.contains("my_ccl.yaml:4: defaults.from_ranks.8.all_reduce: `all_gather` is an algorithm for all_gather"),
+        "{e}"
     );
     let dir = std::env::temp_dir().join(format!("kb-reg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1288,8 +1288,17 @@ fn bench_ccl_prints_the_nccl_tests_table() {
     assert_stdout(
         &o,
         0,
-        "# the defaults for all_reduce: `rd_allreduce` below 16384 bytes per rank, `ring_allreduce` from there on",
+        "# the defaults for all_reduce on 2 PEs: `rd_allreduce` below 16384 bytes per rank, `ring_allreduce` from 16384 on",
     );
+    // On both SIPs the defaults' `across_sips` level decides.
+    let whole = tlc(&["bench", "ccl", "--algo", "default", "--sizes", "4K", "--pes", "all"]);
+    assert_stdout(
+        &whole,
+        0,
+        "# the defaults for all_reduce on 256 PEs: `tree_allreduce` below 12582912 bytes per rank, \
+         `ring_allreduce_large` from 12582912 on",
+    );
+    assert_stdout(&whole, 0, "# all_reduce with `tree_allreduce`");
     let text = String::from_utf8_lossy(&o.stdout);
     let table = |name: &str| -> Vec<u64> {
         let head = format!("# all_reduce with `{name}`");

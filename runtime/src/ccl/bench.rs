@@ -236,6 +236,13 @@ pub struct RingReference {
     /// what small rings measured), and the memory latency of the buffers
     /// is left out (a pipelined algorithm prefetches).
     pub hop_ns: Vec<f64>,
+    /// Each edge's credit round trip (ns): its hop and the way back of
+    /// the credits from the receiver's core to the sender's. A sender has
+    /// `window_slots` slots, so message k + window_slots of an edge
+    /// leaves no sooner than one round trip after message k.
+    pub round_trip_ns: Vec<f64>,
+    /// The slots of each queue (the most messages in flight on an edge).
+    pub window_slots: u64,
 }
 
 impl RingReference {
@@ -264,6 +271,21 @@ impl RingReference {
         }
         worst
     }
+
+    /// The slowest edge's credit round trip (ns).
+    pub fn max_round_trip_ns(&self) -> f64 {
+        self.round_trip_ns.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// What the credits alone cost `messages` messages over every edge
+    /// (ns): on the slowest edge, message k + window leaves a round trip
+    /// after message k. For small buffers on a ring over SIPs this, not
+    /// the hops' latency, is the floor (the SIP link's round trip over
+    /// 4 slots: 133 µs on the default machine's 256 PEs).
+    pub fn credit_ns(&self, messages: usize) -> f64 {
+        let windows = messages.saturating_sub(1) as u64 / self.window_slots.max(1);
+        windows as f64 * self.max_round_trip_ns()
+    }
 }
 
 /// The [`RingReference`] of algorithm `a`'s IPCQ over `pes` (rank order).
@@ -275,10 +297,13 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
         return RingReference {
             bottleneck_gbps: 0.0,
             hop_ns: Vec::new(),
+            round_trip_ns: Vec::new(),
+            window_slots: ipcq.n_slots.0,
         };
     }
     let mut bw = f64::INFINITY;
     let mut hop_ns = Vec::with_capacity(n);
+    let mut round_trip_ns = Vec::with_capacity(n);
     let bytes = ipcq.slot_size_bytes.0;
     for k in 0..n {
         let (a_pe, b_pe) = (pes[k], pes[(k + 1) % n]);
@@ -288,7 +313,20 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
         bw = bw.min(c.bottleneck_bytes_per_us as f64 / 1000.0);
         let copy = m.fabric.route(slots, Endpoint::Core(b_pe));
         let cc = m.fabric.idle_cost(&copy, bytes, &[]);
-        hop_ns.push((c.latency_ps + cc.latency_ps) as f64 / 1000.0);
+        let hop_ps = c.latency_ps + cc.latency_ps;
+        hop_ns.push(hop_ps as f64 / 1000.0);
+        let back_ps = if a_pe == b_pe {
+            0
+        } else {
+            m.fabric.latency_ps(Endpoint::Core(b_pe), Endpoint::Core(a_pe))
+        };
+        round_trip_ns.push((hop_ps + back_ps) as f64 / 1000.0);
+    }
+    // A window of full slots per round trip on the slowest edge.
+    let window_slots = ipcq.n_slots.0;
+    let rtt = round_trip_ns.iter().copied().fold(0.0, f64::max);
+    if rtt > 0.0 {
+        bw = bw.min((window_slots * bytes) as f64 / rtt);
     }
     // The memories every step streams through, shared: each rank reads
     // (or writes) its buffer in its HBM slice once per byte it sends (or
@@ -313,6 +351,8 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
     RingReference {
         bottleneck_gbps: bw.min(memory),
         hop_ns,
+        round_trip_ns,
+        window_slots,
     }
 }
 
@@ -622,16 +662,24 @@ mod tests {
         let r = RingReference {
             bottleneck_gbps: 1.0,
             hop_ns: vec![1.0, 1.0, 10.0, 1.0],
+            round_trip_ns: vec![2.0, 2.0, 30.0, 2.0],
+            window_slots: 4,
         };
         assert_eq!(r.latency_ns(1), 10.0);
         assert_eq!(r.latency_ns(2), 11.0);
         assert_eq!(r.latency_ns(6), 24.0); // 1 + 10 + 1 + 1 + 1 + 10
         assert_eq!(r.latency_ns(0), 0.0);
         assert_eq!(r.mean_hop_ns(), 3.25);
+        // Messages 4 and 8 each wait a round trip of the slowest edge.
+        assert_eq!(r.credit_ns(9), 60.0);
+        assert_eq!(r.credit_ns(4), 0.0);
         let empty = RingReference {
             bottleneck_gbps: 0.0,
             hop_ns: Vec::new(),
+            round_trip_ns: Vec::new(),
+            window_slots: 4,
         };
         assert_eq!(empty.latency_ns(4), 0.0);
+        assert_eq!(empty.credit_ns(4), 0.0);
     }
 }

@@ -1,6 +1,8 @@
 //! `ccl.yaml`: the registry of collective algorithms. `defaults` picks the
-//! algorithm of each collective (and, under `defaults.small`, the one for
-//! buffers below a size) and the IPCQ settings collectives run with;
+//! algorithm of each collective (under `defaults.small`, the one for
+//! buffers below a size; under `defaults.from_ranks` and
+//! `defaults.across_sips`, other choices for large communicators and for
+//! ones that span SIPs) and the IPCQ settings collectives run with;
 //! `algorithms` maps a name to a `.tl` module (relative to the yaml file),
 //! a kernel, a topology class (which decides the rank order of the PEs it
 //! runs on), optional IPCQ overrides, constexprs, and an optional world
@@ -15,7 +17,7 @@
 
 use super::{Collective, TopologyClass};
 use crate::topology::schema::{Bytes, Count, IntervalNs, Ipcq};
-use crate::topology::{key_line, Backpressure, Space, Topology};
+use crate::topology::{key_line, Backpressure, PeCoord, Space, Topology};
 use kernbench_compiler::sema::{self, DType, Elem, Konst};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -37,6 +39,21 @@ struct DefaultsFile {
     slot_size_bytes: Option<Bytes>,
     packet_bytes: Option<Bytes>,
     poll_interval_ns: Option<IntervalNs>,
+    small: Option<SmallFile>,
+    #[serde(default)]
+    from_ranks: BTreeMap<u32, ChoiceFile>,
+    across_sips: Option<ChoiceFile>,
+}
+
+/// `defaults.from_ranks.N` and `defaults.across_sips`: algorithms that
+/// replace the plain defaults' for some communicators.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChoiceFile {
+    all_reduce: Option<String>,
+    all_gather: Option<String>,
+    reduce_scatter: Option<String>,
+    broadcast: Option<String>,
     small: Option<SmallFile>,
 }
 
@@ -128,15 +145,84 @@ impl Algorithm {
     }
 }
 
-/// The IPCQ defaults collectives run with.
+/// One level of `defaults`: an algorithm per collective, and others for
+/// buffers (bytes per rank) below `small_below_bytes` (NCCL picks its
+/// algorithm by size the same way).
 #[derive(Clone, Debug, Default)]
-pub struct Defaults {
+pub struct Choice {
     pub algorithm: BTreeMap<Collective, String>,
-    /// Buffers (bytes per rank) below `small_below_bytes` run
-    /// `small_algorithm`'s choice where it has one (NCCL picks its
-    /// algorithm by size the same way).
     pub small_below_bytes: Option<u64>,
     pub small_algorithm: BTreeMap<Collective, String>,
+}
+
+impl Choice {
+    /// Merges a file's names over this level, key by key.
+    fn merge(&mut self, names: [Option<String>; 4], small: Option<SmallFile>) {
+        choose(&mut self.algorithm, names);
+        if let Some(small) = small {
+            self.small_below_bytes = Some(small.below_bytes.0);
+            choose(
+                &mut self.small_algorithm,
+                [
+                    small.all_reduce,
+                    small.all_gather,
+                    small.reduce_scatter,
+                    small.broadcast,
+                ],
+            );
+        }
+    }
+
+    /// What this level picks for `c` on `bytes` per rank, if anything.
+    fn pick(&self, c: Collective, bytes: u64) -> Option<&str> {
+        let small = self.small_below_bytes.is_some_and(|below| bytes < below);
+        match self.small_algorithm.get(&c) {
+            Some(name) if small => Some(name),
+            _ => self.algorithm.get(&c).map(String::as_str),
+        }
+    }
+
+    /// Every name this level gives, with its key path under `at`.
+    fn named<'a>(&'a self, at: &'a str) -> impl Iterator<Item = (String, Collective, &'a String)> + 'a {
+        let plain = self
+            .algorithm
+            .iter()
+            .map(move |(c, a)| (format!("{at}.{}", c.key()), *c, a));
+        let small = (self.small_algorithm.iter()).map(move |(c, a)| (format!("{at}.small.{}", c.key()), *c, a));
+        plain.chain(small)
+    }
+}
+
+/// What decides a communicator's default algorithms besides the size:
+/// how many ranks it has, and over how many SIPs they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct World {
+    pub ranks: u32,
+    pub sips: u32,
+}
+
+impl World {
+    /// The communicator of the PEs `pes`.
+    pub fn of(pes: &[PeCoord]) -> World {
+        let sips: std::collections::BTreeSet<u32> = pes.iter().map(|p| p.sip).collect();
+        World {
+            ranks: pes.len() as u32,
+            sips: sips.len() as u32,
+        }
+    }
+}
+
+/// The algorithms and IPCQ settings collectives run with by default.
+#[derive(Clone, Debug, Default)]
+pub struct Defaults {
+    /// The plain defaults (the top level of `defaults`).
+    pub plain: Choice,
+    /// `from_ranks.N`: communicators of at least N ranks; the largest N a
+    /// communicator reaches comes first, then smaller ones, then `plain`.
+    pub from_ranks: BTreeMap<u32, Choice>,
+    /// Communicators over more than one SIP: before every other level
+    /// (a SIP link's latency changes what wins most).
+    pub across_sips: Choice,
     pub buffer_space: Option<Space>,
     pub backpressure: Option<Backpressure>,
     pub n_slots: Option<Count>,
@@ -225,23 +311,17 @@ impl Registry {
         let parsed: File = crate::yaml::parse(file, text)?;
         let err = |path: String, message: String| RegistryError::at(file, text, &path, message);
         let d = parsed.defaults;
-        choose(
-            &mut self.defaults.algorithm,
-            [d.all_reduce, d.all_gather, d.reduce_scatter, d.broadcast],
-        );
-        if let Some(small) = d.small {
-            self.defaults.small_below_bytes = Some(small.below_bytes.0);
-            choose(
-                &mut self.defaults.small_algorithm,
-                [
-                    small.all_reduce,
-                    small.all_gather,
-                    small.reduce_scatter,
-                    small.broadcast,
-                ],
-            );
-        }
         let f = &mut self.defaults;
+        f.plain
+            .merge([d.all_reduce, d.all_gather, d.reduce_scatter, d.broadcast], d.small);
+        let levels = (d.from_ranks.into_iter().map(|(n, c)| (Some(n), c))).chain(d.across_sips.map(|c| (None, c)));
+        for (ranks, c) in levels {
+            let level = match ranks {
+                Some(n) => f.from_ranks.entry(n).or_default(),
+                None => &mut f.across_sips,
+            };
+            level.merge([c.all_reduce, c.all_gather, c.reduce_scatter, c.broadcast], c.small);
+        }
         f.buffer_space = d.buffer_space.or(f.buffer_space);
         f.backpressure = d.backpressure.or(f.backpressure);
         f.n_slots = d.n_slots.or(f.n_slots);
@@ -299,17 +379,13 @@ impl Registry {
                 },
             );
         }
-        let chosen = self
-            .defaults
-            .algorithm
-            .iter()
-            .map(|(c, a)| (format!("defaults.{}", c.key()), c, a))
-            .chain(
-                self.defaults
-                    .small_algorithm
-                    .iter()
-                    .map(|(c, a)| (format!("defaults.small.{}", c.key()), c, a)),
-            );
+        let d = &self.defaults;
+        let rank_paths: Vec<(String, &Choice)> = (d.from_ranks.iter())
+            .map(|(n, level)| (format!("defaults.from_ranks.{n}"), level))
+            .collect();
+        let chosen = (d.plain.named("defaults"))
+            .chain(rank_paths.iter().flat_map(|(at, level)| level.named(at)))
+            .chain(d.across_sips.named("defaults.across_sips"));
         for (path, c, a) in chosen {
             match self.algorithms.get(a) {
                 None => {
@@ -320,7 +396,7 @@ impl Registry {
                 }
                 // Redefined by this file for another collective: its key
                 // here is the mistake, not a default it may not mention.
-                Some(alg) if alg.collective != *c && alg.origin.0 == file => {
+                Some(alg) if alg.collective != c && alg.origin.0 == file => {
                     return Err(err(
                         format!("algorithms.{a}.collective"),
                         format!(
@@ -331,7 +407,7 @@ impl Registry {
                         ),
                     ))
                 }
-                Some(alg) if alg.collective != *c => {
+                Some(alg) if alg.collective != c => {
                     return Err(err(
                         path,
                         format!(
@@ -357,25 +433,42 @@ impl Registry {
             .ok_or_else(|| format!("no algorithm `{name}` is registered ({})", self.names().join(", ")))
     }
 
-    /// The default algorithm of a collective.
-    pub fn default_for(&self, c: Collective) -> Result<&Algorithm, String> {
-        let name = self
-            .defaults
-            .algorithm
-            .get(&c)
+    /// The levels of `defaults` that apply to `world`, first the one that
+    /// decides first.
+    fn levels(&self, world: World) -> impl Iterator<Item = &Choice> {
+        let d = &self.defaults;
+        let sips = (world.sips > 1).then_some(&d.across_sips);
+        let ranks = d.from_ranks.range(..=world.ranks).rev().map(|(_, level)| level);
+        sips.into_iter().chain(ranks).chain([&d.plain])
+    }
+
+    /// The default algorithm of a collective on `world` with buffers of
+    /// `bytes` per rank: the first level of `defaults` that names one at
+    /// that size (`across_sips` when the world spans SIPs, then
+    /// `from_ranks` from the largest count the world reaches, then the
+    /// plain defaults); within a level, its `small` choice below its size.
+    pub fn default_for(&self, c: Collective, bytes: u64, world: World) -> Result<&Algorithm, String> {
+        let name = (self.levels(world).find_map(|level| level.pick(c, bytes)))
             .ok_or_else(|| format!("ccl.yaml names no default {} algorithm", c.key()))?;
         self.get(name)
     }
 
-    /// The default algorithm of a collective on buffers of `bytes` per
-    /// rank: the `defaults.small` choice below its size, else
-    /// [`Registry::default_for`].
-    pub fn default_for_size(&self, c: Collective, bytes: u64) -> Result<&Algorithm, String> {
-        let small = self.defaults.small_below_bytes.is_some_and(|below| bytes < below);
-        match self.defaults.small_algorithm.get(&c) {
-            Some(name) if small => self.get(name),
-            _ => self.default_for(c),
+    /// What the defaults pick for `c` on `world` at every size: each
+    /// algorithm with the bytes per rank it runs from, in increasing
+    /// order (the first from 0).
+    pub fn default_bands(&self, c: Collective, world: World) -> Result<Vec<(u64, String)>, String> {
+        let mut edges: Vec<u64> = self.levels(world).filter_map(|level| level.small_below_bytes).collect();
+        edges.push(0);
+        edges.sort_unstable();
+        edges.dedup();
+        let mut bands: Vec<(u64, String)> = Vec::new();
+        for from in edges {
+            let name = &self.default_for(c, from, world)?.name;
+            if bands.last().is_none_or(|(_, last)| last != name) {
+                bands.push((from, name.clone()));
+            }
         }
+        Ok(bands)
     }
 
     /// The IPCQ an algorithm runs with: its own settings, else the

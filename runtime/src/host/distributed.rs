@@ -17,6 +17,7 @@
 //! on one PE or replicated.
 
 use super::{HostError, Pending, Result, Runtime, Tensor};
+use crate::ccl::registry::World;
 use crate::ccl::{Collective, ReduceOp};
 use crate::sim::Communicator;
 use kernbench_compiler::datapath::{elem, RtValue};
@@ -117,7 +118,15 @@ impl Runtime {
                 // registry's sizes are bytes per rank.
                 let shard_elems = inputs[0].shards.iter().map(|s| s.rows.len() * s.cols.len()).max();
                 let bytes = (shard_elems.unwrap_or(0) as u64).saturating_mul(dtype.size_bytes());
-                reg.default_for_size(c, bytes).map_err(HostError::new)?.clone()
+                // Every shard's communicator has `world` ranks; the one
+                // over the most SIPs decides.
+                let comm = |k: usize| World::of(&inputs.iter().map(|t| t.shards[k].pe).collect::<Vec<_>>());
+                let on = (0..inputs[0].shards.len()).map(comm).max_by_key(|w| w.sips);
+                let on = on.unwrap_or(World {
+                    ranks: world as u32,
+                    sips: 1,
+                });
+                reg.default_for(c, bytes, on).map_err(HostError::new)?.clone()
             }
         };
         if alg.collective != c {

@@ -39,8 +39,11 @@ pub struct ProbeResult {
     /// The first flow's path on an idle machine.
     pub path: PathCost,
     pub setup_ps: u64,
-    /// Link classes the first flow's path crosses.
+    /// Link classes the first flow's path crosses (the path `path` and
+    /// the latency breakdown describe).
     pub classes: Vec<&'static str>,
+    /// Link classes any flow crosses, in [`LINK_CLASSES`]'s order.
+    pub all_classes: Vec<&'static str>,
     /// GB/s: all bytes over the makespan.
     pub effective_gbps: f64,
     /// One path's bottleneck bandwidth, GB/s.
@@ -236,14 +239,20 @@ pub fn run_case(topo: &Topology, case: &Case, bytes: u64) -> ProbeResult {
     };
     // How many flows cross each link, for the aggregate peak.
     let mut crossing: HashMap<super::LinkId, u64> = HashMap::new();
+    let mut crossed = [false; LINK_CLASSES.len()];
     for r in &routes {
         let mut links = f.route_links(r);
         links.sort();
         links.dedup();
         for l in links {
+            crossed[l.class()] = true;
             *crossing.entry(l).or_insert(0) += 1;
         }
     }
+    let all_classes = (LINK_CLASSES.iter().zip(crossed))
+        .filter(|(_, c)| *c)
+        .map(|(name, _)| *name)
+        .collect();
     let n = case.flows.len() as f64;
     let path_peak = path.bottleneck_bytes_per_us as f64 / 1000.0;
     // The aggregate peak: all flows at one rate r, no link over its
@@ -282,6 +291,7 @@ pub fn run_case(topo: &Topology, case: &Case, bytes: u64) -> ProbeResult {
         path,
         setup_ps: setup,
         classes,
+        all_classes,
         effective_gbps: n * bytes as f64 * 1000.0 / makespan.max(1) as f64,
         path_peak_gbps: path_peak,
         aggregate_peak_gbps: aggregate,
@@ -355,7 +365,8 @@ pub fn report_json(results: &[ProbeResult]) -> serde_json::Value {
                     "aggregate_peak_gbps": r.aggregate_peak_gbps,
                     "pct_of_path_peak": 100.0 * r.effective_gbps / r.path_peak_gbps / r.flows as f64,
                     "pct_of_aggregate_peak": 100.0 * r.effective_gbps / r.aggregate_peak_gbps,
-                    "link_classes": r.classes, "breakdown_ns": b,
+                    "link_classes": r.classes, "link_classes_all_flows": r.all_classes,
+                    "breakdown_ns": b,
                 })
             })
             .collect(),
@@ -486,9 +497,20 @@ mod tests {
     #[test]
     fn only_remote_paths_use_ucie_and_sip_links() {
         let t = Topology::default_machine();
-        for n in ["same-pe", "same-cube-best", "same-cube-worst"] {
-            assert!(!result(&t, n, 4096).classes.contains(&"ucie"), "{n}");
+        for n in [
+            "same-pe",
+            "same-cube-best",
+            "same-cube-worst",
+            "hbm-3-issuers",
+            "hotspot",
+        ] {
+            assert!(!result(&t, n, 4096).all_classes.contains(&"ucie"), "{n}");
         }
+        // Every flow's links count: the second reader of one slice
+        // crosses the router mesh, which the first (its owner) does not.
+        let two = result(&t, "hbm-2-issuers", 4096);
+        assert!(!two.classes.contains(&"router mesh"), "{:?}", two.classes);
+        assert!(two.all_classes.contains(&"router mesh"), "{:?}", two.all_classes);
         for n in ["remote-cube-best", "remote-cube-worst"] {
             let c = result(&t, n, 4096).classes;
             assert!(c.contains(&"ucie") && !c.contains(&"sip link"), "{n}: {c:?}");

@@ -8,6 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kernbench_compiler::datapath::jit::Jit;
 use kernbench_compiler::sema::DType;
 use kernbench_runtime::ccl::bench::{self, Row};
+use kernbench_runtime::ccl::registry::World;
 use kernbench_runtime::ccl::{communicator, Collective, ReduceOp, Registry};
 use kernbench_runtime::sim;
 use kernbench_runtime::topology::{PeCoord, Topology};
@@ -332,33 +333,34 @@ pub fn ccl(a: CclArgs) -> ExitCode {
     // `distributed` picks (a curve, not every default at every size).
     let by_default = a.algo == "default";
     let world = pes.len() as u64;
+    let on = World::of(&pes);
     let picked_for = |size: u64| -> Option<String> {
         let per_rank_input = match op {
             Collective::AllGather => size / world.max(1),
             _ => size,
         };
-        reg.default_for_size(op, per_rank_input).ok().map(|x| x.name.clone())
+        reg.default_for(op, per_rank_input, on).ok().map(|x| x.name.clone())
     };
     let algos: Vec<String> = if by_default {
-        // What the registry's `defaults` pick for this collective (what
-        // `distributed.all_reduce` and the others run): the default, and
-        // the one for small buffers when `defaults.small` names one.
-        let main = match reg.default_for(op) {
-            Ok(x) => x.name.clone(),
+        // What the registry's `defaults` pick for this collective on these
+        // PEs (what `distributed.all_reduce` and the others run), size
+        // band by size band.
+        let bands = match reg.default_bands(op, on) {
+            Ok(b) => b,
             Err(e) => return usage_error(&e),
         };
-        let mut names = vec![main.clone()];
-        let below = reg.defaults.small_below_bytes;
-        let small = below.and_then(|b| reg.default_for_size(op, b.saturating_sub(1)).ok());
-        let picks = match (small, below) {
-            (Some(x), Some(b)) if x.name != main => {
-                names.insert(0, x.name.clone());
-                format!("`{}` below {b} bytes per rank, `{main}` from there on", x.name)
-            }
-            _ => format!("`{main}` at every size"),
-        };
         if a.format == Format::Human {
-            outln!("# the defaults for {op}: {picks}\n#");
+            outln!(
+                "# the defaults for {op} on {} PEs: {}\n#",
+                pes.len(),
+                describe_bands(&bands)
+            );
+        }
+        let mut names: Vec<String> = Vec::new();
+        for (_, name) in bands {
+            if !names.contains(&name) {
+                names.push(name);
+            }
         }
         names
     } else if a.algo == "all" {
@@ -503,6 +505,9 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         let hops = alg.collective.ring_hops(ranks);
         let ring_us = p.reference.latency_ns(hops) / 1000.0;
         let alpha = p.reference.mean_hop_ns();
+        let rtt = p.reference.max_round_trip_ns();
+        let credit_us = p.reference.credit_ns(hops) / 1000.0;
+        let window = p.reference.window_slots;
         let name = &alg.name;
         let avg_bus = if rows.is_empty() {
             0.0
@@ -531,7 +536,8 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                     o.push_str("# reference: one rank, no ring: nothing crosses a link\n#\n");
                 } else {
                     o.push_str(&format!(
-                        "# reference: a ring step's bottleneck {bw:.1} GB/s; a ring's latency over its {hops} hops {ring_us:.2} us (mean hop α = {alpha:.1} ns)\n#\n",
+                        "# reference: a ring step's bottleneck {bw:.1} GB/s; a ring's latency over its {hops} hops {ring_us:.2} us (mean hop α = {alpha:.1} ns)\n\
+                         # credits: {window} slots per round trip of up to {rtt:.1} ns, so {hops} messages over an edge take at least {credit_us:.2} us\n#\n",
                     ));
                 }
                 o.push_str(
@@ -589,6 +595,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 "root": (op == Collective::Broadcast).then(|| bench::broadcast_root(a.root, ranks as u64)),
                 "reference_bottleneck_gbps": bw, "reference_mean_hop_ns": alpha,
                 "reference_ring_hops": hops, "reference_ring_latency_us": ring_us,
+                "reference_credit_round_trip_ns": rtt, "reference_credit_us": credit_us,
                 "avg_busbw_gbps": avg_bus, "wrong": wrong, "failed_sizes": p.failed_sizes, "rounded_sizes": p.rounded, "ok": ok,
                 "rows": rows.iter().map(|r| json!({
                     "size": r.size_bytes, "count": r.count, "time_us": r.time_ps as f64 / 1e6,
@@ -890,4 +897,21 @@ pub fn tp(a: TpArgs) -> ExitCode {
         errln!("error: {wrong} layer(s), async-TP or attention kernel(s) gave wrong results");
         ExitCode::from(1)
     }
+}
+
+/// What `--algo default` runs, for its header line: "`rd_allreduce` below
+/// 16384 bytes per rank, `ring_allreduce` from 16384 on".
+fn describe_bands(bands: &[(u64, String)]) -> String {
+    if let [(_, only)] = bands {
+        return format!("`{only}` at every size");
+    }
+    let mut parts = Vec::new();
+    for (i, (from, name)) in bands.iter().enumerate() {
+        parts.push(match (i, bands.get(i + 1)) {
+            (0, Some((to, _))) => format!("`{name}` below {to} bytes per rank"),
+            (_, Some((to, _))) => format!("`{name}` from {from} to {to}"),
+            (_, None) => format!("`{name}` from {from} on"),
+        });
+    }
+    parts.join(", ")
 }
