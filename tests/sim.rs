@@ -3041,3 +3041,57 @@ fn programs_on_one_pe_overlap_and_errors_name_their_program() {
         other => panic!("expected an out-of-bounds store, got {other:?}"),
     }
 }
+
+const STRIDED: &str = "
+@kernel
+def strided(x: ptr[i32], y: ptr[i32], SHIFT: constexpr = 1, N: constexpr = 512):
+    k = tl.arange(0, N)
+    tl.store(x + 2 * k, k)
+    v = tl.load(x + (2 * k + SHIFT))
+    tl.store(y + k, v)
+";
+
+/// A store to the even elements and a load of the odd ones share no byte:
+/// the load does not wait for the store (their footprints repeat every 8
+/// bytes, 4 of them each, apart). Loading the even ones back is a true
+/// read-after-write: it waits for the store's end and reads what it
+/// wrote.
+#[test]
+fn a_strided_store_orders_only_loads_of_its_own_bytes() {
+    let topo = Topology::default_machine();
+    let run = |shift: i64| {
+        let (func, _) = lower(STRIDED, "strided", &[("SHIFT", Konst::Int(shift))]);
+        let r = simulate(
+            &topo,
+            vec![pe(0, 0, 0)],
+            &func,
+            vec![
+                tensor("x", i32s(&[1025], |k| 1000 + k as i32), &[]),
+                tensor("y", i32s(&[512], |_| 0), &[]),
+            ],
+            None,
+            true,
+        )
+        .expect("runs");
+        // The first store (into x) and the load.
+        let first = |what: &str| {
+            let mut of: Vec<sim::Slice> = (r.report.slices.iter())
+                .filter(|s| func.inst(s.inst).op.mnemonic() == what)
+                .cloned()
+                .collect();
+            of.sort_by_key(|s| s.start_ps);
+            of[0].clone()
+        };
+        let (store, load) = (first("store"), first("load"));
+        let y: Vec<i64> = (0..512)
+            .map(|k| elem::to_i64(DType::I32, r.tensors[1].get_bits(k)))
+            .collect();
+        (store, load, y)
+    };
+    let (store, load, y) = run(1);
+    assert!(load.start_ps < store.done_ps, "store {store:?}, load {load:?}");
+    assert!(y.iter().enumerate().all(|(k, &v)| v == 1001 + 2 * k as i64), "{y:?}");
+    let (store, load, y) = run(0);
+    assert!(load.start_ps >= store.done_ps, "store {store:?}, load {load:?}");
+    assert!(y.iter().enumerate().all(|(k, &v)| v == k as i64), "{y:?}");
+}

@@ -21,7 +21,7 @@
 use super::events::{Arrival, Cross, Ev, Handed, Sim, Then};
 use super::fabric::{Booked, Endpoint, Route};
 use super::ipcq::Half;
-use super::pe::{OpBox, OpKind, OpRec, Ranges, Stall, Val};
+use super::pe::{Footprint, OpBox, OpKind, OpRec, Ranges, Stall, Val};
 use super::{cost, Engine, Placement, SimError};
 use crate::topology::{Backpressure, Topology};
 use kernbench_compiler::datapath::{
@@ -367,6 +367,41 @@ impl LaneScan {
     }
 }
 
+/// The footprint of an access whose active lanes `scan` found: their
+/// span, and, when the pointers are a formula of one strided axis (one
+/// element in every few) or of consecutive rows at a larger pitch (a
+/// tile of a wider matrix), the period they repeat with. Every lane of
+/// the formula, on or off, lies on that pattern, so it covers the active
+/// ones.
+fn footprint(ptr: &RtValue, scan: &LaneScan, size: u64, write: bool) -> Footprint {
+    let mut f = Footprint::span(scan.lo, scan.hi, write);
+    if scan.contiguous {
+        return f;
+    }
+    let Some(a) = ptr_formula(ptr).filter(|a| a.base() >= 0) else {
+        return f;
+    };
+    // Axes that move the address, innermost (smallest stride) first.
+    let mut axes: SmallVec<[(u64, i64); 4]> = (a.shape.iter().zip(a.strides()))
+        .filter(|&(&n, &s)| n > 1 && s != 0)
+        .map(|(&n, &s)| (n, s))
+        .collect();
+    axes.sort_by_key(|&(_, s)| s.unsigned_abs());
+    let (run, period) = match *axes.as_slice() {
+        // One element in every `s` bytes.
+        [(_, s)] if s > 0 => (size, s as u64),
+        // Rows of `n` consecutive elements, `s` bytes apart.
+        [(n, inner), (_, s)] if inner > 0 && inner as u64 == size && s > 0 => (n * size, s as u64),
+        _ => return f,
+    };
+    if run < period {
+        f.period = period;
+        f.run = run;
+        f.phase = (a.base() as u64) % period;
+    }
+    f
+}
+
 /// Whether every bool of a mask block is on.
 fn all_on(bytes: &[u8]) -> bool {
     first_off_lane(bytes) == bytes.len()
@@ -590,7 +625,7 @@ impl Sim<'_> {
             )
         })?;
         if let Some(id) = op.mem_id() {
-            self.pes[p].mem_started(id, smallvec![(addr, addr + bytes, true)], false);
+            self.pes[p].mem_started(id, smallvec![Footprint::span(addr, addr + bytes, true)], false);
             self.kick_waiting(p);
         }
         let mut hbm = Channels::new();
@@ -998,7 +1033,7 @@ impl Sim<'_> {
         }
         Ok(Access {
             parts: smallvec![(place, bytes, hbm, write)],
-            ranges: smallvec![(scan.lo, scan.hi, write)],
+            ranges: smallvec![footprint(&ptr, &scan, size, write)],
         })
     }
 
@@ -1142,7 +1177,7 @@ impl Sim<'_> {
                 self.fabric.split_contiguous(addr, bytes, &mut hbm);
             }
             parts.push((place, bytes, hbm, write));
-            ranges.push((addr, addr + bytes, write));
+            ranges.push(Footprint::span(addr, addr + bytes, write));
         }
         Ok(Access { parts, ranges })
     }
