@@ -551,12 +551,17 @@ fn a_ring_over_sips_is_bound_by_its_credit_round_trip() {
         t >= credit_ps && t <= 1.05 * credit_ps,
         "{t} ps against a credit floor of {credit_ps} ps"
     );
-    let window_gbps = 4.0 * 16384.0 / reference.max_round_trip_ns();
+    // The bandwidth figure is the window's: the queue's slots, full, per
+    // round trip of the slowest edge (the SIP link's, both ways).
+    let ipcq = reg.ipcq(ring, &topo);
+    assert_eq!(reference.window_slots, ipcq.n_slots.0);
+    let window_gbps = (ipcq.n_slots.0 * ipcq.slot_size_bytes.0) as f64 / reference.max_round_trip_ns();
     assert!(
-        reference.bottleneck_gbps <= window_gbps + 1e-9,
-        "{}",
+        (reference.bottleneck_gbps - window_gbps).abs() < 1e-9,
+        "{} against {window_gbps}",
         reference.bottleneck_gbps
     );
+    assert!((63.0..64.0).contains(&window_gbps), "{window_gbps}");
 }
 
 /// `tlc bench ccl`'s reference bandwidth counts the memories the slots

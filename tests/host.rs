@@ -331,8 +331,8 @@ fn registry_errors_name_the_entry() {
     let machine = World { ranks: 256, sips: 2 };
     let pick = |c: Collective, bytes: u64, on: World| stdlib.default_for(c, bytes, on).unwrap().name.clone();
     // Small buffers take recursive doubling (below 16 KiB per rank), then
-    // the ring; from 128 ranks the tree below 512 KiB; over SIPs the tree
-    // below 12 MiB, then the ring with 64 KiB messages.
+    // the ring; from 128 ranks the tree below 512 KiB; over SIPs, on 256
+    // ranks, the tree below 12 MiB, then the ring with 64 KiB messages.
     for (bytes, on, want) in [
         (4096, cube, "rd_allreduce"),
         (16383, cube, "rd_allreduce"),
@@ -346,6 +346,14 @@ fn registry_errors_name_the_entry() {
         (4096, machine, "tree_allreduce"),
         (12582911, machine, "tree_allreduce"),
         (12582912, machine, "ring_allreduce_large"),
+        // Fewer ranks over two SIPs: the tree only from 8 ranks, and below
+        // less; recursive doubling below 16 KiB.
+        (4096, World { ranks: 2, sips: 2 }, "rd_allreduce"),
+        (65536, World { ranks: 2, sips: 2 }, "ring_allreduce_large"),
+        (65536, World { ranks: 8, sips: 2 }, "tree_allreduce"),
+        (1 << 20, World { ranks: 8, sips: 2 }, "ring_allreduce_large"),
+        (1 << 20, World { ranks: 64, sips: 2 }, "tree_allreduce"),
+        (4 << 20, World { ranks: 64, sips: 2 }, "ring_allreduce_large"),
     ] {
         assert_eq!(pick(Collective::AllReduce, bytes, on), want, "{bytes} B on {on:?}");
     }
@@ -382,6 +390,35 @@ fn registry_errors_name_the_entry() {
     assert_eq!(
         mine.default_for(Collective::AllReduce, 4096, sip).unwrap().name,
         "tree_allreduce"
+    );
+    // A collective a user's plain defaults name is theirs everywhere: the
+    // stdlib's levels no longer name it (theirs still may).
+    let mut mine = Registry::stdlib(&root).unwrap();
+    mine.merge_text(
+        "my_ccl.yaml",
+        &root,
+        "defaults:\n  all_reduce: hierarchical_allreduce\n  across_sips:\n    small: {below_bytes: 1024, all_reduce: tree_allreduce}\n",
+    )
+    .expect("merges");
+    for (bytes, on, want) in [
+        // The stdlib's plain `small.all_reduce` is another key: it stays.
+        (4096, cube, "rd_allreduce"),
+        (1 << 20, cube, "hierarchical_allreduce"),
+        // The stdlib's from_ranks.128 (the tree below 512 KiB) is gone...
+        (65536, sip, "hierarchical_allreduce"),
+        // ...and so are its across_sips levels, but not the user's own.
+        (512, machine, "tree_allreduce"),
+        (1 << 20, machine, "hierarchical_allreduce"),
+    ] {
+        assert_eq!(
+            mine.default_for(Collective::AllReduce, bytes, on).unwrap().name,
+            want,
+            "{bytes} B on {on:?}"
+        );
+    }
+    assert_eq!(
+        mine.default_for(Collective::AllGather, 64, machine).unwrap().name,
+        "all_gather"
     );
     let e = Registry::stdlib(&root)
         .unwrap()

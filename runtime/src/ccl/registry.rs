@@ -42,11 +42,25 @@ struct DefaultsFile {
     small: Option<SmallFile>,
     #[serde(default)]
     from_ranks: BTreeMap<u32, ChoiceFile>,
-    across_sips: Option<ChoiceFile>,
+    across_sips: Option<AcrossFile>,
 }
 
-/// `defaults.from_ranks.N` and `defaults.across_sips`: algorithms that
-/// replace the plain defaults' for some communicators.
+/// `defaults.across_sips`: a level with levels by ranks of its own (what
+/// wins across a SIP link depends on the ranks even more).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcrossFile {
+    all_reduce: Option<String>,
+    all_gather: Option<String>,
+    reduce_scatter: Option<String>,
+    broadcast: Option<String>,
+    small: Option<SmallFile>,
+    #[serde(default)]
+    from_ranks: BTreeMap<u32, ChoiceFile>,
+}
+
+/// `defaults.from_ranks.N` and `defaults.across_sips.from_ranks.N`:
+/// algorithms that replace the plain defaults' for some communicators.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ChoiceFile {
@@ -221,8 +235,10 @@ pub struct Defaults {
     /// communicator reaches comes first, then smaller ones, then `plain`.
     pub from_ranks: BTreeMap<u32, Choice>,
     /// Communicators over more than one SIP: before every other level
-    /// (a SIP link's latency changes what wins most).
+    /// (a SIP link's latency changes what wins most), after its own
+    /// `from_ranks` (`across_sips_from_ranks`).
     pub across_sips: Choice,
+    pub across_sips_from_ranks: BTreeMap<u32, Choice>,
     pub buffer_space: Option<Space>,
     pub backpressure: Option<Backpressure>,
     pub n_slots: Option<Count>,
@@ -312,15 +328,32 @@ impl Registry {
         let err = |path: String, message: String| RegistryError::at(file, text, &path, message);
         let d = parsed.defaults;
         let f = &mut self.defaults;
-        f.plain
-            .merge([d.all_reduce, d.all_gather, d.reduce_scatter, d.broadcast], d.small);
-        let levels = (d.from_ranks.into_iter().map(|(n, c)| (Some(n), c))).chain(d.across_sips.map(|c| (None, c)));
-        for (ranks, c) in levels {
-            let level = match ranks {
-                Some(n) => f.from_ranks.entry(n).or_default(),
-                None => &mut f.across_sips,
-            };
+        // A collective this file's plain defaults name is this file's to
+        // decide: the earlier files' levels (the stdlib's `from_ranks`,
+        // `across_sips`) no longer name it, or they would hide it on large
+        // communicators; this file's own levels still may.
+        let mut mine = Choice::default();
+        mine.merge([d.all_reduce, d.all_gather, d.reduce_scatter, d.broadcast], d.small);
+        let earlier = (f.from_ranks.values_mut()).chain(f.across_sips_from_ranks.values_mut());
+        for level in earlier.chain([&mut f.across_sips]) {
+            for c in mine.algorithm.keys().chain(mine.small_algorithm.keys()) {
+                level.algorithm.remove(c);
+                level.small_algorithm.remove(c);
+            }
+        }
+        f.plain.algorithm.extend(mine.algorithm);
+        f.plain.small_algorithm.extend(mine.small_algorithm);
+        f.plain.small_below_bytes = mine.small_below_bytes.or(f.plain.small_below_bytes);
+        for (n, c) in d.from_ranks {
+            let level = f.from_ranks.entry(n).or_default();
             level.merge([c.all_reduce, c.all_gather, c.reduce_scatter, c.broadcast], c.small);
+        }
+        if let Some(a) = d.across_sips {
+            (f.across_sips).merge([a.all_reduce, a.all_gather, a.reduce_scatter, a.broadcast], a.small);
+            for (n, c) in a.from_ranks {
+                let level = f.across_sips_from_ranks.entry(n).or_default();
+                level.merge([c.all_reduce, c.all_gather, c.reduce_scatter, c.broadcast], c.small);
+            }
         }
         f.buffer_space = d.buffer_space.or(f.buffer_space);
         f.backpressure = d.backpressure.or(f.backpressure);
@@ -382,6 +415,10 @@ impl Registry {
         let d = &self.defaults;
         let rank_paths: Vec<(String, &Choice)> = (d.from_ranks.iter())
             .map(|(n, level)| (format!("defaults.from_ranks.{n}"), level))
+            .chain(
+                (d.across_sips_from_ranks.iter())
+                    .map(|(n, level)| (format!("defaults.across_sips.from_ranks.{n}"), level)),
+            )
             .collect();
         let chosen = (d.plain.named("defaults"))
             .chain(rank_paths.iter().flat_map(|(at, level)| level.named(at)))
@@ -437,16 +474,25 @@ impl Registry {
     /// decides first.
     fn levels(&self, world: World) -> impl Iterator<Item = &Choice> {
         let d = &self.defaults;
-        let sips = (world.sips > 1).then_some(&d.across_sips);
-        let ranks = d.from_ranks.range(..=world.ranks).rev().map(|(_, level)| level);
-        sips.into_iter().chain(ranks).chain([&d.plain])
+        let reached = |levels: &BTreeMap<u32, Choice>| levels.range(..=world.ranks).count();
+        let mut order: Vec<&Choice> = Vec::new();
+        if world.sips > 1 {
+            let n = reached(&d.across_sips_from_ranks);
+            order.extend(d.across_sips_from_ranks.values().take(n).rev());
+            order.push(&d.across_sips);
+        }
+        let n = reached(&d.from_ranks);
+        order.extend(d.from_ranks.values().take(n).rev());
+        order.push(&d.plain);
+        order.into_iter()
     }
 
     /// The default algorithm of a collective on `world` with buffers of
     /// `bytes` per rank: the first level of `defaults` that names one at
-    /// that size (`across_sips` when the world spans SIPs, then
-    /// `from_ranks` from the largest count the world reaches, then the
-    /// plain defaults); within a level, its `small` choice below its size.
+    /// that size (when the world spans SIPs, `across_sips.from_ranks` from
+    /// the largest count the world reaches, then `across_sips`; then
+    /// `from_ranks` likewise, then the plain defaults); within a level,
+    /// its `small` choice below its size.
     pub fn default_for(&self, c: Collective, bytes: u64, world: World) -> Result<&Algorithm, String> {
         let name = (self.levels(world).find_map(|level| level.pick(c, bytes)))
             .ok_or_else(|| format!("ccl.yaml names no default {} algorithm", c.key()))?;

@@ -378,7 +378,13 @@ fn footprint(ptr: &RtValue, scan: &LaneScan, size: u64, write: bool) -> Footprin
     if scan.contiguous {
         return f;
     }
-    let Some(a) = ptr_formula(ptr).filter(|a| a.base() >= 0) else {
+    // Only addresses that do not wrap lie on the pattern from the base
+    // (the same test as `LaneScan::of_formula`'s).
+    let fits = |a: &&Affine| {
+        let (lo, hi) = a.range();
+        lo >= 0 && hi + size as i128 <= u64::MAX as i128
+    };
+    let Some(a) = ptr_formula(ptr).filter(fits) else {
         return f;
     };
     // Axes that move the address, innermost (smallest stride) first.
@@ -1773,6 +1779,75 @@ impl Sim<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kernbench_compiler::datapath::affine::Affine;
+
+    /// Every byte of every active lane lies in the access's footprint,
+    /// for pointer formulas of one, two and three axes, strides of every
+    /// sign and size, bases of every alignment, addresses that wrap, and
+    /// masks with holes; and the strided ones get a period where they
+    /// should (an even/odd pair, the rows of a tile).
+    #[test]
+    fn a_footprint_covers_every_active_lane() {
+        let size = 4u64;
+        let inside = |f: &Footprint, b: u64| {
+            f.lo <= b && b < f.hi && (f.period == 0 || (b % f.period + f.period - f.phase) % f.period < f.run)
+        };
+        let mut periodic = 0;
+        let shapes: [(&[u64], &[i64]); 9] = [
+            (&[16], &[8]),
+            (&[16], &[12]),
+            (&[16], &[-8]),
+            (&[16], &[4]),
+            (&[4, 8], &[64, 4]),
+            (&[8, 4], &[4, 64]),
+            (&[4, 8], &[16, 4]),
+            (&[2, 3, 4], &[256, 64, 4]),
+            (&[4], &[i64::MAX]),
+        ];
+        for (shape, strides) in shapes {
+            for base in [4096i64, 4098, 4101, -8] {
+                let mut words = vec![base];
+                words.extend_from_slice(strides);
+                let a = Affine {
+                    elem: Elem::Ptr(DType::I32),
+                    shape: smallvec::SmallVec::from_slice(shape),
+                    words: smallvec::SmallVec::from_slice(&words),
+                };
+                let ptr = RtValue::Affine(Rc::new(a.clone()));
+                let n = a.numel();
+                for holes in [0usize, 1, 3] {
+                    let mut m = Tensor::zeros(Elem::Num(DType::Bool), &[n]);
+                    for k in 0..n {
+                        m.set_bits(k, u64::from(holes == 0 || k % (holes + 1) != 0));
+                    }
+                    let mask = RtValue::Block(Rc::new(m));
+                    let scan = LaneScan::of(&ptr, Some(&mask), size);
+                    if scan.first.is_none() {
+                        continue;
+                    }
+                    let f = footprint(&ptr, &scan, size, true);
+                    periodic += usize::from(f.period != 0);
+                    for_each_active(&ptr, Some(&mask), |addr| {
+                        // A lane whose bytes run past 2^64 is out of every
+                        // segment (an error before any ordering).
+                        if addr.checked_add(size).is_none() {
+                            return;
+                        }
+                        for b in 0..size {
+                            let byte = addr.wrapping_add(b);
+                            assert!(
+                                inside(&f, byte),
+                                "{shape:?} {strides:?} base {base} holes {holes}: byte {byte} outside {f:?}"
+                            );
+                        }
+                    });
+                }
+            }
+        }
+        // 1-D strides of 8 and 12, the 4-by-8 tile at a 64-byte pitch and
+        // its transpose, at 3 bases that do not wrap, 3 masks each.
+        assert_eq!(periodic, 4 * 3 * 3, "{periodic}");
+    }
 
     /// Values of their types' shapes are handed on themselves; a block
     /// under another shape (a reshape's consumer) as a converted copy with

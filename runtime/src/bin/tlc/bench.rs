@@ -537,7 +537,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 } else {
                     o.push_str(&format!(
                         "# reference: a ring step's bottleneck {bw:.1} GB/s; a ring's latency over its {hops} hops {ring_us:.2} us (mean hop α = {alpha:.1} ns)\n\
-                         # credits: {window} slots per round trip of up to {rtt:.1} ns, so {hops} messages over an edge take at least {credit_us:.2} us\n#\n",
+                         # credits: {window} slots per round trip of up to {rtt:.1} ns, so a ring's {hops} messages over one edge take at least {credit_us:.2} us\n#\n",
                     ));
                 }
                 o.push_str(
@@ -595,7 +595,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 "root": (op == Collective::Broadcast).then(|| bench::broadcast_root(a.root, ranks as u64)),
                 "reference_bottleneck_gbps": bw, "reference_mean_hop_ns": alpha,
                 "reference_ring_hops": hops, "reference_ring_latency_us": ring_us,
-                "reference_credit_round_trip_ns": rtt, "reference_credit_us": credit_us,
+                "reference_credit_round_trip_ns": rtt, "reference_credit_us": credit_us, "reference_window_slots": window,
                 "avg_busbw_gbps": avg_bus, "wrong": wrong, "failed_sizes": p.failed_sizes, "rounded_sizes": p.rounded, "ok": ok,
                 "rows": rows.iter().map(|r| json!({
                     "size": r.size_bytes, "count": r.count, "time_us": r.time_ps as f64 / 1e6,
@@ -914,4 +914,23 @@ fn describe_bands(bands: &[(u64, String)]) -> String {
         });
     }
     parts.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_bands;
+
+    #[test]
+    fn bands_read_as_a_curve() {
+        let b = |v: &[(u64, &str)]| v.iter().map(|&(f, n)| (f, n.to_string())).collect::<Vec<_>>();
+        assert_eq!(describe_bands(&b(&[(0, "ring")])), "`ring` at every size");
+        assert_eq!(
+            describe_bands(&b(&[(0, "rd"), (16384, "ring")])),
+            "`rd` below 16384 bytes per rank, `ring` from 16384 on"
+        );
+        assert_eq!(
+            describe_bands(&b(&[(0, "rd"), (1024, "tree"), (65536, "rd")])),
+            "`rd` below 1024 bytes per rank, `tree` from 1024 to 65536, `rd` from 65536 on"
+        );
+    }
 }
