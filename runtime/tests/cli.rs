@@ -1440,7 +1440,7 @@ fn bench_sim_reports_the_simulators_speed() {
     );
     // Threads beyond the launch's shards are not used, and it says so: 4
     // PEs of one SIP are one shard.
-    let o = tlc(&[
+    let two_threads = [
         "bench",
         "sim",
         "--pes",
@@ -1451,22 +1451,10 @@ fn bench_sim_reports_the_simulators_speed() {
         "1",
         "--threads",
         "2",
-    ]);
+    ];
+    let o = tlc(&two_threads);
     assert_stdout(&o, 0, "on 4 PEs of `default`, one thread (of 2 allowed: one shard)");
-    let o = tlc(&[
-        "bench",
-        "sim",
-        "--pes",
-        "4",
-        "--bytes",
-        "1K",
-        "--runs",
-        "1",
-        "--threads",
-        "2",
-        "--format",
-        "json",
-    ]);
+    let o = tlc(&[&two_threads[..], &["--format", "json"]].concat());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert_eq!(
         (&v["threads"], &v["threads_used"]),

@@ -169,14 +169,18 @@ pub struct Choice {
     pub small_algorithm: BTreeMap<Collective, String>,
 }
 
-impl Choice {
-    /// Merges a file's names over this level, key by key.
-    fn merge(&mut self, names: [Option<String>; 4], small: Option<SmallFile>) {
-        choose(&mut self.algorithm, names);
-        if let Some(small) = small {
-            self.small_below_bytes = Some(small.below_bytes.0);
+impl From<ChoiceFile> for Choice {
+    /// What one file's level names.
+    fn from(c: ChoiceFile) -> Choice {
+        let mut level = Choice::default();
+        choose(
+            &mut level.algorithm,
+            [c.all_reduce, c.all_gather, c.reduce_scatter, c.broadcast],
+        );
+        if let Some(small) = c.small {
+            level.small_below_bytes = Some(small.below_bytes.0);
             choose(
-                &mut self.small_algorithm,
+                &mut level.small_algorithm,
                 [
                     small.all_reduce,
                     small.all_gather,
@@ -185,6 +189,16 @@ impl Choice {
                 ],
             );
         }
+        level
+    }
+}
+
+impl Choice {
+    /// Merges a later file's level over this one, key by key.
+    fn merge(&mut self, later: Choice) {
+        self.algorithm.extend(later.algorithm);
+        self.small_algorithm.extend(later.small_algorithm);
+        self.small_below_bytes = later.small_below_bytes.or(self.small_below_bytes);
     }
 
     /// What this level picks for `c` on `bytes` per rank, if anything.
@@ -332,8 +346,13 @@ impl Registry {
         // decide: the earlier files' levels (the stdlib's `from_ranks`,
         // `across_sips`) no longer name it, or they would hide it on large
         // communicators; this file's own levels still may.
-        let mut mine = Choice::default();
-        mine.merge([d.all_reduce, d.all_gather, d.reduce_scatter, d.broadcast], d.small);
+        let mine = Choice::from(ChoiceFile {
+            all_reduce: d.all_reduce,
+            all_gather: d.all_gather,
+            reduce_scatter: d.reduce_scatter,
+            broadcast: d.broadcast,
+            small: d.small,
+        });
         let earlier = (f.from_ranks.values_mut()).chain(f.across_sips_from_ranks.values_mut());
         for level in earlier.chain([&mut f.across_sips]) {
             for c in mine.algorithm.keys().chain(mine.small_algorithm.keys()) {
@@ -341,18 +360,20 @@ impl Registry {
                 level.small_algorithm.remove(c);
             }
         }
-        f.plain.algorithm.extend(mine.algorithm);
-        f.plain.small_algorithm.extend(mine.small_algorithm);
-        f.plain.small_below_bytes = mine.small_below_bytes.or(f.plain.small_below_bytes);
+        f.plain.merge(mine);
         for (n, c) in d.from_ranks {
-            let level = f.from_ranks.entry(n).or_default();
-            level.merge([c.all_reduce, c.all_gather, c.reduce_scatter, c.broadcast], c.small);
+            f.from_ranks.entry(n).or_default().merge(c.into());
         }
         if let Some(a) = d.across_sips {
-            (f.across_sips).merge([a.all_reduce, a.all_gather, a.reduce_scatter, a.broadcast], a.small);
+            f.across_sips.merge(Choice::from(ChoiceFile {
+                all_reduce: a.all_reduce,
+                all_gather: a.all_gather,
+                reduce_scatter: a.reduce_scatter,
+                broadcast: a.broadcast,
+                small: a.small,
+            }));
             for (n, c) in a.from_ranks {
-                let level = f.across_sips_from_ranks.entry(n).or_default();
-                level.merge([c.all_reduce, c.all_gather, c.reduce_scatter, c.broadcast], c.small);
+                f.across_sips_from_ranks.entry(n).or_default().merge(c.into());
             }
         }
         f.buffer_space = d.buffer_space.or(f.buffer_space);
