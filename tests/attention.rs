@@ -55,6 +55,7 @@ fn kernel(rt: &Runtime, name: &str, causal: bool, block_n: Option<i64>) -> Kerne
 /// Messages of ring_attention: 64 x 128 f16 blocks.
 const SLOTS: Option<QueueSlots> = Some(QueueSlots {
     n_slots: 4,
+    n_slots_across_sips: 4,
     slot_size_bytes: 64 * 128 * 2,
 });
 

@@ -978,6 +978,57 @@ fn a_full_queue_deadlocks_with_a_diagnostic() {
         .unwrap_or_else(|d| panic!("{d}"));
 }
 
+/// `pe.ipcq.n_slots_across_sips` gives queues whose ends are on different
+/// SIPs their own slots, and only them: with 16 there, `flood` (16
+/// messages of one slot each before any receive) runs through between two
+/// SIPs, exact, while the same pair within a SIP still fills its 4 slots
+/// and deadlocks, reported as 4 of 4; the topology summary names both.
+#[test]
+fn queues_across_sips_have_their_own_slots() {
+    let y = replace_once(
+        kernbench_runtime::topology::DEFAULT_YAML,
+        "    n_slots: 4\n",
+        "    n_slots: 4\n    n_slots_across_sips: 16\n",
+    );
+    let topo = Topology::parse("across.yaml", &y).expect("valid");
+    assert_eq!((topo.spec.pe.ipcq.slots(false), topo.spec.pe.ipcq.slots(true)), (4, 16));
+    let summary = kernbench_runtime::topology::summary_text(&topo);
+    assert!(summary.contains("ipcq  4 slots (16 across SIPs) × 4 KiB"), "{summary}");
+    let (func, _) = lower(FLOOD, "flood", &[]);
+    let buf = i32s(&[2, 1024], |k| k as i32);
+    let run = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(1, 0, 0)],
+        &func,
+        vec![tensor("buf", buf.clone(), &["shard"])],
+        None,
+        false,
+    )
+    .unwrap_or_else(|e| panic!("across SIPs: {e:?}"));
+    // Each rank stored its peer's row, 16 times.
+    let want = i32s(&[2, 1024], |k| ((k + 1024) % 2048) as i32);
+    assert_eq!(run.tensors[0].bytes(), want.bytes());
+    let e = simulate(
+        &topo,
+        vec![pe(0, 0, 0), pe(0, 0, 1)],
+        &func,
+        vec![tensor("buf", buf, &["shard"])],
+        None,
+        false,
+    )
+    .err()
+    .expect("a deadlock within a SIP");
+    let SimError::Deadlock { ref blocked, .. } = e else {
+        panic!("expected a deadlock, got {e:?}")
+    };
+    assert!(
+        blocked
+            .iter()
+            .all(|b| matches!(b.reason, sim::WaitReason::QueueFull { used: 4, slots: 4, .. })),
+        "{blocked:?}"
+    );
+}
+
 const ASYNC_FIRST: &str = "
 @kernel
 def async_first(buf: ptr[i32], N: constexpr = 8):
@@ -2593,7 +2644,8 @@ fn ipcq_slots_in_sram_take_its_room() {
     let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
     assert!(
         text.contains(
-            "needs 81920 bytes of the SRAM of (sip 0, cube 0) (16384 bytes of tensors and the IPCQ slots of 4 queues"
+            "needs 81920 bytes of the SRAM of (sip 0, cube 0) (16384 bytes of tensors and 65536 bytes of the IPCQ \
+             slots of 4 queues into it, the last one's 16384)"
         ) && text.contains("opens queue 4 into the SRAM of (sip 0, cube 0) in this `"),
         "{text}"
     );

@@ -740,6 +740,7 @@ fn the_fused_kernels_ring_over_three_and_four_ranks() {
         .join("kernels/async_tp.tl");
     let slots = Some(QueueSlots {
         n_slots: 4,
+        n_slots_across_sips: 4,
         slot_size_bytes: 128 * 128 * 4,
     });
     let on = |r: usize| DpPolicy {

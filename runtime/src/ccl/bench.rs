@@ -238,11 +238,12 @@ pub struct RingReference {
     pub hop_ns: Vec<f64>,
     /// Each edge's credit round trip (ns): its hop and the way back of
     /// the credits from the receiver's core to the sender's. A sender has
-    /// `window_slots` slots, so message k + window_slots of an edge
-    /// leaves no sooner than one round trip after message k.
+    /// `window_slots[k]` slots, so message m + window_slots[k] of edge k
+    /// leaves no sooner than one round trip after message m.
     pub round_trip_ns: Vec<f64>,
-    /// The slots of each queue (the most messages in flight on an edge).
-    pub window_slots: u64,
+    /// The slots of each edge's queue (the most messages in flight on it:
+    /// more across SIPs when the IPCQ gives those queues more).
+    pub window_slots: Vec<u64>,
 }
 
 impl RingReference {
@@ -272,19 +273,29 @@ impl RingReference {
         worst
     }
 
-    /// The slowest edge's credit round trip (ns).
-    pub fn max_round_trip_ns(&self) -> f64 {
-        self.round_trip_ns.iter().copied().fold(0.0, f64::max)
+    /// The edge whose credits allow the fewest slots per ns: its round
+    /// trip (ns) and slots; `None` without edges.
+    pub fn credit_edge(&self) -> Option<(f64, u64)> {
+        let edges = self
+            .round_trip_ns
+            .iter()
+            .copied()
+            .zip(self.window_slots.iter().copied());
+        edges.fold(None, |worst: Option<(f64, u64)>, (rtt, slots)| match worst {
+            Some((w_rtt, w_slots)) if w_rtt * slots.max(1) as f64 >= rtt * w_slots.max(1) as f64 => worst,
+            _ => Some((rtt, slots)),
+        })
     }
 
     /// What the credits alone cost `messages` messages over every edge
-    /// (ns): on the slowest edge, message k + window leaves a round trip
-    /// after message k. For small buffers on a ring over SIPs this, not
-    /// the hops' latency, is the floor (the SIP link's round trip over
-    /// 4 slots: 133 µs on the default machine's 256 PEs).
+    /// (ns): on each edge, message m + window leaves a round trip after
+    /// message m; the slowest edge counts. For small buffers on a ring
+    /// over SIPs this, not the hops' latency, is the floor (the SIP link's
+    /// round trip over 4 slots: 133 µs on the default machine's 256 PEs).
     pub fn credit_ns(&self, messages: usize) -> f64 {
-        let windows = messages.saturating_sub(1) as u64 / self.window_slots.max(1);
-        windows as f64 * self.max_round_trip_ns()
+        let edges = self.round_trip_ns.iter().zip(&self.window_slots);
+        let edge = |(rtt, slots): (&f64, &u64)| (messages.saturating_sub(1) as u64 / (*slots).max(1)) as f64 * rtt;
+        edges.map(edge).fold(0.0, f64::max)
     }
 }
 
@@ -298,12 +309,13 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
             bottleneck_gbps: 0.0,
             hop_ns: Vec::new(),
             round_trip_ns: Vec::new(),
-            window_slots: ipcq.n_slots.0,
+            window_slots: Vec::new(),
         };
     }
     let mut bw = f64::INFINITY;
     let mut hop_ns = Vec::with_capacity(n);
     let mut round_trip_ns = Vec::with_capacity(n);
+    let mut window_slots = Vec::with_capacity(n);
     let bytes = ipcq.slot_size_bytes.0;
     for k in 0..n {
         let (a_pe, b_pe) = (pes[k], pes[(k + 1) % n]);
@@ -321,12 +333,13 @@ pub fn ring_reference(topo: &Topology, reg: &Registry, a: &Algorithm, pes: &[PeC
             m.fabric.latency_ps(Endpoint::Core(b_pe), Endpoint::Core(a_pe))
         };
         round_trip_ns.push((hop_ps + back_ps) as f64 / 1000.0);
+        window_slots.push(ipcq.slots(a_pe.sip != b_pe.sip));
     }
-    // A window of full slots per round trip on the slowest edge.
-    let window_slots = ipcq.n_slots.0;
-    let rtt = round_trip_ns.iter().copied().fold(0.0, f64::max);
-    if rtt > 0.0 {
-        bw = bw.min((window_slots * bytes) as f64 / rtt);
+    // A window of full slots per round trip on each edge.
+    for (rtt, slots) in round_trip_ns.iter().zip(&window_slots) {
+        if *rtt > 0.0 {
+            bw = bw.min((slots * bytes) as f64 / rtt);
+        }
     }
     // The memories every step streams through, shared: each rank reads
     // (or writes) its buffer in its HBM slice once per byte it sends (or
@@ -663,7 +676,7 @@ mod tests {
             bottleneck_gbps: 1.0,
             hop_ns: vec![1.0, 1.0, 10.0, 1.0],
             round_trip_ns: vec![2.0, 2.0, 30.0, 2.0],
-            window_slots: 4,
+            window_slots: vec![4; 4],
         };
         assert_eq!(r.latency_ns(1), 10.0);
         assert_eq!(r.latency_ns(2), 11.0);
@@ -673,13 +686,23 @@ mod tests {
         // Messages 4 and 8 each wait a round trip of the slowest edge.
         assert_eq!(r.credit_ns(9), 60.0);
         assert_eq!(r.credit_ns(4), 0.0);
+        assert_eq!(r.credit_edge(), Some((30.0, 4)));
+        // With 16 slots on the slow edge, a fast edge with 1 binds:
+        // 8 round trips of 2 ns against none of 30.
+        let wide = RingReference {
+            window_slots: vec![1, 4, 16, 4],
+            ..r
+        };
+        assert_eq!(wide.credit_ns(9), 16.0);
+        assert_eq!(wide.credit_edge(), Some((2.0, 1)));
         let empty = RingReference {
             bottleneck_gbps: 0.0,
             hop_ns: Vec::new(),
             round_trip_ns: Vec::new(),
-            window_slots: 4,
+            window_slots: Vec::new(),
         };
         assert_eq!(empty.latency_ns(4), 0.0);
         assert_eq!(empty.credit_ns(4), 0.0);
+        assert_eq!(empty.credit_edge(), None);
     }
 }

@@ -36,6 +36,7 @@ struct DefaultsFile {
     buffer_space: Option<Space>,
     backpressure: Option<Backpressure>,
     n_slots: Option<Count>,
+    n_slots_across_sips: Option<Count>,
     slot_size_bytes: Option<Bytes>,
     packet_bytes: Option<Bytes>,
     poll_interval_ns: Option<IntervalNs>,
@@ -92,6 +93,7 @@ struct AlgorithmFile {
     buffer_space: Option<Space>,
     backpressure: Option<Backpressure>,
     n_slots: Option<Count>,
+    n_slots_across_sips: Option<Count>,
     slot_size_bytes: Option<Bytes>,
     packet_bytes: Option<Bytes>,
     poll_interval_ns: Option<IntervalNs>,
@@ -123,6 +125,7 @@ pub struct Algorithm {
     pub buffer_space: Option<Space>,
     pub backpressure: Option<Backpressure>,
     pub n_slots: Option<Count>,
+    pub n_slots_across_sips: Option<Count>,
     pub slot_size_bytes: Option<Bytes>,
     pub packet_bytes: Option<Bytes>,
     pub poll_interval_ns: Option<IntervalNs>,
@@ -256,6 +259,7 @@ pub struct Defaults {
     pub buffer_space: Option<Space>,
     pub backpressure: Option<Backpressure>,
     pub n_slots: Option<Count>,
+    pub n_slots_across_sips: Option<Count>,
     pub slot_size_bytes: Option<Bytes>,
     pub packet_bytes: Option<Bytes>,
     pub poll_interval_ns: Option<IntervalNs>,
@@ -379,6 +383,7 @@ impl Registry {
         f.buffer_space = d.buffer_space.or(f.buffer_space);
         f.backpressure = d.backpressure.or(f.backpressure);
         f.n_slots = d.n_slots.or(f.n_slots);
+        f.n_slots_across_sips = d.n_slots_across_sips.or(f.n_slots_across_sips);
         f.slot_size_bytes = d.slot_size_bytes.or(f.slot_size_bytes);
         f.packet_bytes = d.packet_bytes.or(f.packet_bytes);
         f.poll_interval_ns = d.poll_interval_ns.or(f.poll_interval_ns);
@@ -423,6 +428,7 @@ impl Registry {
                     buffer_space: a.buffer_space,
                     backpressure: a.backpressure,
                     n_slots: a.n_slots,
+                    n_slots_across_sips: a.n_slots_across_sips,
                     slot_size_bytes: a.slot_size_bytes,
                     packet_bytes: a.packet_bytes,
                     poll_interval_ns: a.poll_interval_ns,
@@ -552,6 +558,9 @@ impl Registry {
         if let Some(n) = a.n_slots.or(d.n_slots) {
             q.n_slots = n;
         }
+        if let Some(n) = a.n_slots_across_sips.or(d.n_slots_across_sips) {
+            q.n_slots_across_sips = Some(n);
+        }
         if let Some(s) = a.slot_size_bytes.or(d.slot_size_bytes) {
             q.slot_size_bytes = s;
         }
@@ -578,6 +587,8 @@ impl Registry {
         op: super::ReduceOp,
     ) -> Result<(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap), String> {
         let q = self.ipcq(a, topo);
+        // A queue within a SIP's (every launch has those); the more slots
+        // of a queue across SIPs are counted when a launch opens one.
         let slots_bytes = q.n_slots.0 as u128 * q.slot_size_bytes.0 as u128;
         let tcm = topo.spec.pe.tcm.capacity_bytes.0;
         if q.buffer_space == Space::Tcm && slots_bytes > u128::from(tcm) {

@@ -298,10 +298,13 @@ struct Pending {
 
 /// The IPCQ slots of a launch across ranks (buffer space and backpressure
 /// stay the topology's): a message takes as many slots as it needs, at
-/// most `n_slots`.
+/// most its queue's slots, `n_slots` or, for a queue whose ends are on
+/// different SIPs, `n_slots_across_sips` (its credits take a SIP link's
+/// round trip to come back).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueSlots {
     pub n_slots: u64,
+    pub n_slots_across_sips: u64,
     pub slot_size_bytes: u64,
 }
 
@@ -979,12 +982,13 @@ impl Runtime {
                 };
                 // The launch checks that the slots fit in TCM; bound them
                 // first so that their product cannot overflow.
-                let total = u128::from(q.n_slots) * u128::from(q.slot_size_bytes);
+                let total = u128::from(q.n_slots.max(q.n_slots_across_sips)) * u128::from(q.slot_size_bytes);
                 if total > u128::from(self.topo.hbm_slice_bytes()) {
                     return Err(bad());
                 }
                 Some(crate::topology::schema::Ipcq {
                     n_slots: Positive::new(q.n_slots).ok_or_else(bad)?,
+                    n_slots_across_sips: Some(Positive::new(q.n_slots_across_sips).ok_or_else(bad)?),
                     slot_size_bytes: Positive::new(q.slot_size_bytes).ok_or_else(bad)?,
                     ..self.topo.spec.pe.ipcq.clone()
                 })

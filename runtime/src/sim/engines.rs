@@ -896,25 +896,27 @@ impl Sim<'_> {
         self.op_error(p, op, ExecErrorKind::Unsupported(what))
     }
 
-    /// Slots a message of `value` sent by `inst` takes (an error when it
-    /// can never fit).
+    /// Slots a message of `value` sent by `inst` on `queue` takes (an
+    /// error when it can never fit).
     pub(super) fn message_slots(
         &self,
         p: usize,
         inst: kernbench_compiler::ir::Inst,
         value: kernbench_compiler::ir::Value,
+        queue: u32,
     ) -> Result<u32, SimError> {
         let ipcq = &self.ipcq;
         let bytes = value_bytes(self.func.ty(value));
         let slots = self.ipcq_slot_bytes.div_ceil(bytes).max(1);
-        if slots > ipcq.n_slots.0 {
+        let have = u64::from(self.queues.queues[queue as usize].n_slots);
+        if slots > have {
             return Err(self.exec_error(
                 p,
                 inst,
                 ExecErrorKind::Unsupported(format!(
                     "this message of {bytes} bytes needs {slots} slots, but a queue has {} slots of {} bytes \
                      (send smaller blocks, or raise the IPCQ's slots)",
-                    ipcq.n_slots.0, ipcq.slot_size_bytes.0
+                    have, ipcq.slot_size_bytes.0
                 )),
             ));
         }
@@ -929,7 +931,12 @@ impl Sim<'_> {
         let owner_pe = self.coords[q.dst as usize];
         let ipcq = &self.ipcq;
         let place = Placement::near(ipcq.buffer_space, owner_pe);
-        let offset = self.ipcq_slots.rem(msg) * ipcq.slot_size_bytes.0;
+        let slots = if u64::from(q.n_slots) == self.ipcq_slots.get() {
+            self.ipcq_slots
+        } else {
+            self.ipcq_slots_across_sips
+        };
+        let offset = slots.rem(msg) * ipcq.slot_size_bytes.0;
         let route = match &q.routes[to_slots as usize] {
             Some(r) => r.clone(),
             None => {
@@ -1688,9 +1695,9 @@ impl Sim<'_> {
                 Ok(())
             };
         };
-        let (queue, new) = self.queues.get(src, dst, control, Half::Recv);
+        let (queue, new) = self.queue(src, dst, control, Half::Recv);
         if new && !control {
-            self.queue_slots_fit(dst as usize, src as usize, inst)?;
+            self.queue_slots_fit(queue, src as usize, inst)?;
         }
         let q = &mut self.queues.queues[queue as usize];
         debug_assert_eq!(msg, q.first_msg + q.msgs.len() as u64, "messages arrive in order");

@@ -391,13 +391,14 @@ pub(super) struct Sim<'a> {
     latest_ps: u64,
     pub queues: Queues,
     /// Per PE: the TCM its live blocks and TCM allocations take, and the
-    /// IPCQ queues into it so far (each holds its slots there when the
-    /// buffer space is TCM).
+    /// IPCQ queues into it so far with their slots' bytes (each holds its
+    /// slots there when the buffer space is TCM).
     pub tcm_base_bytes: &'a [u64],
-    pub queues_into: Vec<u32>,
+    pub queues_into: Vec<(u32, u64)>,
     /// With the IPCQ in SRAM or HBM: the queues whose slots each memory
-    /// holds so far (one SRAM holds those into every PE of its cube).
-    pub slot_queues: std::collections::HashMap<super::Placement, u32>,
+    /// holds so far, and their bytes (one SRAM holds those into every PE
+    /// of its cube).
+    pub slot_queues: std::collections::HashMap<super::Placement, (u32, u64)>,
     pub groups: &'a [GroupInfo],
     /// Per instruction (by index), its decoded form when it is pure
     /// scalar arithmetic.
@@ -433,8 +434,10 @@ pub(super) struct Sim<'a> {
     pub launch_order: &'a [usize],
     /// The IPCQ of this launch.
     pub ipcq: Ipcq,
-    /// Its slot count and slot size, as divisors.
+    /// Its slot counts (within a SIP and across SIPs) and slot size, as
+    /// divisors.
     pub ipcq_slots: Divisor,
+    pub ipcq_slots_across_sips: Divisor,
     pub ipcq_slot_bytes: Divisor,
     /// The PEs that stalled in `wait_until` since the last wake-up (some
     /// may have left the stall since): a store wakes only these, not a
@@ -552,9 +555,9 @@ impl<'a> Sim<'a> {
             outbox: Vec::new(),
             now: sh.start_ps,
             latest_ps: sh.start_ps,
-            queues: Queues::new(ipcq.n_slots.0 as u32),
+            queues: Queues::new(ipcq.slots(false) as u32, ipcq.slots(true) as u32),
             tcm_base_bytes: &sh.tcm_base_bytes,
-            queues_into: vec![0; sh.coords.len()],
+            queues_into: vec![(0, 0); sh.coords.len()],
             slot_queues: Default::default(),
             groups: &sh.groups,
             scalar_ops: &sh.scalar_ops,
@@ -572,7 +575,8 @@ impl<'a> Sim<'a> {
             group_base: &sh.group_base,
             pe_at: &sh.pe_at,
             launch_order: &sh.order,
-            ipcq_slots: Divisor::new(ipcq.n_slots.0),
+            ipcq_slots: Divisor::new(ipcq.slots(false)),
+            ipcq_slots_across_sips: Divisor::new(ipcq.slots(true)),
             ipcq_slot_bytes: Divisor::new(ipcq.slot_size_bytes.0),
             ipcq,
             signal_waiters: Vec::new(),
@@ -1020,7 +1024,7 @@ impl Sim<'_> {
                         if free >= need {
                             continue;
                         }
-                        let slots = self.queues.n_slots();
+                        let slots = q.n_slots;
                         let full = WaitReason::QueueFull {
                             to_rank: self.ranks[q.dst as usize],
                             used: slots - free.min(slots),

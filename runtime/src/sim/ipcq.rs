@@ -54,6 +54,8 @@ pub struct Queue {
     pub sent: u64,
     /// Credits at the sender, not counting those still travelling back.
     pub credits: u32,
+    /// The queue's slots (more across SIPs when the IPCQ says so).
+    pub n_slots: u32,
     /// Credits travelling back to the sender: when each batch arrives and
     /// how many, in order of arrival (they are returned in consumption
     /// order over one route).
@@ -162,25 +164,34 @@ pub struct Queues {
     pub queues: Vec<Queue>,
     /// By sender, receiver, whether it is a control queue, and side.
     index: HashMap<(u32, u32, bool, Half), u32>,
+    /// Slots of a queue within a SIP, and of one across SIPs.
     n_slots: u32,
+    n_slots_across_sips: u32,
 }
 
 impl Queues {
-    pub fn new(n_slots: u32) -> Queues {
+    pub fn new(n_slots: u32, n_slots_across_sips: u32) -> Queues {
         Queues {
             queues: Vec::new(),
             index: HashMap::default(),
             n_slots,
+            n_slots_across_sips,
         }
     }
 
     /// Side `half` of the data queue (`control`: the barrier's control
     /// queue) from PE `src` to PE `dst` (launch indices), created on first
-    /// use; whether it is new.
-    pub fn get(&mut self, src: u32, dst: u32, control: bool, half: Half) -> (u32, bool) {
+    /// use, with the slots of a queue `across_sips` or not; whether it is
+    /// new.
+    pub fn get(&mut self, src: u32, dst: u32, control: bool, half: Half, across_sips: bool) -> (u32, bool) {
         if let Some(&q) = self.index.get(&(src, dst, control, half)) {
             return (q, false);
         }
+        let n_slots = if across_sips {
+            self.n_slots_across_sips
+        } else {
+            self.n_slots
+        };
         let q = self.queues.len() as u32;
         self.queues.push(Queue {
             src,
@@ -188,7 +199,8 @@ impl Queues {
             half,
             control,
             sent: 0,
-            credits: self.n_slots,
+            credits: n_slots,
+            n_slots,
             returning: VecDeque::new(),
             sender_waiting: false,
             msgs: VecDeque::new(),
@@ -206,9 +218,5 @@ impl Queues {
     /// The queue already made for this key, if any.
     pub fn find(&self, src: u32, dst: u32, control: bool, half: Half) -> Option<u32> {
         self.index.get(&(src, dst, control, half)).copied()
-    }
-
-    pub fn n_slots(&self) -> u32 {
-        self.n_slots
     }
 }

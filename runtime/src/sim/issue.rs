@@ -639,10 +639,10 @@ impl Sim<'_> {
         };
         let (src, dst) = if sending { (p as u32, other) } else { (other, p as u32) };
         let half = self.half(src, dst, sending);
-        let (queue, new) = self.queues.get(src, dst, false, half);
+        let (queue, new) = self.queue(src, dst, false, half);
         // The slots are the receiver's: counted once, by its side.
         if new && half != Half::Send {
-            self.queue_slots_fit(dst as usize, p, i)?;
+            self.queue_slots_fit(queue, p, i)?;
         }
         if let Peer::Dir(d) = peer {
             self.pes[p].dir_queues[sending as usize][d as usize] = queue;
@@ -650,22 +650,24 @@ impl Sim<'_> {
         Ok(Some(queue))
     }
 
-    /// A new queue into PE `dst` keeps its slots in `dst`'s TCM when that
-    /// is the IPCQ's buffer space: they must fit with the slots of the
-    /// queues into it so far (the launch checked one queue's). The error
-    /// names PE `p`'s send or receive `i`, which opened the queue.
-    pub(super) fn queue_slots_fit(&mut self, dst: usize, p: usize, i: Inst) -> Result<(), SimError> {
+    /// A new queue `queue` into PE `dst` keeps its slots in `dst`'s TCM
+    /// when that is the IPCQ's buffer space: they must fit with the slots
+    /// of the queues into it so far (the launch checked one queue's of
+    /// `n_slots`; one across SIPs may have more). The error names PE `p`'s
+    /// send or receive `i`, which opened the queue.
+    pub(super) fn queue_slots_fit(&mut self, queue: u32, p: usize, i: Inst) -> Result<(), SimError> {
+        let q = &self.queues.queues[queue as usize];
+        let dst = q.dst as usize;
+        let queue_bytes = u64::from(q.n_slots) * self.ipcq.slot_size_bytes.0;
         if self.ipcq.buffer_space != crate::topology::Space::Tcm {
-            return self.queue_slots_fit_beside_allocations(dst, p, i);
+            return self.queue_slots_fit_beside_allocations(dst, queue_bytes, p, i);
         }
-        let slot_bytes = super::ipcq_tcm_bytes(&self.ipcq);
-        self.queues_into[dst] += 1;
-        let queues = self.queues_into[dst];
-        if slot_bytes == 0 || queues == 1 {
-            return Ok(());
-        }
+        let into = &mut self.queues_into[dst];
+        into.0 += 1;
+        into.1 += queue_bytes;
+        let (queues, slots_bytes) = *into;
         let pe = self.coords[dst];
-        let need_bytes = self.tcm_base_bytes[dst] + u64::from(queues) * slot_bytes;
+        let need_bytes = self.tcm_base_bytes[dst] + slots_bytes;
         let have_bytes = self.mem.capacity(super::Placement::Tcm(pe));
         if need_bytes <= have_bytes {
             return Ok(());
@@ -687,14 +689,20 @@ impl Sim<'_> {
     /// [`Self::queue_slots_fit`] with the IPCQ in SRAM or HBM: the slots
     /// of every queue into that memory so far must fit beside the tensors
     /// allocated there (which a launch does not change).
-    fn queue_slots_fit_beside_allocations(&mut self, dst: usize, p: usize, i: Inst) -> Result<(), SimError> {
+    fn queue_slots_fit_beside_allocations(
+        &mut self,
+        dst: usize,
+        queue_bytes: u64,
+        p: usize,
+        i: Inst,
+    ) -> Result<(), SimError> {
         let place = super::Placement::near(self.ipcq.buffer_space, self.coords[dst]);
-        let queue_bytes = self.ipcq.n_slots.0.saturating_mul(self.ipcq.slot_size_bytes.0);
-        let queues = self.slot_queues.entry(place).or_insert(0);
-        *queues += 1;
-        let queues = *queues;
+        let into = self.slot_queues.entry(place).or_insert((0, 0));
+        into.0 += 1;
+        into.1 = into.1.saturating_add(queue_bytes);
+        let (queues, slots_bytes) = *into;
         let allocated_bytes = self.mem.used(place);
-        let need_bytes = allocated_bytes.saturating_add(u64::from(queues).saturating_mul(queue_bytes));
+        let need_bytes = allocated_bytes.saturating_add(slots_bytes);
         let have_bytes = self.mem.capacity(place);
         if need_bytes <= have_bytes {
             return Ok(());
@@ -722,7 +730,7 @@ impl Sim<'_> {
         };
         let d = self.func.inst(i);
         let value = *d.args.last().unwrap_or(&d.args[0]);
-        let slots = self.message_slots(p, i, value)?;
+        let slots = self.message_slots(p, i, value, queue)?;
         let val = self.pes[p].get(value).clone();
         let t = self.dispatch(p, 0);
         let mut op = self.op_pool.take(i, OpKind::Send { queue, slots }, None);
@@ -937,13 +945,13 @@ impl Sim<'_> {
         }
         let (to, from) = self.barrier_peers(p, round);
         let half = self.half(p as u32, to, true);
-        let (out, _) = self.queues.get(p as u32, to, true, half);
+        let (out, _) = self.queue(p as u32, to, true, half);
         let t = self.dispatch(p, 0);
         let op = self.op_pool.take(i, OpKind::Send { queue: out, slots: 1 }, None);
         self.enqueue(p, Engine::Send, t, op);
         // The token to wait for: here already, or filled in by its send.
         let half = self.half(from, p as u32, false);
-        let (inq, _) = self.queues.get(from, p as u32, true, half);
+        let (inq, _) = self.queue(from, p as u32, true, half);
         let q = &mut self.queues.queues[inq as usize];
         let msg = q.recvs_issued;
         q.recvs_issued += 1;
@@ -966,6 +974,14 @@ impl Sim<'_> {
 
     /// The side of queue `src` → `dst` that PE `src` (`sending`) or `dst`
     /// keeps: the whole queue when both are in one logical process.
+    /// Side `half` of the queue from PE `src` to PE `dst` (see
+    /// [`super::ipcq::Queues::get`]), with more slots when the IPCQ gives
+    /// queues across SIPs more.
+    pub(super) fn queue(&mut self, src: u32, dst: u32, control: bool, half: Half) -> (u32, bool) {
+        let across_sips = self.coords[src as usize].sip != self.coords[dst as usize].sip;
+        self.queues.get(src, dst, control, half, across_sips)
+    }
+
     fn half(&self, src: u32, dst: u32, sending: bool) -> Half {
         if self.lp_of[src as usize] == self.lp_of[dst as usize] {
             Half::Both

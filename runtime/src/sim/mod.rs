@@ -288,7 +288,8 @@ pub enum SimError {
         have_bytes: u64,
         /// What the tensors allocated there take.
         allocated_bytes: u64,
-        /// Queues whose slots are counted, and one queue's slot bytes.
+        /// Queues whose slots are counted, and the slot bytes of the one
+        /// that did not fit (a queue across SIPs may have more slots).
         queues: u32,
         queue_bytes: u64,
         /// Rank `rank` on PE `by` opened the queue that did not fit, in

@@ -796,8 +796,9 @@ pub fn render_sim_error(func: &Function, sources: &SourceMap, e: &SimError, colo
             let d = cs::Diagnostic::error()
                 .with_message(format!(
                     "kernel `{kernel}` needs {need_bytes} bytes of the {place} ({allocated_bytes} bytes of tensors \
-                     and the IPCQ slots of {queues} queue{} into it, {queue_bytes} bytes each) but it holds \
-                     {have_bytes} bytes",
+                     and {} bytes of the IPCQ slots of {queues} queue{} into it, the last one's {queue_bytes}) but \
+                     it holds {have_bytes} bytes",
+                    need_bytes.saturating_sub(*allocated_bytes),
                     if *queues == 1 { "" } else { "s" }
                 ))
                 .with_labels(vec![label_at(

@@ -177,7 +177,8 @@ impl Topology {
             ));
         }
         let q = &s.pe.ipcq;
-        let slots_bytes = q.slot_size_bytes.0 as u128 * q.n_slots.0 as u128;
+        // The largest queue: across SIPs when that has more slots.
+        let slots_bytes = q.slot_size_bytes.0 as u128 * q.max_slots() as u128;
         // One queue's slots in the memory they live in (a PE's TCM, its
         // cube's SRAM, its HBM slice).
         let (space_name, space_bytes) = match q.buffer_space {
@@ -190,7 +191,8 @@ impl Topology {
                 "pe.ipcq",
                 format!(
                     "the IPCQ slots ({} × {} bytes) do not fit in {space_name} ({space_bytes} bytes)",
-                    q.n_slots.0, q.slot_size_bytes.0
+                    q.max_slots(),
+                    q.slot_size_bytes.0
                 ),
             ));
         }

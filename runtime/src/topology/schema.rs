@@ -329,10 +329,32 @@ pub struct Math {
 #[serde(deny_unknown_fields)]
 pub struct Ipcq {
     pub n_slots: Count,
+    /// The slots of a queue whose sender and receiver are on different
+    /// SIPs, when not `n_slots`: its credits take a SIP link's round trip
+    /// (about 1 µs) to come back, so it needs more slots in flight to
+    /// keep the link busy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub n_slots_across_sips: Option<Count>,
     pub slot_size_bytes: Bytes,
     pub buffer_space: Space,
     pub backpressure: Backpressure,
     pub poll_interval_ns: IntervalNs,
+}
+
+impl Ipcq {
+    /// The slots of a queue from one PE to another, `across_sips` when
+    /// they are on different SIPs.
+    pub fn slots(&self, across_sips: bool) -> u64 {
+        match self.n_slots_across_sips {
+            Some(n) if across_sips => n.0,
+            _ => self.n_slots.0,
+        }
+    }
+
+    /// The most slots any queue has (what one queue may take).
+    pub fn max_slots(&self) -> u64 {
+        self.slots(true).max(self.slots(false))
+    }
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

@@ -208,8 +208,12 @@ pub fn summary_text(t: &Topology) -> String {
     ));
     let q = &s.pe.ipcq;
     o.push_str(&format!(
-        "  ipcq  {} slots × {} in {}, backpressure {}{}\n",
+        "  ipcq  {} slots{} × {} in {}, backpressure {}{}\n",
         q.n_slots.0,
+        match q.n_slots_across_sips {
+            Some(n) => format!(" ({} across SIPs)", n.0),
+            None => String::new(),
+        },
         bytes(q.slot_size_bytes.0),
         yaml_name(&q.buffer_space),
         yaml_name(&q.backpressure),

@@ -19,10 +19,13 @@ use kernbench_compiler::sema::DType;
 /// The queues of a fused kernel whose messages are `message_bytes` (one
 /// tile: 128 × 32 f16 in the all-gather, 128 × 128 f32 in the
 /// reduce-scatter, `async_tp.tl`'s defaults). The ranks run nearly in
-/// step; the slots let a sender run a few tiles ahead of its successor.
+/// step; the slots let a sender run a few tiles ahead of its successor
+/// (as many across SIPs: 16 of the reduce-scatter's 64 KiB tiles would
+/// fill a TCM, and the all-gather's kernel is not bound by them).
 fn slots(message_bytes: u64) -> QueueSlots {
     QueueSlots {
         n_slots: 4,
+        n_slots_across_sips: 4,
         slot_size_bytes: message_bytes,
     }
 }

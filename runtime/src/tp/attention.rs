@@ -102,6 +102,7 @@ pub fn ring_attention(ctx: &Ctx, q: &Tensor, k: &Tensor, v: &Tensor, causal: boo
         // run further ahead of its successor.
         Some(QueueSlots {
             n_slots: 4,
+            n_slots_across_sips: 4,
             slot_size_bytes: BLOCK_M * BLOCK_D as u64 * 2,
         }),
     )?;

@@ -505,9 +505,8 @@ pub fn ccl(a: CclArgs) -> ExitCode {
         let hops = alg.collective.ring_hops(ranks);
         let ring_us = p.reference.latency_ns(hops) / 1000.0;
         let alpha = p.reference.mean_hop_ns();
-        let rtt = p.reference.max_round_trip_ns();
+        let (rtt, window) = p.reference.credit_edge().unwrap_or((0.0, 0));
         let credit_us = p.reference.credit_ns(hops) / 1000.0;
-        let window = p.reference.window_slots;
         let name = &alg.name;
         let avg_bus = if rows.is_empty() {
             0.0
@@ -537,7 +536,7 @@ pub fn ccl(a: CclArgs) -> ExitCode {
                 } else {
                     o.push_str(&format!(
                         "# reference: a ring step's bottleneck {bw:.1} GB/s; a ring's latency over its {hops} hops {ring_us:.2} us (mean hop α = {alpha:.1} ns)\n\
-                         # credits: {window} slots per round trip of up to {rtt:.1} ns, so a ring's {hops} messages over one edge take at least {credit_us:.2} us\n#\n",
+                         # credits: {window} slots per round trip of {rtt:.1} ns on the tightest edge, so a ring's {hops} messages over each edge take at least {credit_us:.2} us\n#\n",
                     ));
                 }
                 o.push_str(
