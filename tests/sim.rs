@@ -961,10 +961,10 @@ def flood(buf: ptr[i32], N: constexpr = 1024):
         tl.store(buf + offs, tl.recv(tl.PREV, [N], i32))
 ";
 
-#[test]
-fn a_full_queue_deadlocks_with_a_diagnostic() {
-    let (func, sources, e) = deadlock_of(FLOOD, "flood", "2", &[2, 1024]);
-    let SimError::Deadlock { ref blocked, .. } = e else {
+/// `e` is a deadlock where every blocked PE waits in a send to a queue
+/// with all 4 of its 4 slots taken.
+fn assert_every_queue_full(e: &SimError) {
+    let SimError::Deadlock { blocked, .. } = e else {
         panic!("expected a deadlock, got {e:?}")
     };
     assert!(
@@ -973,6 +973,12 @@ fn a_full_queue_deadlocks_with_a_diagnostic() {
             .all(|b| matches!(b.reason, sim::WaitReason::QueueFull { used: 4, slots: 4, .. })),
         "{blocked:?}"
     );
+}
+
+#[test]
+fn a_full_queue_deadlocks_with_a_diagnostic() {
+    let (func, sources, e) = deadlock_of(FLOOD, "flood", "2", &[2, 1024]);
+    assert_every_queue_full(&e);
     let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
     compare_or_bless(&repo_root().join("tests/sim/deadlock-queue-full.stderr"), &text)
         .unwrap_or_else(|d| panic!("{d}"));
@@ -1018,15 +1024,7 @@ fn queues_across_sips_have_their_own_slots() {
     )
     .err()
     .expect("a deadlock within a SIP");
-    let SimError::Deadlock { ref blocked, .. } = e else {
-        panic!("expected a deadlock, got {e:?}")
-    };
-    assert!(
-        blocked
-            .iter()
-            .all(|b| matches!(b.reason, sim::WaitReason::QueueFull { used: 4, slots: 4, .. })),
-        "{blocked:?}"
-    );
+    assert_every_queue_full(&e);
 }
 
 const ASYNC_FIRST: &str = "
