@@ -338,8 +338,11 @@ fn lrab_exchanges_over_a_2d_grid_of_sips() {
         let ring = run_compiled(&topo, &reg, a, &ring, all, 1 << 20, DType::I32, ReduceOp::Sum, None);
         let grid_row = run(&topo, &reg, "lrab_allreduce", all, 1 << 20, DType::I32, ReduceOp::Sum);
         assert_eq!(ring.wrong + grid_row.wrong, 0);
+        // At least 10 % faster (on the torus 62.3 against 72.2 us; 20 %
+        // before the stdlib gave queues across SIPs 16 slots, which sped
+        // the ring in SIP order up more).
         assert!(
-            grid_row.time_ps * 5 < ring.time_ps * 4,
+            grid_row.time_ps * 10 < ring.time_ps * 9,
             "{kind} {grid:?}, 1 MiB: grid exchange {} ps, ring {} ps",
             grid_row.time_ps,
             ring.time_ps
@@ -517,16 +520,14 @@ algorithms:
 
 /// A queue across SIPs keeps its (more) slots in its receiver's TCM too:
 /// with 128 KiB slots, 4 fit (512 KiB) and a ring within a SIP runs, but
-/// 16 across SIPs (2 MiB, the user file's default) do not, and a ring over
-/// two SIPs stops with the TCM error of the queue that did not fit (an
-/// algorithm's own `n_slots_across_sips: 4` runs there).
+/// the stdlib's 16 across SIPs (2 MiB) do not, and a ring over two SIPs
+/// stops with the TCM error of the queue that did not fit (an algorithm's
+/// own `n_slots_across_sips: 4` runs there).
 #[test]
 fn slots_across_sips_must_fit_in_a_tcm() {
     let topo = Topology::default_machine();
     let mut reg = registry();
     let yaml = "
-defaults:
-  n_slots_across_sips: 16
 algorithms:
   ring_wide_slots:
     collective: all_reduce
@@ -582,10 +583,10 @@ algorithms:
 /// the SIP link's credit round trip over its queue's slots, not by its
 /// hops' latency: it takes at least the reference's credit floor, and
 /// (nothing else on its path being near as long) within 5 % of it. With
-/// the stdlib's 4 slots the floor is 18× the hops' latency and the
-/// bandwidth reference is the same window (4 slots of 16 KiB per round
-/// trip); 16 slots across SIPs (a user's `n_slots_across_sips: 16`) cut
-/// the floor, and the time, by 4 (133 to 33 us on 256 ranks at 4 KiB).
+/// 4 slots across SIPs (a user's `n_slots_across_sips: 4`) the floor is
+/// 18× the hops' latency and the bandwidth reference is the same window
+/// (4 slots of 16 KiB per round trip); the stdlib's 16 cut the floor, and
+/// the time, by 4 (133 to 33 us on 256 ranks at 4 KiB).
 #[test]
 fn a_ring_over_sips_is_bound_by_its_credit_round_trip() {
     let topo = Topology::default_machine();
@@ -594,8 +595,8 @@ fn a_ring_over_sips_is_bound_by_its_credit_round_trip() {
     let mut times = Vec::new();
     for across in [4, 16] {
         let mut reg = registry();
-        if across == 16 {
-            let yaml = "defaults:\n  n_slots_across_sips: 16\n";
+        if across == 4 {
+            let yaml = "defaults:\n  n_slots_across_sips: 4\n";
             reg.merge_text("user.yaml", &repo_root().join("stdlib/ccl"), yaml)
                 .unwrap_or_else(|e| panic!("{e}"));
         }
