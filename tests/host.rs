@@ -332,7 +332,7 @@ fn registry_errors_name_the_entry() {
     let pick = |c: Collective, bytes: u64, on: World| stdlib.default_for(c, bytes, on).unwrap().name.clone();
     // Small buffers take recursive doubling (below 16 KiB per rank), then
     // the ring; from 128 ranks the tree below 512 KiB; over SIPs, on 256
-    // ranks, the tree below 12 MiB, then the ring with 64 KiB messages.
+    // ranks, the tree below 4 MiB, then the ring.
     for (bytes, on, want) in [
         (4096, cube, "rd_allreduce"),
         (16383, cube, "rd_allreduce"),
@@ -344,16 +344,19 @@ fn registry_errors_name_the_entry() {
         (524287, sip, "tree_allreduce"),
         (524288, sip, "ring_allreduce"),
         (4096, machine, "tree_allreduce"),
-        (12582911, machine, "tree_allreduce"),
-        (12582912, machine, "ring_allreduce_large"),
+        (4194303, machine, "tree_allreduce"),
+        (4194304, machine, "ring_allreduce"),
         // Fewer ranks over two SIPs: the tree only from 8 ranks, and below
-        // less; recursive doubling below 16 KiB.
+        // less, then the ring; on 2 ranks recursive doubling below 16 KiB,
+        // then the ring with 64 KiB messages.
         (4096, World { ranks: 2, sips: 2 }, "rd_allreduce"),
         (65536, World { ranks: 2, sips: 2 }, "ring_allreduce_large"),
         (65536, World { ranks: 8, sips: 2 }, "tree_allreduce"),
-        (1 << 20, World { ranks: 8, sips: 2 }, "ring_allreduce_large"),
-        (1 << 20, World { ranks: 64, sips: 2 }, "tree_allreduce"),
-        (4 << 20, World { ranks: 64, sips: 2 }, "ring_allreduce_large"),
+        (131072, World { ranks: 8, sips: 2 }, "ring_allreduce"),
+        (1 << 20, World { ranks: 8, sips: 2 }, "ring_allreduce"),
+        (131072, World { ranks: 64, sips: 2 }, "tree_allreduce"),
+        (262144, World { ranks: 64, sips: 2 }, "ring_allreduce"),
+        (16 << 20, World { ranks: 64, sips: 2 }, "ring_allreduce"),
     ] {
         assert_eq!(pick(Collective::AllReduce, bytes, on), want, "{bytes} B on {on:?}");
     }

@@ -1295,8 +1295,8 @@ fn bench_ccl_prints_the_nccl_tests_table() {
     assert_stdout(
         &whole,
         0,
-        "# the defaults for all_reduce on 256 PEs: `tree_allreduce` below 12582912 bytes per rank, \
-         `ring_allreduce_large` from 12582912 on",
+        "# the defaults for all_reduce on 256 PEs: `tree_allreduce` below 4194304 bytes per rank, \
+         `ring_allreduce` from 4194304 on",
     );
     assert_stdout(&whole, 0, "# all_reduce with `tree_allreduce`");
     let text = String::from_utf8_lossy(&o.stdout);
