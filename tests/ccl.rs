@@ -183,6 +183,44 @@ fn broadcast_is_exact_from_every_root() {
     }
 }
 
+/// A broadcast to few chunks per rank runs down an in-order tree whose
+/// subtrees are runs of consecutive ranks, so over both SIPs it crosses a
+/// SIP link on a handful of edges: 1 MiB to all 256 PEs, from roots 0, 1,
+/// 85 and 255, takes under 4x the same broadcast on SIP 0's 128 (14.4,
+/// 22.0, 74.5 and 22.1 against 22.9 us, the latter a chain), exactly. The
+/// heap-ordered tree it replaced (children 2v + 1, 2v + 2) crossed the
+/// SIP link at almost every level: 1345, 1345, 895 and 1335 us.
+#[test]
+fn a_broadcast_over_both_sips_crosses_their_link_on_few_edges() {
+    let topo = Topology::default_machine();
+    let reg = registry();
+    let a = reg.get("broadcast").expect("registered");
+    let compiled = reg.compile_for(a, &topo, DType::F32, ReduceOp::Sum).expect("compiles");
+    let time = |world: usize, root: u64| {
+        let row = run_compiled(
+            &topo,
+            &reg,
+            a,
+            &compiled,
+            world,
+            1 << 20,
+            DType::F32,
+            ReduceOp::Sum,
+            Some(root),
+        );
+        assert_eq!(row.wrong, 0, "{world} PEs from root {root}");
+        row.time_ps
+    };
+    let one_sip = time(128, 0);
+    for root in [0, 1, 85, 255] {
+        let both = time(256, root);
+        assert!(
+            both < 4 * one_sip,
+            "from root {root}: {both} ps on 256 PEs against {one_sip} ps on 128"
+        );
+    }
+}
+
 /// The bench's check catches wrong algorithms whatever the reduction and
 /// dtype: one that leaves out the last rank, one that writes a constant
 /// and a broadcast that ignores its root. (Its data once repeated every
