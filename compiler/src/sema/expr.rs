@@ -1279,6 +1279,19 @@ impl Checker {
     }
 
     fn subscript(&mut self, f: &mut Frame, v: Val, indices: &[Index], value_span: Span, span: Span) -> Val {
+        // `x[]` (a syntax error in Python) would read as `x` but lose
+        // what is known of it (a constant would no longer be one).
+        if indices.is_empty() {
+            let d = Diagnostic::new(
+                Code::E0325,
+                "an empty subscript",
+                self.loc(f, span),
+                "nothing between `[]`",
+            )
+            .with_help("write the value itself, or `x[None]` to add an axis");
+            self.emit(f, d);
+            return Val::unknown();
+        }
         // Indexing a tuple with a constant: `x.shape[0]`, `(a, b)[1]`. Its
         // elements as unpacking gives them (a tuple of unbound constexprs
         // gives unknown constants).

@@ -972,8 +972,6 @@ impl Sim<'_> {
         Ok(true)
     }
 
-    /// The side of queue `src` → `dst` that PE `src` (`sending`) or `dst`
-    /// keeps: the whole queue when both are in one logical process.
     /// Side `half` of the queue from PE `src` to PE `dst` (see
     /// [`super::ipcq::Queues::get`]), with more slots when the IPCQ gives
     /// queues across SIPs more.
@@ -982,6 +980,8 @@ impl Sim<'_> {
         self.queues.get(src, dst, control, half, across_sips)
     }
 
+    /// The side of queue `src` → `dst` that PE `src` (`sending`) or `dst`
+    /// keeps: the whole queue when both are in one logical process.
     fn half(&self, src: u32, dst: u32, sending: bool) -> Half {
         if self.lp_of[src as usize] == self.lp_of[dst as usize] {
             Half::Both

@@ -428,8 +428,9 @@ pub fn peak_live(
     (peak.max(0) as u64, peak_at)
 }
 
-/// Bytes one IPCQ queue's slots take in its receiver's TCM (0 when they
-/// live elsewhere).
+/// Bytes the slots of one IPCQ queue within a SIP take in its receiver's
+/// TCM (0 when they live elsewhere): what a launch reserves on every PE; a
+/// queue across SIPs with more slots is counted when it is opened.
 pub fn ipcq_tcm_bytes(q: &Ipcq) -> u64 {
     if q.buffer_space == Space::Tcm {
         q.n_slots.0 * q.slot_size_bytes.0
