@@ -347,10 +347,18 @@ fn registry_errors_name_the_entry() {
         (4194303, machine, "tree_allreduce"),
         (4194304, machine, "ring_allreduce"),
         // Fewer ranks over two SIPs: the tree only from 8 ranks, and below
-        // less, then the ring; on 2 ranks recursive doubling below 16 KiB,
+        // less, then the ring; on 2 ranks recursive doubling below 64 KiB,
         // then the ring with 64 KiB messages.
         (4096, World { ranks: 2, sips: 2 }, "rd_allreduce"),
+        (32768, World { ranks: 2, sips: 2 }, "rd_allreduce"),
         (65536, World { ranks: 2, sips: 2 }, "ring_allreduce_large"),
+        // A band inside a band: from 8 ranks recursive doubling below
+        // 32 KiB within the tree's 128 KiB (from 32 ranks, below 8 KiB).
+        (4096, World { ranks: 8, sips: 2 }, "rd_allreduce"),
+        (32767, World { ranks: 8, sips: 2 }, "rd_allreduce"),
+        (32768, World { ranks: 8, sips: 2 }, "tree_allreduce"),
+        (4096, World { ranks: 32, sips: 2 }, "rd_allreduce"),
+        (8192, World { ranks: 32, sips: 2 }, "tree_allreduce"),
         (65536, World { ranks: 8, sips: 2 }, "tree_allreduce"),
         (131072, World { ranks: 8, sips: 2 }, "ring_allreduce"),
         (1 << 20, World { ranks: 8, sips: 2 }, "ring_allreduce"),
@@ -376,6 +384,35 @@ fn registry_errors_name_the_entry() {
     assert_eq!(
         bands,
         [(0, "rd_allreduce".to_string()), (16384, "ring_allreduce".to_string())]
+    );
+    let bands = stdlib
+        .default_bands(Collective::AllReduce, World { ranks: 8, sips: 2 })
+        .unwrap();
+    assert_eq!(
+        bands,
+        [
+            (0, "rd_allreduce".to_string()),
+            (32768, "tree_allreduce".to_string()),
+            (131072, "ring_allreduce".to_string())
+        ]
+    );
+    // A user file that names a collective in a level's `small` bands
+    // decides that collective's bands there: the stdlib's two for the
+    // all-reduce on 8 ranks over SIPs go, its plain choice stays.
+    let mut mine = Registry::stdlib(&root).unwrap();
+    mine.merge_text(
+        "my_ccl.yaml",
+        &root,
+        "defaults:\n  across_sips:\n    from_ranks:\n      8:\n        small: {below_bytes: 1024, all_reduce: ring_allreduce_sram}\n",
+    )
+    .expect("merges");
+    assert_eq!(
+        mine.default_bands(Collective::AllReduce, World { ranks: 8, sips: 2 })
+            .unwrap(),
+        [
+            (0, "ring_allreduce_sram".to_string()),
+            (1024, "ring_allreduce".to_string())
+        ]
     );
     // A user file's levels merge over the stdlib's, and a wrong name is
     // reported at its key.
@@ -593,6 +630,16 @@ fn registry_errors_name_the_entry() {
     );
     let e = try_yaml("defaults:\n  small:\n    all_reduce: rd_allreduce\n");
     assert!(e.contains("defaults.small") && e.contains("below_bytes"), "{e}");
+    let e = try_yaml(
+        "defaults:\n  across_sips:\n    small:\n      below_bytes: 1024\n      small:\n        below_bytes: 4096\n        all_reduce: tree_allreduce\n",
+    );
+    assert!(
+        e.starts_with(
+            "my_ccl.yaml:6: defaults.across_sips.small.small.below_bytes: 4096 is not below the enclosing `small`'s \
+             below_bytes (1024)"
+        ),
+        "{e}"
+    );
     // A default redefined for another collective is blamed at its own key.
     let e = try_yaml(
         "algorithms:\n  ring_allreduce:\n    collective: broadcast\n    module: mine.tl\n    kernel: mine\n    topology: ring\n",

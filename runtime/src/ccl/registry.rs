@@ -1,6 +1,6 @@
 //! `ccl.yaml`: the registry of collective algorithms. `defaults` picks the
 //! algorithm of each collective (under `defaults.small`, the one for
-//! buffers below a size; under `defaults.from_ranks` and
+//! buffers below a size, and under its own `small` smaller ones; under `defaults.from_ranks` and
 //! `defaults.across_sips`, other choices for large communicators and for
 //! ones that span SIPs) and the IPCQ settings collectives run with;
 //! `algorithms` maps a name to a `.tl` module (relative to the yaml file),
@@ -72,7 +72,8 @@ struct ChoiceFile {
     small: Option<SmallFile>,
 }
 
-/// `defaults.small`: algorithms for buffers below a size.
+/// `defaults.small`: algorithms for buffers below a size, and inside that
+/// band, optionally, a `small` of its own for smaller buffers still.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SmallFile {
@@ -81,6 +82,25 @@ struct SmallFile {
     all_gather: Option<String>,
     reduce_scatter: Option<String>,
     broadcast: Option<String>,
+    small: Option<Box<SmallFile>>,
+}
+
+impl SmallFile {
+    /// The first band (from the outermost in) whose `below_bytes` is not
+    /// below its enclosing one's: its key path under `at` (a level's path)
+    /// and the two sizes.
+    fn misnested(&self, at: &str) -> Option<(String, u64, u64)> {
+        let mut path = format!("{at}.small");
+        let mut band = self;
+        while let Some(inner) = &band.small {
+            path.push_str(".small");
+            if inner.below_bytes.0 >= band.below_bytes.0 {
+                return Some((format!("{path}.below_bytes"), inner.below_bytes.0, band.below_bytes.0));
+            }
+            band = inner;
+        }
+        None
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -163,13 +183,24 @@ impl Algorithm {
 }
 
 /// One level of `defaults`: an algorithm per collective, and others for
-/// buffers (bytes per rank) below `small_below_bytes` (NCCL picks its
-/// algorithm by size the same way).
+/// buffers (bytes per rank) below the sizes of its `small` bands (NCCL
+/// picks its algorithm by size the same way).
 #[derive(Clone, Debug, Default)]
 pub struct Choice {
     pub algorithm: BTreeMap<Collective, String>,
-    pub small_below_bytes: Option<u64>,
-    pub small_algorithm: BTreeMap<Collective, String>,
+    /// Narrowest first: for a size, the first band it is below that names
+    /// the collective decides.
+    pub small: Vec<Band>,
+}
+
+/// A `small` band of a level: algorithms for buffers below `below_bytes`.
+#[derive(Clone, Debug)]
+pub struct Band {
+    pub below_bytes: u64,
+    pub algorithm: BTreeMap<Collective, String>,
+    /// How deep in its file's `small` nesting the band was (0: the level's
+    /// own `small`), for its key path in errors.
+    depth: usize,
 }
 
 impl From<ChoiceFile> for Choice {
@@ -180,10 +211,15 @@ impl From<ChoiceFile> for Choice {
             &mut level.algorithm,
             [c.all_reduce, c.all_gather, c.reduce_scatter, c.broadcast],
         );
-        if let Some(small) = c.small {
-            level.small_below_bytes = Some(small.below_bytes.0);
+        let mut next = c.small;
+        while let Some(small) = next {
+            let mut band = Band {
+                below_bytes: small.below_bytes.0,
+                algorithm: BTreeMap::new(),
+                depth: level.small.len(),
+            };
             choose(
-                &mut level.small_algorithm,
+                &mut band.algorithm,
                 [
                     small.all_reduce,
                     small.all_gather,
@@ -191,26 +227,41 @@ impl From<ChoiceFile> for Choice {
                     small.broadcast,
                 ],
             );
+            level.small.push(band);
+            next = small.small.map(|b| *b);
         }
+        level.small.sort_by_key(|b| b.below_bytes);
         level
     }
 }
 
 impl Choice {
-    /// Merges a later file's level over this one, key by key.
+    /// Merges a later file's level over this one, key by key: a collective
+    /// the later level's `small` bands name has those bands here, and no
+    /// earlier ones.
     fn merge(&mut self, later: Choice) {
         self.algorithm.extend(later.algorithm);
-        self.small_algorithm.extend(later.small_algorithm);
-        self.small_below_bytes = later.small_below_bytes.or(self.small_below_bytes);
+        let named: Vec<Collective> = later.small.iter().flat_map(|b| b.algorithm.keys().copied()).collect();
+        self.forget_small(&named);
+        self.small.extend(later.small);
+        self.small.sort_by_key(|b| b.below_bytes);
+    }
+
+    /// Drops collectives `cs` from every band (and bands left empty).
+    fn forget_small(&mut self, cs: &[Collective]) {
+        for band in &mut self.small {
+            band.algorithm.retain(|c, _| !cs.contains(c));
+        }
+        self.small.retain(|b| !b.algorithm.is_empty());
     }
 
     /// What this level picks for `c` on `bytes` per rank, if anything.
     fn pick(&self, c: Collective, bytes: u64) -> Option<&str> {
-        let small = self.small_below_bytes.is_some_and(|below| bytes < below);
-        match self.small_algorithm.get(&c) {
-            Some(name) if small => Some(name),
-            _ => self.algorithm.get(&c).map(String::as_str),
-        }
+        (self.small.iter())
+            .filter(|b| bytes < b.below_bytes)
+            .find_map(|b| b.algorithm.get(&c))
+            .or_else(|| self.algorithm.get(&c))
+            .map(String::as_str)
     }
 
     /// Every name this level gives, with its key path under `at`.
@@ -219,7 +270,10 @@ impl Choice {
             .algorithm
             .iter()
             .map(move |(c, a)| (format!("{at}.{}", c.key()), *c, a));
-        let small = (self.small_algorithm.iter()).map(move |(c, a)| (format!("{at}.small.{}", c.key()), *c, a));
+        let small = self.small.iter().flat_map(move |b| {
+            let path = format!("{at}{}", ".small".repeat(b.depth + 1));
+            (b.algorithm.iter()).map(move |(c, a)| (format!("{path}.{}", c.key()), *c, a))
+        });
         plain.chain(small)
     }
 }
@@ -345,6 +399,25 @@ impl Registry {
         let parsed: File = crate::yaml::parse(file, text)?;
         let err = |path: String, message: String| RegistryError::at(file, text, &path, message);
         let d = parsed.defaults;
+        let across = d.across_sips.as_ref();
+        let smalls = (d.small.as_ref().map(|s| ("defaults".to_string(), s)).into_iter())
+            .chain(
+                (d.from_ranks.iter())
+                    .filter_map(|(n, c)| Some((format!("defaults.from_ranks.{n}"), c.small.as_ref()?))),
+            )
+            .chain(across.and_then(|a| Some(("defaults.across_sips".to_string(), a.small.as_ref()?))))
+            .chain(
+                (across.into_iter().flat_map(|a| a.from_ranks.iter()))
+                    .filter_map(|(n, c)| Some((format!("defaults.across_sips.from_ranks.{n}"), c.small.as_ref()?))),
+            );
+        for (at, small) in smalls {
+            if let Some((path, inner, outer)) = small.misnested(&at) {
+                return Err(err(
+                    path,
+                    format!("{inner} is not below the enclosing `small`'s below_bytes ({outer}): a nested band is for smaller buffers"),
+                ));
+            }
+        }
         let f = &mut self.defaults;
         // A collective this file's plain defaults name is this file's to
         // decide: the earlier files' levels (the stdlib's `from_ranks`,
@@ -358,11 +431,13 @@ impl Registry {
             small: d.small,
         });
         let earlier = (f.from_ranks.values_mut()).chain(f.across_sips_from_ranks.values_mut());
+        let named: Vec<Collective> = (mine.algorithm.keys())
+            .chain(mine.small.iter().flat_map(|b| b.algorithm.keys()))
+            .copied()
+            .collect();
         for level in earlier.chain([&mut f.across_sips]) {
-            for c in mine.algorithm.keys().chain(mine.small_algorithm.keys()) {
-                level.algorithm.remove(c);
-                level.small_algorithm.remove(c);
-            }
+            level.algorithm.retain(|c, _| !named.contains(c));
+            level.forget_small(&named);
         }
         f.plain.merge(mine);
         for (n, c) in d.from_ranks {
@@ -530,7 +605,9 @@ impl Registry {
     /// algorithm with the bytes per rank it runs from, in increasing
     /// order (the first from 0).
     pub fn default_bands(&self, c: Collective, world: World) -> Result<Vec<(u64, String)>, String> {
-        let mut edges: Vec<u64> = self.levels(world).filter_map(|level| level.small_below_bytes).collect();
+        let mut edges: Vec<u64> = (self.levels(world))
+            .flat_map(|level| level.small.iter().map(|b| b.below_bytes))
+            .collect();
         edges.push(0);
         edges.sort_unstable();
         edges.dedup();
