@@ -233,6 +233,26 @@ fn a_broadcast_over_both_sips_crosses_their_link_once() {
     assert!(hi * 10 < lo * 11, "4 KiB from roots 0, 1, 85, 255: {small:?} ps");
 }
 
+/// Bruck's all-gather takes ceil(log2 p) steps where the ring takes
+/// p - 1: on all 256 PEs a 1 KiB all-gather (4 bytes per rank) takes 4.68
+/// us against the ring's 17.04, under half; at 64 KiB in all (256 bytes
+/// per rank) the ring's pipeline wins (17.06 against 60.6 us), so the
+/// defaults take Bruck's only below 64 bytes per rank.
+#[test]
+fn bruck_all_gather_wins_small_on_many_ranks_and_loses_large() {
+    let topo = Topology::default_machine();
+    let reg = registry();
+    let time = |algo: &str, bytes: u64| {
+        let row = run(&topo, &reg, algo, 256, bytes, DType::F32, ReduceOp::Sum);
+        assert_eq!(row.wrong, 0, "{algo} at {bytes} bytes");
+        row.time_ps
+    };
+    let (bruck, ring) = (time("bruck_all_gather", 1024), time("all_gather", 1024));
+    assert!(2 * bruck < ring, "1 KiB: Bruck {bruck} ps against the ring's {ring}");
+    let (bruck, ring) = (time("bruck_all_gather", 65536), time("all_gather", 65536));
+    assert!(ring < bruck, "64 KiB: Bruck {bruck} ps against the ring's {ring}");
+}
+
 /// The broadcast's tree of SIP groups is exact on every world size and
 /// from every root, with short last groups and leaders that feed two other
 /// groups besides their own: four SIPs of eight PEs (SIP_PES = 8), one

@@ -370,6 +370,18 @@ fn registry_errors_name_the_entry() {
     }
     // A level that names nothing for a collective leaves it to the next.
     assert_eq!(pick(Collective::AllGather, 64, machine), "all_gather");
+    // Bruck's all-gather below 64 bytes per rank from 128 ranks (from 64
+    // over SIPs), the ring otherwise.
+    assert_eq!(pick(Collective::AllGather, 32, machine), "bruck_all_gather");
+    assert_eq!(pick(Collective::AllGather, 32, sip), "bruck_all_gather");
+    assert_eq!(
+        pick(Collective::AllGather, 32, World { ranks: 64, sips: 2 }),
+        "bruck_all_gather"
+    );
+    assert_eq!(
+        pick(Collective::AllGather, 32, World { ranks: 64, sips: 1 }),
+        "all_gather"
+    );
     let bands = stdlib.default_bands(Collective::AllReduce, sip).unwrap();
     assert_eq!(
         bands,
