@@ -1,8 +1,9 @@
 //! `ccl.yaml`: the registry of collective algorithms. `defaults` picks the
 //! algorithm of each collective (under `defaults.small`, the one for
-//! buffers below a size, and under its own `small` smaller ones; under `defaults.from_ranks` and
-//! `defaults.across_sips`, other choices for large communicators and for
-//! ones that span SIPs) and the IPCQ settings collectives run with;
+//! buffers below a size, and under its own `small` for smaller ones still;
+//! under `defaults.from_ranks` and `defaults.across_sips`, other choices
+//! for large communicators and for ones that span SIPs) and the IPCQ
+//! settings collectives run with;
 //! `algorithms` maps a name to a `.tl` module (relative to the yaml file),
 //! a kernel, a topology class (which decides the rank order of the PEs it
 //! runs on), optional IPCQ overrides, constexprs, and an optional world
