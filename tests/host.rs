@@ -365,8 +365,37 @@ fn registry_errors_name_the_entry() {
         (131072, World { ranks: 64, sips: 2 }, "tree_allreduce"),
         (262144, World { ranks: 64, sips: 2 }, "ring_allreduce"),
         (16 << 20, World { ranks: 64, sips: 2 }, "ring_allreduce"),
+        // From 32 ranks on one SIP the tree below 64 KiB, recursive
+        // doubling below 8 KiB; from 16 over SIPs recursive doubling below
+        // 16 KiB.
+        (4096, World { ranks: 32, sips: 1 }, "rd_allreduce"),
+        (8192, World { ranks: 32, sips: 1 }, "tree_allreduce"),
+        (65536, World { ranks: 32, sips: 1 }, "ring_allreduce"),
+        (16383, World { ranks: 16, sips: 2 }, "rd_allreduce"),
+        (16384, World { ranks: 16, sips: 2 }, "tree_allreduce"),
     ] {
         assert_eq!(pick(Collective::AllReduce, bytes, on), want, "{bytes} B on {on:?}");
+    }
+    // Reduce-scatter (bytes: a rank's whole input): the tree on many ranks
+    // and small buffers, the ring otherwise; over SIPs from 32 ranks the
+    // one-SIP levels' wider tree bands do not apply.
+    for (bytes, on, want) in [
+        (4096, cube, "reduce_scatter"),
+        (16383, World { ranks: 16, sips: 1 }, "tree_reduce_scatter"),
+        (16384, World { ranks: 16, sips: 1 }, "reduce_scatter"),
+        (65535, World { ranks: 64, sips: 1 }, "tree_reduce_scatter"),
+        (524287, sip, "tree_reduce_scatter"),
+        (524288, sip, "reduce_scatter"),
+        (16384, World { ranks: 32, sips: 2 }, "tree_reduce_scatter"),
+        (32768, World { ranks: 32, sips: 2 }, "reduce_scatter"),
+        (65536, World { ranks: 64, sips: 2 }, "tree_reduce_scatter"),
+        (131072, World { ranks: 64, sips: 2 }, "reduce_scatter"),
+        (131072, World { ranks: 128, sips: 2 }, "tree_reduce_scatter"),
+        (262144, World { ranks: 128, sips: 2 }, "reduce_scatter"),
+        (524287, machine, "tree_reduce_scatter"),
+        (524288, machine, "reduce_scatter"),
+    ] {
+        assert_eq!(pick(Collective::ReduceScatter, bytes, on), want, "{bytes} B on {on:?}");
     }
     // A level that names nothing for a collective leaves it to the next.
     assert_eq!(pick(Collective::AllGather, 64, machine), "all_gather");
