@@ -200,6 +200,44 @@ fn threads_do_not_change_a_collective_across_devices() {
     assert_eq!(two, one);
 }
 
+/// The tree all-gather moves values, not sums: -0.0, NaN payloads,
+/// infinities and subnormals arrive bit for bit (a gather by summing with
+/// zeros would turn -0.0 into +0.0). Five ranks, one per SIP: a tree of
+/// depth 2 with short and missing subtrees.
+#[test]
+fn tree_all_gather_passes_every_bit() {
+    let mut rt = Runtime::new(&machine(5));
+    let n = 300usize;
+    let bits = |rank: usize, i: usize| -> u32 {
+        match i % 6 {
+            0 => 0x8000_0000,                            // -0.0
+            1 => 0x7fc0_0000 | (rank * 1000 + i) as u32, // a quiet NaN's payload
+            2 => 0xff80_0000,                            // -inf
+            3 => 0x0000_0001 + i as u32,                 // subnormals
+            _ => (rank as f32 * 1000.0 + i as f32).to_bits(),
+        }
+    };
+    spawn(&mut rt, 5, |rank, ctx| {
+        let one = DpPolicy::default();
+        let mine: Vec<f32> = (0..n).map(|i| f32::from_bits(bits(rank as usize, i))).collect();
+        let mine = ctx.from_ndarray(&ArrayD::from_shape_vec(IxDyn(&[n]), mine).unwrap(), one)?;
+        let all = ctx.zeros(&[5 * n], DType::F32, one)?;
+        ctx.all_gather_with(&all, &mine, Some("tree_all_gather"))?;
+        let got: ArrayD<f32> = ctx.to_ndarray(&all)?;
+        for (k, v) in got.iter().enumerate() {
+            let want = bits(k / n, k % n);
+            if v.to_bits() != want {
+                return Err(kernbench_runtime::host::HostError::new(format!(
+                    "rank {rank}: element {k} has bits {:#010x}, expected {want:#010x}",
+                    v.to_bits()
+                )));
+            }
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
 #[test]
 fn gather_scatter_broadcast_point_to_point_and_barrier() {
     let mut rt = Runtime::new(&machine(3));
@@ -398,19 +436,26 @@ fn registry_errors_name_the_entry() {
         assert_eq!(pick(Collective::ReduceScatter, bytes, on), want, "{bytes} B on {on:?}");
     }
     // A level that names nothing for a collective leaves it to the next.
-    assert_eq!(pick(Collective::AllGather, 64, machine), "all_gather");
-    // Bruck's all-gather below 64 bytes per rank from 128 ranks (from 64
-    // over SIPs), the ring otherwise.
-    assert_eq!(pick(Collective::AllGather, 32, machine), "bruck_all_gather");
-    assert_eq!(pick(Collective::AllGather, 32, sip), "bruck_all_gather");
-    assert_eq!(
-        pick(Collective::AllGather, 32, World { ranks: 64, sips: 2 }),
-        "bruck_all_gather"
-    );
-    assert_eq!(
-        pick(Collective::AllGather, 32, World { ranks: 64, sips: 1 }),
-        "all_gather"
-    );
+    assert_eq!(pick(Collective::Broadcast, 64, machine), "broadcast");
+    // The tree all-gather below a few hundred bytes per rank from 32 ranks
+    // (over SIPs below 256 bytes on 32 to 63, then 1 KiB, then 2 KiB), the
+    // ring otherwise.
+    for (bytes, on, want) in [
+        (64, World { ranks: 16, sips: 1 }, "all_gather"),
+        (127, World { ranks: 32, sips: 1 }, "tree_all_gather"),
+        (128, World { ranks: 32, sips: 1 }, "all_gather"),
+        (511, sip, "tree_all_gather"),
+        (512, sip, "all_gather"),
+        (255, World { ranks: 32, sips: 2 }, "tree_all_gather"),
+        (256, World { ranks: 32, sips: 2 }, "all_gather"),
+        (1023, World { ranks: 64, sips: 2 }, "tree_all_gather"),
+        (1024, World { ranks: 64, sips: 2 }, "all_gather"),
+        (2047, World { ranks: 128, sips: 2 }, "tree_all_gather"),
+        (2047, machine, "tree_all_gather"),
+        (2048, machine, "all_gather"),
+    ] {
+        assert_eq!(pick(Collective::AllGather, bytes, on), want, "{bytes} B on {on:?}");
+    }
     let bands = stdlib.default_bands(Collective::AllReduce, sip).unwrap();
     assert_eq!(
         bands,
@@ -497,9 +542,10 @@ fn registry_errors_name_the_entry() {
             "{bytes} B on {on:?}"
         );
     }
+    // The stdlib's levels still decide the other collectives.
     assert_eq!(
         mine.default_for(Collective::AllGather, 64, machine).unwrap().name,
-        "all_gather"
+        "tree_all_gather"
     );
     let e = Registry::stdlib(&root)
         .unwrap()
@@ -547,8 +593,9 @@ fn registry_errors_name_the_entry() {
     let e = try_yaml(
         "algorithms:\n  mine:\n    collective: all_reduce\n    module: nope.tl\n    kernel: mine\n    topology: ring\n",
     );
+    // Errors about the module and the kernel name their key and its line.
     assert!(
-        e.contains("algorithm `mine`") && e.contains("cannot read its module"),
+        e.contains("my_ccl.yaml:4: algorithms.mine.module: cannot read `") && e.contains("nope.tl`"),
         "{e}"
     );
     let e = try_yaml(
@@ -560,7 +607,17 @@ fn registry_errors_name_the_entry() {
     );
     let e = try_yaml("algorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: other\n    topology: ring\n");
     assert!(
-        e.contains("has no kernel `other`") && e.contains("kernels: mine"),
+        e.contains("my_ccl.yaml:5: algorithms.mine.kernel: module `")
+            && e.contains("has no kernel `other` (kernels: mine)"),
+        "{e}"
+    );
+    // A default pinned to its first N PEs would run on fewer ranks than
+    // the collective was called on.
+    let e = try_yaml(
+        "defaults:\n  all_reduce: mine\nalgorithms:\n  mine:\n    collective: all_reduce\n    module: mine.tl\n    kernel: mine\n    topology: ring\n    world_size: 2\n",
+    );
+    assert!(
+        e.contains("my_ccl.yaml:2: defaults.all_reduce: `mine` runs on its first 2 PEs only (`world_size`), so it cannot be a default"),
         "{e}"
     );
     let e = try_yaml(

@@ -162,6 +162,17 @@ fn fits_host(name: &str, bytes: u64) -> Result<(), String> {
     }
 }
 
+/// Bytes of the tensor `spec` makes for a parameter of type `ty`, when it
+/// makes one (`rand(…)`, `zeros(…)`) before making it; `None` for a file
+/// (already on disk) or a scalar.
+pub fn made_tensor_bytes(spec: &ArgSpec, ty: &Type) -> Option<u64> {
+    let Elem::Ptr(d) = ty.elem() else { return None };
+    match spec {
+        ArgSpec::Rand { shape, .. } | ArgSpec::Zeros { shape, .. } => Some(tensor_bytes(shape, d)),
+        ArgSpec::Npy(_) | ArgSpec::Value(_) => None,
+    }
+}
+
 /// Bytes of a tensor of `shape` and `d` (shapes are checked by
 /// [`parse_shape`] not to overflow).
 fn tensor_bytes(shape: &[usize], d: DType) -> u64 {

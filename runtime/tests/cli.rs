@@ -387,6 +387,110 @@ fn run_errors_point_at_the_source() {
     );
 }
 
+/// Found by an adversarial audit: inputs that hung, took gigabytes, or
+/// clobbered an output. Each is now a usage error (exit 2) at once.
+#[test]
+fn run_refuses_what_would_hang_exhaust_or_overwrite() {
+    let add = |extra: &[&str]| {
+        let mut a = vec!["run", "stdlib/kernels/add.tl", "--kernel", "add", "--arg", "n=4"];
+        a.extend_from_slice(extra);
+        tlc(&a)
+    };
+    // A made tensor larger than its PE's HBM slice: refused before the host
+    // makes its 4 GiB (this took 25 s and 8 GB of host memory).
+    let o = add(&[
+        "--arg",
+        "x=rand(1073741824,f32)",
+        "--arg",
+        "y=zeros(4,f32)",
+        "--arg",
+        "out=zeros(4,f32)",
+    ]);
+    assert_exit(
+        &o,
+        2,
+        "`x` (4294967296 bytes) does not fit in the HBM slice of (sip 0, cube 0, pe 0)",
+    );
+    // With `:shard` each rank's part is checked: 32 MiB over the 8 PEs of
+    // a cube is 4 MiB per PE, more than a TCM holds.
+    let o = add(&[
+        "--pes",
+        "cube",
+        "--arg",
+        "x=zeros(8388608,f32):shard:tcm",
+        "--arg",
+        "y=zeros(4,f32)",
+        "--arg",
+        "out=zeros(4,f32)",
+    ]);
+    assert_exit(
+        &o,
+        2,
+        "`x` (4194304 bytes) does not fit in the TCM of (sip 0, cube 0, pe 0)",
+    );
+    // The trace where --out writes an output.
+    let dir = temp_dir("trace-clash");
+    let out = dir.to_string_lossy().into_owned();
+    let trace = dir.join("out.npy").to_string_lossy().into_owned();
+    let o = add(&[
+        "--arg",
+        "x=zeros(4,f32)",
+        "--arg",
+        "y=zeros(4,f32)",
+        "--arg",
+        "out=zeros(4,f32)",
+        "--out",
+        &out,
+        "--trace",
+        &trace,
+    ]);
+    assert_exit(&o, 2, "is where --out writes `out`: give the trace another path");
+    assert!(!dir.join("out.npy").exists(), "nothing written");
+    // A functional time limit below one cycle allows no instruction.
+    let o = add(&[
+        "--functional",
+        "--time-limit",
+        "1ps",
+        "--arg",
+        "x=zeros(4,f32)",
+        "--arg",
+        "y=zeros(4,f32)",
+        "--arg",
+        "out=zeros(4,f32)",
+    ]);
+    assert_exit(&o, 2, "--time-limit: with --functional the limit counts instructions");
+}
+
+/// A folder walk takes regular `.tl` files only: a FIFO named `x.tl` would
+/// block the read forever.
+#[cfg(unix)]
+#[test]
+fn check_skips_a_fifo_in_a_folder() {
+    let dir = temp_dir("fifo");
+    std::fs::copy(repo().join("stdlib/kernels/add.tl"), dir.join("add.tl")).expect("copied");
+    let fifo = dir.join("x.tl");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|s| s.success()) {
+        return; // no mkfifo here: nothing to test
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tlc"))
+        .args(["check", &dir.to_string_lossy()])
+        .spawn()
+        .expect("tlc runs");
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("waits") {
+            break Some(s);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "tlc check blocked on the FIFO");
+}
+
 #[test]
 fn run_usage_errors_exit_two() {
     let base = ["run", "stdlib/kernels/add.tl", "--kernel", "add"];

@@ -188,6 +188,16 @@ pub(super) struct Checker {
 /// instrumentation) and is no kernel one would run.
 const MAX_CHECK_STEPS: u64 = 500_000;
 
+/// Iterations of `range(start, stop, step)` (step not zero), exactly.
+fn static_trips(start: i64, stop: i64, step: i64) -> i128 {
+    let (a, b, s) = (i128::from(start), i128::from(stop), i128::from(step));
+    if s > 0 {
+        (b - a + s - 1).max(0) / s
+    } else {
+        (a - b - s - 1).max(0) / (-s)
+    }
+}
+
 /// How many helper calls may nest; deeper is reported as recursion.
 pub(crate) const MAX_CALL_DEPTH: usize = 64;
 /// `tl.static_range` loops longer than this are checked once, not unrolled.
@@ -1442,19 +1452,37 @@ impl Checker {
                 self.loop_body_unknown_var(f, var, body);
                 return;
             }
-            let iters: Option<Vec<i64>> = match (start, stop, step) {
-                (Some(a), Some(b), Some(s)) => {
-                    let n = if s > 0 {
-                        (b - a + s - 1).max(0) / s
-                    } else {
-                        (a - b - s - 1).max(0) / (-s)
-                    };
-                    // Lowering unrolls every iteration (the step budget
-                    // bounds the work); checking alone caps it.
-                    (n <= MAX_UNROLL_CHECK || self.emitting()).then(|| (0..n).map(|i| a + i * s).collect())
-                }
+            // The trip count, exactly: in i64 `stop - start + step - 1`
+            // can overflow (and once made a loop of 2^62 steps run no
+            // iteration).
+            let trips = match (start, stop, step) {
+                (Some(a), Some(b), Some(s)) => Some((a, s, static_trips(a, b, s))),
                 _ => None,
             };
+            if let Some((_, _, n)) = trips {
+                // Each iteration checks at least one statement: a loop longer
+                // than the whole budget fails before any of it is checked
+                // (unrolling it first took gigabytes, or overflowed), in
+                // `tlc check` as when lowering.
+                if n > i128::from(MAX_CHECK_STEPS) {
+                    self.budget_exhausted = true;
+                    let d = Diagnostic::new(
+                        Code::E0327,
+                        format!("this loop unrolls to {n} iterations, more than the {MAX_CHECK_STEPS} statements a program may check"),
+                        self.loc(f, iter.span),
+                        format!("{n} iterations"),
+                    )
+                    .with_help("use `range(…)` for long loops");
+                    self.emit(f, d);
+                    return;
+                }
+            }
+            // Lowering unrolls every iteration (the step budget bounds the
+            // work); checking alone caps it. Every value lies between start
+            // and stop, so it fits in i64.
+            let iters = trips
+                .filter(|&(_, _, n)| n <= i128::from(MAX_UNROLL_CHECK) || self.emitting())
+                .map(|(a, s, n)| (0..n).map(move |i| (i128::from(a) + i * i128::from(s)) as i64));
             f.loops.push(LoopKind::Static);
             match iters {
                 Some(values) => {
@@ -1547,6 +1575,27 @@ impl Checker {
             }
             if a.val.konst == Some(Konst::Int(0)) && present.len() == 3 && std::ptr::eq(a, &present[2]) {
                 self.error(f, Code::E0317, "`range` step cannot be zero", a.span, "zero step");
+            }
+        }
+        // A constant bound takes the loop variable's dtype: one that does
+        // not fit would run the loop wrapped (`range(0, 3000000000)` would
+        // run no iteration in i32).
+        for a in &present {
+            let (true, Some(Konst::Int(c))) = (a.val.is_weak(), &a.val.konst) else {
+                continue;
+            };
+            let Some((lo, hi)) = super::expr::int_range(dtype) else {
+                continue;
+            };
+            if !(lo..=hi).contains(&i128::from(*c)) {
+                let d = Diagnostic::new(
+                    Code::E0326,
+                    format!("the `range` bound {c} does not fit {dtype}, the loop variable's dtype"),
+                    self.loc(f, a.span),
+                    format!("out of range for {dtype} ({lo}..={hi})"),
+                )
+                .with_help("make a bound an i64 value (an `i64` parameter, or `.to(i64)`): the loop then runs in i64");
+                self.emit(f, d);
             }
         }
         let (before, carried) = self.enter_loop(f, body);

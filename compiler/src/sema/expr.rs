@@ -1455,7 +1455,7 @@ fn ir_cmp(op: CmpOp) -> ir::CmpOp {
 
 /// The values an integer dtype holds; `None` for floats (and for `bool`,
 /// which a weak integer constant never meets: promotion makes it i32).
-fn int_range(d: DType) -> Option<(i128, i128)> {
+pub(super) fn int_range(d: DType) -> Option<(i128, i128)> {
     if d.is_float() || d == DType::Bool {
         return None;
     }

@@ -153,6 +153,9 @@ pub struct Algorithm {
     pub constexprs: BTreeMap<String, Konst>,
     /// The line of each constexpr's key in `origin`'s file (for errors).
     constexpr_lines: BTreeMap<String, Option<usize>>,
+    /// The lines of the `module` and `kernel` keys (for errors).
+    module_line: Option<usize>,
+    kernel_line: Option<usize>,
     /// Run on this many PEs (the first of the PE set) instead of all.
     pub world_size: Option<u32>,
     /// Where the entry is defined (for errors).
@@ -163,11 +166,16 @@ impl Algorithm {
     /// `file:line: algorithms.NAME.constexprs.KEY`, where constexpr `key`
     /// is bound (for errors about its value).
     fn constexpr_at(&self, key: &str) -> String {
-        let line = self.constexpr_lines.get(key).copied().flatten().or(self.origin.1);
+        let line = self.constexpr_lines.get(key).copied().flatten();
+        self.key_at(&format!("constexprs.{key}"), line)
+    }
+
+    /// `file:line: algorithms.NAME.PATH`, at `line` (or the entry's).
+    fn key_at(&self, path: &str, line: Option<usize>) -> String {
         format!(
-            "{}{}: algorithms.{}.constexprs.{key}",
+            "{}{}: algorithms.{}.{path}",
             self.origin.0,
-            line.map(|l| format!(":{l}")).unwrap_or_default(),
+            line.or(self.origin.1).map(|l| format!(":{l}")).unwrap_or_default(),
             self.name
         )
     }
@@ -493,6 +501,8 @@ impl Registry {
                 constexprs.insert(k.clone(), c);
             }
             let origin = (file.to_string(), key_line(text, &format!("algorithms.{name}")));
+            let line_of = |key: &str| crate::yaml::key_or_parent_line(text, &format!("algorithms.{name}.{key}"));
+            let (module_line, kernel_line) = (line_of("module"), line_of("kernel"));
             self.algorithms.insert(
                 name.clone(),
                 Algorithm {
@@ -510,6 +520,8 @@ impl Registry {
                     poll_interval_ns: a.poll_interval_ns,
                     constexprs,
                     constexpr_lines,
+                    module_line,
+                    kernel_line,
                     world_size: a.world_size.map(|x| x.0 as u32),
                     origin,
                 },
@@ -555,6 +567,17 @@ impl Registry {
                             alg.collective.key(),
                             c.key()
                         ),
+                    ))
+                }
+                // A default runs on every rank of whatever communicator asks:
+                // one pinned to its first N PEs would run on fewer ranks than
+                // the collective was called on.
+                Some(Algorithm {
+                    world_size: Some(n), ..
+                }) => {
+                    return Err(err(
+                        path,
+                        format!("`{a}` runs on its first {n} PEs only (`world_size`), so it cannot be a default, which runs on every rank of a communicator"),
                     ))
                 }
                 _ => {}
@@ -703,8 +726,13 @@ impl Registry {
         layout: &[(&str, i64)],
     ) -> Result<(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap), String> {
         let entry = || a.entry();
-        let source = kernbench_compiler::text::read_text(&a.module)
-            .map_err(|e| format!("{}: cannot read its module `{}`: {e}", entry(), a.module.display()))?;
+        let source = kernbench_compiler::text::read_text(&a.module).map_err(|e| {
+            format!(
+                "{}: cannot read `{}`: {e}",
+                a.key_at("module", a.module_line),
+                a.module.display()
+            )
+        })?;
         // What the kernel declares, to bind only what it has.
         let mut probe = sema::Session::new(sema::Options {
             defines: BTreeMap::new(),
@@ -716,7 +744,7 @@ impl Registry {
             let names: Vec<&str> = summary.kernels.iter().map(|k| k.name.as_str()).collect();
             return Err(format!(
                 "{}: module `{}` has no kernel `{}` (kernels: {})",
-                entry(),
+                a.key_at("kernel", a.kernel_line),
                 a.module.display(),
                 a.kernel,
                 if names.is_empty() {

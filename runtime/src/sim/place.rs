@@ -5,8 +5,8 @@
 //! PE's memory), or replicated (a full copy per rank). Sharded and
 //! replicated tensors are symmetric: `tl.symm_at` finds a rank's copy.
 
-use super::{Communicator, Machine, Placement};
-use crate::topology::Space;
+use super::{Communicator, Machine, OutOfMemory, Placement, SimMemory};
+use crate::topology::{PeCoord, Space};
 use kernbench_compiler::datapath::{elem::Bits, RtValue, Tensor};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +84,39 @@ pub struct PlacedTensor {
     pub layout: Layout,
     /// Base address of each part (one, or one per rank).
     pub bases: Vec<u64>,
+}
+
+/// Whether a tensor of `bytes` with `layout` can fit where it would go
+/// on an empty machine with `world` ranks: each part (the whole tensor, or
+/// one rank's shard) against its memory's capacity. Checked before the
+/// host makes the data, so that a tensor many times too large is an error
+/// at once rather than after gigabytes of host memory; [`place_args`]
+/// still checks each allocation against what is in use.
+pub fn check_fits(
+    mem: &SimMemory,
+    pe: PeCoord,
+    world: usize,
+    name: &str,
+    bytes: u64,
+    layout: Layout,
+) -> Result<(), String> {
+    let part = match layout.dist {
+        Dist::Shard => bytes / world.max(1) as u64,
+        Dist::Single | Dist::Replicate => bytes,
+    };
+    let placement = Placement::near(layout.space, pe);
+    let capacity = mem.capacity(placement);
+    if part > capacity {
+        return Err(OutOfMemory {
+            name: name.to_string(),
+            need_bytes: part,
+            placement,
+            used_bytes: 0,
+            capacity_bytes: capacity,
+        }
+        .to_string());
+    }
+    Ok(())
 }
 
 /// Allocates every tensor argument and returns each rank's argument

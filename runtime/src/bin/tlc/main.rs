@@ -516,8 +516,8 @@ pub(crate) fn parse_defines(defines: &[String]) -> Result<std::collections::BTre
     Ok(out)
 }
 
-/// Every `.tl` file named or under a named folder, in a stable order. A
-/// folder reached again through a symbolic link is walked once; a named
+/// Every `.tl` file named or under a named folder (regular files only), in
+/// a stable order. A folder reached again through a symbolic link is walked once; a named
 /// folder with no `.tl` file under it is an error (a mistyped path, most
 /// likely), not a silent success.
 fn collect_tl_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
@@ -532,7 +532,9 @@ fn collect_tl_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
         for p in entries {
             if p.is_dir() {
                 walk(&p, seen, out)?;
-            } else if p.extension().is_some_and(|e| e == "tl") {
+            } else if p.extension().is_some_and(|e| e == "tl") && p.is_file() {
+                // Only regular files: reading a FIFO named `x.tl` would
+                // wait for a writer forever.
                 out.push(p);
             }
         }

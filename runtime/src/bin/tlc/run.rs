@@ -365,6 +365,16 @@ pub fn run(a: RunArgs) -> ExitCode {
             Err(e) => return fail.usage(&e),
         }
     }
+    // The trace would overwrite an output (or the other way round, by
+    // the order they are written): refuse before running.
+    if let (Some(trace), Some(out)) = (a.trace.as_deref(), a.out.as_deref()) {
+        if let Some((name, _, _)) = specs.iter().find(|(n, _, _)| out.join(format!("{n}.npy")) == trace) {
+            return fail.usage(&format!(
+                "--trace `{}` is where --out writes `{name}`: give the trace another path",
+                trace.display()
+            ));
+        }
+    }
     let topo = match super::topology_or_error(a.topology.as_deref()) {
         Ok(t) => t,
         Err((code, e)) => return fail.topology(code, &e),
@@ -418,6 +428,7 @@ pub fn run(a: RunArgs) -> ExitCode {
     }
     // Each parameter's value, in parameter order.
     let mut host_args = Vec::new();
+    let fit_mem = sim::SimMemory::new(&topo);
     for p in &func.params {
         let Some((_, spec, layout)) = specs.iter().find(|(n, _, _)| n == &p.name) else {
             return fail.usage(&format!(
@@ -425,6 +436,14 @@ pub fn run(a: RunArgs) -> ExitCode {
                 p.name, p.name, p.ty
             ));
         };
+        // A tensor the host would make is checked against the memory it
+        // goes to first: `rand(1073741824,f32)` took 25 s and 8 GB before
+        // the HBM slice refused it.
+        if let (false, Some(bytes)) = (a.functional, args::made_tensor_bytes(spec, &p.ty)) {
+            if let Err(e) = place::check_fits(&fit_mem, pes[0], pes.len(), &p.name, bytes, *layout) {
+                return fail.usage(&e);
+            }
+        }
         match args::resolve(&p.name, spec, &p.ty) {
             // A scalar is passed by value to every rank: it has no memory
             // or distribution to choose.
@@ -695,6 +714,12 @@ fn functional(
     // cycle of the default machine (a lower bound of what it would take).
     let cycle_ps = kernbench_runtime::topology::Topology::default_machine().cycle_ps.max(1);
     let max_steps = a.time_limit_ps.map(|t| t / cycle_ps);
+    if max_steps == Some(0) {
+        return fail.usage(&format!(
+            "--time-limit: with --functional the limit counts instructions, one per cycle ({cycle_ps} ps): {} ps allows none",
+            a.time_limit_ps.unwrap_or(0)
+        ));
+    }
     let result = run_grid(func, &plan, dp, &mut mem, grid, &values, max_steps);
     let run_ms = t1.elapsed().as_secs_f64() * 1e3;
     if let Err(e) = result {
