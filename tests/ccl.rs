@@ -23,6 +23,14 @@ fn wrong(topo: &Topology, reg: &Registry, algo: &str, world: usize, bytes: u64, 
     run(topo, reg, algo, world, bytes, dtype, op).wrong
 }
 
+/// The simulated time of `algo` (a sum) on all 256 PEs of the default
+/// machine at `bytes`, after checking that the result is exact.
+fn exact_time_on_256(topo: &Topology, reg: &Registry, algo: &str, bytes: u64, dtype: DType) -> u64 {
+    let row = run(topo, reg, algo, 256, bytes, dtype, ReduceOp::Sum);
+    assert_eq!(row.wrong, 0, "{algo} at {bytes} bytes");
+    row.time_ps
+}
+
 /// Runs `algo` as [`wrong`] does; the whole bench row.
 fn run(
     topo: &Topology,
@@ -236,17 +244,13 @@ fn a_broadcast_over_both_sips_crosses_their_link_once() {
 /// Bruck's all-gather takes ceil(log2 p) steps where the ring takes
 /// p - 1: on all 256 PEs a 1 KiB all-gather (4 bytes per rank) takes 4.68
 /// us against the ring's 17.04, under half; at 64 KiB in all (256 bytes
-/// per rank) the ring's pipeline wins (17.06 against 60.6 us), so the
-/// defaults take Bruck's only below 64 bytes per rank.
+/// per rank) the ring's pipeline wins (17.06 against 60.6 us). (The
+/// tree all-gather beats it where it beats the ring: it is no default.)
 #[test]
 fn bruck_all_gather_wins_small_on_many_ranks_and_loses_large() {
     let topo = Topology::default_machine();
     let reg = registry();
-    let time = |algo: &str, bytes: u64| {
-        let row = run(&topo, &reg, algo, 256, bytes, DType::F32, ReduceOp::Sum);
-        assert_eq!(row.wrong, 0, "{algo} at {bytes} bytes");
-        row.time_ps
-    };
+    let time = |algo: &str, bytes: u64| exact_time_on_256(&topo, &reg, algo, bytes, DType::F32);
     let (bruck, ring) = (time("bruck_all_gather", 1024), time("all_gather", 1024));
     assert!(2 * bruck < ring, "1 KiB: Bruck {bruck} ps against the ring's {ring}");
     let (bruck, ring) = (time("bruck_all_gather", 65536), time("all_gather", 65536));
@@ -254,26 +258,33 @@ fn bruck_all_gather_wins_small_on_many_ranks_and_loses_large() {
 }
 
 /// The tree reduce-scatter runs the tree all-reduce's 2 log2(p) levels
-/// where the ring takes p - 1 steps, but sends every rank the whole
-/// buffer: on all 256 PEs at 4 KiB per rank's input it takes 2.16 us
-/// against the ring's 17.47; at 1 MiB the ring wins (18.31 against 33.21
-/// us), so the defaults take the tree only below 512 KiB there. The tree
+/// where the ring takes p - 1 steps, but reduces every rank's whole buffer
+/// on the way up: on all 256 PEs at 4 KiB per rank's input it takes 2.17
+/// us against the ring's 17.47, at 512 KiB 15.08 against 18.30 (the way
+/// down pruned to each subtree's part; 18.57 unpruned); at 2 MiB the ring
+/// wins (36.07 against 49.85 us), so the defaults take the tree only below
+/// 1 MiB there. The tree
 /// all-reduce under it is exact in each of its block sizes (CHUNK // 16,
-/// // 4, // 2 and CHUNK: up to 256, 4096, 8192 and more i32 here).
+/// // 8, // 4, // 2 and CHUNK, for up to 512, 2048, 4096, 8192 and more
+/// elements: 200, 1500, 3000, 6000 and 9000 i32 here).
 #[test]
 fn tree_reduce_scatter_wins_small_on_many_ranks_and_loses_large() {
     let topo = Topology::default_machine();
     let reg = registry();
-    let time = |algo: &str, bytes: u64| {
-        let row = run(&topo, &reg, algo, 256, bytes, DType::I32, ReduceOp::Sum);
-        assert_eq!(row.wrong, 0, "{algo} at {bytes} bytes");
-        row.time_ps
-    };
+    let time = |algo: &str, bytes: u64| exact_time_on_256(&topo, &reg, algo, bytes, DType::I32);
     let (tree, ring) = (time("tree_reduce_scatter", 4096), time("reduce_scatter", 4096));
     assert!(4 * tree < ring, "4 KiB: tree {tree} ps against the ring's {ring}");
-    let (tree, ring) = (time("tree_reduce_scatter", 1 << 20), time("reduce_scatter", 1 << 20));
-    assert!(ring < tree, "1 MiB: tree {tree} ps against the ring's {ring}");
-    for count in [200u64, 3000, 6000, 9000] {
+    let (tree, ring) = (
+        time("tree_reduce_scatter", 512 << 10),
+        time("reduce_scatter", 512 << 10),
+    );
+    assert!(
+        tree * 10 < ring * 9,
+        "512 KiB: tree {tree} ps against the ring's {ring}"
+    );
+    let (tree, ring) = (time("tree_reduce_scatter", 2 << 20), time("reduce_scatter", 2 << 20));
+    assert!(ring < tree, "2 MiB: tree {tree} ps against the ring's {ring}");
+    for count in [200u64, 1500, 3000, 6000, 9000] {
         for world in [8, 13] {
             let n = wrong(
                 &topo,
@@ -292,17 +303,13 @@ fn tree_reduce_scatter_wins_small_on_many_ranks_and_loses_large() {
 /// The tree all-gather gathers up the tree and sends the whole result
 /// down it: on all 256 PEs 2.20 us at 1 KiB in all, against the ring's
 /// 17.04 and Bruck's 4.68; at 1 MiB the ring wins (18.20 against 32.5
-/// us). Every value passes bit for bit (`tl.where`, not a sum with
-/// zeros): -0.0 and NaN payloads of f32 arrive as sent.
+/// us). (That every bit passes, -0.0 and NaN payloads too, is
+/// tests/host.rs's `tree_all_gather_passes_every_bit`.)
 #[test]
 fn tree_all_gather_wins_small_on_many_ranks_and_loses_large() {
     let topo = Topology::default_machine();
     let reg = registry();
-    let time = |algo: &str, bytes: u64| {
-        let row = run(&topo, &reg, algo, 256, bytes, DType::F32, ReduceOp::Sum);
-        assert_eq!(row.wrong, 0, "{algo} at {bytes} bytes");
-        row.time_ps
-    };
+    let time = |algo: &str, bytes: u64| exact_time_on_256(&topo, &reg, algo, bytes, DType::F32);
     let (tree, ring, bruck) = (
         time("tree_all_gather", 1024),
         time("all_gather", 1024),

@@ -368,94 +368,103 @@ fn registry_errors_name_the_entry() {
     let sip = World { ranks: 128, sips: 1 };
     let machine = World { ranks: 256, sips: 2 };
     let pick = |c: Collective, bytes: u64, on: World| stdlib.default_for(c, bytes, on).unwrap().name.clone();
+    // Each row: bytes per rank, the communicator, the algorithm picked.
+    let expect = |c: Collective, rows: &[(u64, World, &str)]| {
+        for &(bytes, on, want) in rows {
+            assert_eq!(pick(c, bytes, on), want, "{c:?}: {bytes} B on {on:?}");
+        }
+    };
     // Small buffers take recursive doubling (below 16 KiB per rank), then
     // the ring; from 128 ranks the tree below 512 KiB; over SIPs, on 256
     // ranks, the tree below 4 MiB, then the ring.
-    for (bytes, on, want) in [
-        (4096, cube, "rd_allreduce"),
-        (16383, cube, "rd_allreduce"),
-        (16384, cube, "ring_allreduce"),
-        (1 << 20, cube, "ring_allreduce"),
-        (4096, World { ranks: 64, sips: 1 }, "tree_allreduce"),
-        (65536, World { ranks: 64, sips: 1 }, "ring_allreduce"),
-        (4096, sip, "tree_allreduce"),
-        (524287, sip, "tree_allreduce"),
-        (524288, sip, "ring_allreduce"),
-        (4096, machine, "tree_allreduce"),
-        (4194303, machine, "tree_allreduce"),
-        (4194304, machine, "ring_allreduce"),
-        // Fewer ranks over two SIPs: the tree only from 8 ranks, and below
-        // less, then the ring; on 2 ranks recursive doubling below 64 KiB,
-        // then the ring with 64 KiB messages.
-        (4096, World { ranks: 2, sips: 2 }, "rd_allreduce"),
-        (32768, World { ranks: 2, sips: 2 }, "rd_allreduce"),
-        (65536, World { ranks: 2, sips: 2 }, "ring_allreduce_large"),
-        // A band inside a band: from 8 ranks recursive doubling below
-        // 32 KiB within the tree's 128 KiB (from 32 ranks, below 8 KiB).
-        (4096, World { ranks: 8, sips: 2 }, "rd_allreduce"),
-        (32767, World { ranks: 8, sips: 2 }, "rd_allreduce"),
-        (32768, World { ranks: 8, sips: 2 }, "tree_allreduce"),
-        (4096, World { ranks: 32, sips: 2 }, "rd_allreduce"),
-        (8192, World { ranks: 32, sips: 2 }, "tree_allreduce"),
-        (65536, World { ranks: 8, sips: 2 }, "tree_allreduce"),
-        (131072, World { ranks: 8, sips: 2 }, "ring_allreduce"),
-        (1 << 20, World { ranks: 8, sips: 2 }, "ring_allreduce"),
-        (131072, World { ranks: 64, sips: 2 }, "tree_allreduce"),
-        (262144, World { ranks: 64, sips: 2 }, "ring_allreduce"),
-        (16 << 20, World { ranks: 64, sips: 2 }, "ring_allreduce"),
-        // From 32 ranks on one SIP the tree below 64 KiB, recursive
-        // doubling below 8 KiB; from 16 over SIPs recursive doubling below
-        // 16 KiB.
-        (4096, World { ranks: 32, sips: 1 }, "rd_allreduce"),
-        (8192, World { ranks: 32, sips: 1 }, "tree_allreduce"),
-        (65536, World { ranks: 32, sips: 1 }, "ring_allreduce"),
-        (16383, World { ranks: 16, sips: 2 }, "rd_allreduce"),
-        (16384, World { ranks: 16, sips: 2 }, "tree_allreduce"),
-    ] {
-        assert_eq!(pick(Collective::AllReduce, bytes, on), want, "{bytes} B on {on:?}");
-    }
+    expect(
+        Collective::AllReduce,
+        &[
+            (4096, cube, "rd_allreduce"),
+            (16383, cube, "rd_allreduce"),
+            (16384, cube, "ring_allreduce"),
+            (1 << 20, cube, "ring_allreduce"),
+            (4096, World { ranks: 64, sips: 1 }, "tree_allreduce"),
+            (65536, World { ranks: 64, sips: 1 }, "ring_allreduce"),
+            (4096, sip, "tree_allreduce"),
+            (524287, sip, "tree_allreduce"),
+            (524288, sip, "ring_allreduce"),
+            (4096, machine, "tree_allreduce"),
+            (4194303, machine, "tree_allreduce"),
+            (4194304, machine, "ring_allreduce"),
+            // Fewer ranks over two SIPs: the tree only from 8 ranks, and below
+            // less, then the ring; on 2 ranks recursive doubling below 64 KiB,
+            // then the ring with 64 KiB messages.
+            (4096, World { ranks: 2, sips: 2 }, "rd_allreduce"),
+            (32768, World { ranks: 2, sips: 2 }, "rd_allreduce"),
+            (65536, World { ranks: 2, sips: 2 }, "ring_allreduce_large"),
+            // A band inside a band: from 8 ranks recursive doubling below
+            // 32 KiB within the tree's 128 KiB (from 32 ranks, below 8 KiB).
+            (4096, World { ranks: 8, sips: 2 }, "rd_allreduce"),
+            (32767, World { ranks: 8, sips: 2 }, "rd_allreduce"),
+            (32768, World { ranks: 8, sips: 2 }, "tree_allreduce"),
+            (4096, World { ranks: 32, sips: 2 }, "rd_allreduce"),
+            (8192, World { ranks: 32, sips: 2 }, "tree_allreduce"),
+            (65536, World { ranks: 8, sips: 2 }, "tree_allreduce"),
+            (131072, World { ranks: 8, sips: 2 }, "ring_allreduce"),
+            (1 << 20, World { ranks: 8, sips: 2 }, "ring_allreduce"),
+            (131072, World { ranks: 64, sips: 2 }, "tree_allreduce"),
+            (262144, World { ranks: 64, sips: 2 }, "ring_allreduce"),
+            (16 << 20, World { ranks: 64, sips: 2 }, "ring_allreduce"),
+            // From 32 ranks on one SIP the tree below 64 KiB, recursive
+            // doubling below 8 KiB; from 16 over SIPs recursive doubling below
+            // 16 KiB.
+            (4096, World { ranks: 32, sips: 1 }, "rd_allreduce"),
+            (8192, World { ranks: 32, sips: 1 }, "tree_allreduce"),
+            (65536, World { ranks: 32, sips: 1 }, "ring_allreduce"),
+            (16383, World { ranks: 16, sips: 2 }, "rd_allreduce"),
+            (16384, World { ranks: 16, sips: 2 }, "tree_allreduce"),
+        ],
+    );
     // Reduce-scatter (bytes: a rank's whole input): the tree on many ranks
     // and small buffers, the ring otherwise; over SIPs from 32 ranks the
     // one-SIP levels' wider tree bands do not apply.
-    for (bytes, on, want) in [
-        (4096, cube, "reduce_scatter"),
-        (16383, World { ranks: 16, sips: 1 }, "tree_reduce_scatter"),
-        (16384, World { ranks: 16, sips: 1 }, "reduce_scatter"),
-        (65535, World { ranks: 64, sips: 1 }, "tree_reduce_scatter"),
-        (524287, sip, "tree_reduce_scatter"),
-        (524288, sip, "reduce_scatter"),
-        (16384, World { ranks: 32, sips: 2 }, "tree_reduce_scatter"),
-        (32768, World { ranks: 32, sips: 2 }, "reduce_scatter"),
-        (65536, World { ranks: 64, sips: 2 }, "tree_reduce_scatter"),
-        (131072, World { ranks: 64, sips: 2 }, "reduce_scatter"),
-        (131072, World { ranks: 128, sips: 2 }, "tree_reduce_scatter"),
-        (262144, World { ranks: 128, sips: 2 }, "reduce_scatter"),
-        (524287, machine, "tree_reduce_scatter"),
-        (524288, machine, "reduce_scatter"),
-    ] {
-        assert_eq!(pick(Collective::ReduceScatter, bytes, on), want, "{bytes} B on {on:?}");
-    }
+    expect(
+        Collective::ReduceScatter,
+        &[
+            (4096, cube, "reduce_scatter"),
+            (16383, World { ranks: 16, sips: 1 }, "tree_reduce_scatter"),
+            (16384, World { ranks: 16, sips: 1 }, "reduce_scatter"),
+            (65535, World { ranks: 64, sips: 1 }, "tree_reduce_scatter"),
+            (524287, sip, "tree_reduce_scatter"),
+            (524288, sip, "reduce_scatter"),
+            (16384, World { ranks: 32, sips: 2 }, "tree_reduce_scatter"),
+            (32768, World { ranks: 32, sips: 2 }, "reduce_scatter"),
+            (65536, World { ranks: 64, sips: 2 }, "tree_reduce_scatter"),
+            (131072, World { ranks: 64, sips: 2 }, "reduce_scatter"),
+            (524287, World { ranks: 128, sips: 2 }, "tree_reduce_scatter"),
+            (524288, World { ranks: 128, sips: 2 }, "reduce_scatter"),
+            (1048575, machine, "tree_reduce_scatter"),
+            (1048576, machine, "reduce_scatter"),
+        ],
+    );
     // A level that names nothing for a collective leaves it to the next.
     assert_eq!(pick(Collective::Broadcast, 64, machine), "broadcast");
     // The tree all-gather below a few hundred bytes per rank from 32 ranks
     // (over SIPs below 256 bytes on 32 to 63, then 1 KiB, then 2 KiB), the
     // ring otherwise.
-    for (bytes, on, want) in [
-        (64, World { ranks: 16, sips: 1 }, "all_gather"),
-        (127, World { ranks: 32, sips: 1 }, "tree_all_gather"),
-        (128, World { ranks: 32, sips: 1 }, "all_gather"),
-        (511, sip, "tree_all_gather"),
-        (512, sip, "all_gather"),
-        (255, World { ranks: 32, sips: 2 }, "tree_all_gather"),
-        (256, World { ranks: 32, sips: 2 }, "all_gather"),
-        (1023, World { ranks: 64, sips: 2 }, "tree_all_gather"),
-        (1024, World { ranks: 64, sips: 2 }, "all_gather"),
-        (2047, World { ranks: 128, sips: 2 }, "tree_all_gather"),
-        (2047, machine, "tree_all_gather"),
-        (2048, machine, "all_gather"),
-    ] {
-        assert_eq!(pick(Collective::AllGather, bytes, on), want, "{bytes} B on {on:?}");
-    }
+    expect(
+        Collective::AllGather,
+        &[
+            (64, World { ranks: 16, sips: 1 }, "all_gather"),
+            (127, World { ranks: 32, sips: 1 }, "tree_all_gather"),
+            (128, World { ranks: 32, sips: 1 }, "all_gather"),
+            (511, sip, "tree_all_gather"),
+            (512, sip, "all_gather"),
+            (255, World { ranks: 32, sips: 2 }, "tree_all_gather"),
+            (256, World { ranks: 32, sips: 2 }, "all_gather"),
+            (1023, World { ranks: 64, sips: 2 }, "tree_all_gather"),
+            (1024, World { ranks: 64, sips: 2 }, "all_gather"),
+            (2047, World { ranks: 128, sips: 2 }, "tree_all_gather"),
+            (2047, machine, "tree_all_gather"),
+            (2048, machine, "all_gather"),
+        ],
+    );
     let bands = stdlib.default_bands(Collective::AllReduce, sip).unwrap();
     assert_eq!(
         bands,

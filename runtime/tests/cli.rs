@@ -391,38 +391,30 @@ fn run_errors_point_at_the_source() {
 /// clobbered an output. Each is now a usage error (exit 2) at once.
 #[test]
 fn run_refuses_what_would_hang_exhaust_or_overwrite() {
-    let add = |extra: &[&str]| {
-        let mut a = vec!["run", "stdlib/kernels/add.tl", "--kernel", "add", "--arg", "n=4"];
+    // `add` with `x` as given, small `y` and `out`, and `extra`.
+    let add = |x: &str, extra: &[&str]| {
+        let mut a = vec![
+            "run",
+            "stdlib/kernels/add.tl",
+            "--kernel",
+            "add",
+            "--arg",
+            "n=4",
+            "--arg",
+            x,
+        ];
+        a.extend_from_slice(&["--arg", "y=zeros(4,f32)", "--arg", "out=zeros(4,f32)"]);
         a.extend_from_slice(extra);
         tlc(&a)
     };
     // A made tensor larger than its PE's HBM slice: refused before the host
     // makes its 4 GiB (this took 25 s and 8 GB of host memory).
-    let o = add(&[
-        "--arg",
-        "x=rand(1073741824,f32)",
-        "--arg",
-        "y=zeros(4,f32)",
-        "--arg",
-        "out=zeros(4,f32)",
-    ]);
-    assert_exit(
-        &o,
-        2,
-        "`x` (4294967296 bytes) does not fit in the HBM slice of (sip 0, cube 0, pe 0)",
-    );
+    let o = add("x=rand(1073741824,f32)", &[]);
+    let want = "`x` (4294967296 bytes) does not fit in the HBM slice of (sip 0, cube 0, pe 0)";
+    assert_exit(&o, 2, want);
     // With `:shard` each rank's part is checked: 32 MiB over the 8 PEs of
     // a cube is 4 MiB per PE, more than a TCM holds.
-    let o = add(&[
-        "--pes",
-        "cube",
-        "--arg",
-        "x=zeros(8388608,f32):shard:tcm",
-        "--arg",
-        "y=zeros(4,f32)",
-        "--arg",
-        "out=zeros(4,f32)",
-    ]);
+    let o = add("x=zeros(8388608,f32):shard:tcm", &["--pes", "cube"]);
     assert_exit(
         &o,
         2,
@@ -432,32 +424,11 @@ fn run_refuses_what_would_hang_exhaust_or_overwrite() {
     let dir = temp_dir("trace-clash");
     let out = dir.to_string_lossy().into_owned();
     let trace = dir.join("out.npy").to_string_lossy().into_owned();
-    let o = add(&[
-        "--arg",
-        "x=zeros(4,f32)",
-        "--arg",
-        "y=zeros(4,f32)",
-        "--arg",
-        "out=zeros(4,f32)",
-        "--out",
-        &out,
-        "--trace",
-        &trace,
-    ]);
+    let o = add("x=zeros(4,f32)", &["--out", &out, "--trace", &trace]);
     assert_exit(&o, 2, "is where --out writes `out`: give the trace another path");
     assert!(!dir.join("out.npy").exists(), "nothing written");
     // A functional time limit below one cycle allows no instruction.
-    let o = add(&[
-        "--functional",
-        "--time-limit",
-        "1ps",
-        "--arg",
-        "x=zeros(4,f32)",
-        "--arg",
-        "y=zeros(4,f32)",
-        "--arg",
-        "out=zeros(4,f32)",
-    ]);
+    let o = add("x=zeros(4,f32)", &["--functional", "--time-limit", "1ps"]);
     assert_exit(&o, 2, "--time-limit: with --functional the limit counts instructions");
 }
 
