@@ -517,9 +517,9 @@ pub(crate) fn parse_defines(defines: &[String]) -> Result<std::collections::BTre
 }
 
 /// Every `.tl` file named or under a named folder (regular files only), in
-/// a stable order. A folder reached again through a symbolic link is walked once; a named
-/// folder with no `.tl` file under it is an error (a mistyped path, most
-/// likely), not a silent success.
+/// a stable order. A folder reached again through a symbolic link is
+/// walked once; a named folder with no `.tl` file under it is an error (a
+/// mistyped path, most likely), not a silent success.
 fn collect_tl_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     fn walk(dir: &Path, seen: &mut HashSet<PathBuf>, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         if !seen.insert(std::fs::canonicalize(dir)?) {
