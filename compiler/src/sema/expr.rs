@@ -1319,9 +1319,11 @@ impl Checker {
                     );
                     Val::unknown()
                 }
-                // An unbound constexpr: the element is not known either.
-                None if iv.ty.is_unknown() && v.is_const => Val::unbound_const(),
-                None if iv.ty.is_unknown() => Val::unknown(),
+                // An unbound constexpr, or a constant checking does not
+                // enumerate (a long `tl.static_range`'s index): the element
+                // is not known either (lowering unrolls, and checks it).
+                None if (iv.ty.is_unknown() || iv.is_const) && v.is_const => Val::unbound_const(),
+                None if iv.ty.is_unknown() || iv.is_const => Val::unknown(),
                 None => {
                     self.error(
                         f,

@@ -207,6 +207,38 @@ mod tests {
         );
     }
 
+    /// A `tl.static_range` too long to unroll while checking (over 1024
+    /// iterations) binds its index to a constant of unknown value: what
+    /// needs the value (an axis, a shape) is checked when lowering unrolls
+    /// the loop, not refused as "known only at run time" (which failed
+    /// `emit-ir` too, before it could unroll). A loop longer than the whole
+    /// check budget is E0327 at once, from its trip count, and one whose
+    /// count overflows i64 arithmetic runs its iterations.
+    #[test]
+    fn long_static_ranges_check_and_lower() {
+        let src = "@kernel\ndef k(x: ptr[f32]):\n    for i in tl.static_range(1100):\n        \
+                   p = tl.program_id(i % 3)\n        z = tl.zeros((i % 4 + 1, 2), f32)\n        \
+                   tl.store(x + p, tl.sum(tl.sum(z, axis=i % 2), axis=0))\n";
+        let out = check_source("l.tl", src, &Options::default());
+        assert_eq!(codes_and_messages(&out), vec![]);
+        let mut session = Session::new(Options::default());
+        session.add_file("l.tl", None, src.to_string());
+        let (out, ir) = session.lower("k");
+        assert_eq!(codes_and_messages(&out), vec![]);
+        let ir = ir.expect("lowers");
+        // Every iteration unrolled: one `program_id` each.
+        let ids = ir
+            .insts
+            .values()
+            .filter(|d| matches!(d.op, crate::ir::Op::ProgramId(_)))
+            .count();
+        assert_eq!(ids, 1100);
+        let huge = "@kernel\ndef k(x: ptr[f32]):\n    for i in tl.static_range(0, 9223372036854775807):\n        \
+                    tl.atomic_add(x, 1.0)\n";
+        let out = check_source("h.tl", huge, &Options::default());
+        assert_eq!(out.diagnostics.first().map(|d| d.code), Some(Code::E0327));
+    }
+
     /// An unused variable is reported in a file that checks, whatever
     /// another file's errors; not in a file with errors.
     #[test]

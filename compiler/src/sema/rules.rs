@@ -312,7 +312,9 @@ impl Checker {
                             "evaluates to False",
                         );
                     }
-                    None if c.ty.is_unknown() => {}
+                    // Unknown, or a constant checking does not enumerate:
+                    // asserted when lowering unrolls its loop.
+                    None if c.ty.is_unknown() || c.is_const => {}
                     None => {
                         let d = Diagnostic::new(
                             Code::E0209,
@@ -623,7 +625,10 @@ impl Checker {
                 );
                 None
             }
-            None if arg.val.ty.is_unknown() => None,
+            // Unknown, or a constant checking does not enumerate (the index
+            // of a `tl.static_range` too long to unroll while checking):
+            // checked when the kernel is lowered, which unrolls it.
+            None if arg.val.ty.is_unknown() || arg.val.is_const => None,
             None => {
                 self.error(
                     f,
@@ -690,6 +695,9 @@ impl Checker {
         let dims: Vec<Val> = match (&arg.val.konst, &arg.val.ty) {
             (Some(Konst::Tuple(ks)), _) => ks.iter().cloned().map(Val::konst).collect(),
             (Some(Konst::Int(_)), _) => vec![arg.val.clone()],
+            // Each part as it is: a constant checking does not enumerate
+            // (a long `tl.static_range`'s index) stays a constant.
+            (_, Ty::Tuple(ts)) if arg.val.parts.len() == ts.len() => arg.val.parts.clone(),
             (_, Ty::Tuple(ts)) => ts.iter().cloned().map(Val::runtime).collect(),
             (_, Ty::Unknown) => return None,
             (_, Ty::Scalar(Elem::Num(d))) if d.is_int() => vec![arg.val.clone()],
@@ -1067,7 +1075,9 @@ impl Checker {
                 }
                 Some(ax as usize)
             }
-            _ if a.val("axis").ty.is_unknown() => return Val::unknown(),
+            // Unknown, or a constant checking does not enumerate (see
+            // `axis_const`): the result's shape is known when lowering.
+            _ if a.val("axis").ty.is_unknown() || a.val("axis").is_const => return Val::unknown(),
             _ => {
                 self.error(
                     f,
