@@ -747,6 +747,23 @@ fn registry_errors_name_the_entry() {
         ),
         "{e}"
     );
+    // A level's key is a number of ranks, at least 1, named with its line
+    // (it was `defaults.from_ranks.?`, and 0 was taken).
+    for (key, line, at) in [
+        ("-1", 3, "from_ranks"),
+        ("0", 3, "from_ranks"),
+        ("many", 4, "across_sips.from_ranks"),
+    ] {
+        let text = match at {
+            "from_ranks" => format!("defaults:\n  from_ranks:\n    {key}:\n      all_reduce: ring_allreduce\n"),
+            _ => format!(
+                "defaults:\n  across_sips:\n    from_ranks:\n      {key}:\n        all_reduce: ring_allreduce\n"
+            ),
+        };
+        let e = try_yaml(&text);
+        let want = format!("my_ccl.yaml:{line}: defaults.{at}.{key}: a level's key is a number of ranks, at least 1");
+        assert!(e.starts_with(&want), "{e}");
+    }
     // A default redefined for another collective is blamed at its own key.
     let e = try_yaml(
         "algorithms:\n  ring_allreduce:\n    collective: broadcast\n    module: mine.tl\n    kernel: mine\n    topology: ring\n",

@@ -352,6 +352,48 @@ fn choose(into: &mut BTreeMap<Collective, String>, names: [Option<String>; 4]) {
     }
 }
 
+/// The keys of `defaults.from_ranks` and `defaults.across_sips.from_ranks`
+/// are numbers of ranks, at least 1. Checked on the raw YAML first: a bad
+/// key failed the typed parse at `defaults.from_ranks.?` (serde's path has
+/// no name for a key it could not read), and 0 was taken.
+fn check_rank_keys(file: &str, text: &str) -> Result<(), RegistryError> {
+    // Malformed YAML is the typed parse's to report.
+    let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
+        return Ok(());
+    };
+    let defaults = doc.get("defaults");
+    let levels = [
+        ("defaults.from_ranks", defaults.and_then(|d| d.get("from_ranks"))),
+        (
+            "defaults.across_sips.from_ranks",
+            defaults
+                .and_then(|d| d.get("across_sips"))
+                .and_then(|a| a.get("from_ranks")),
+        ),
+    ];
+    for (at, level) in levels {
+        let Some(serde_yaml::Value::Mapping(m)) = level else {
+            continue;
+        };
+        for key in m.keys() {
+            let ok = key.as_u64().is_some_and(|n| (1..=u64::from(u32::MAX)).contains(&n));
+            if !ok {
+                let shown = match key {
+                    serde_yaml::Value::String(s) => s.clone(),
+                    other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
+                };
+                return Err(RegistryError::at(
+                    file,
+                    text,
+                    &format!("{at}.{shown}"),
+                    format!("a level's key is a number of ranks, at least 1 (communicators of at least that many ranks), not `{shown}`"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What kind of value a constexpr holds, for messages.
 fn kind_of(k: &Konst) -> &'static str {
     match k {
@@ -405,6 +447,7 @@ impl Registry {
 
     /// Merges the registry `text` (named `file`, modules relative to `dir`).
     pub fn merge_text(&mut self, file: &str, dir: &Path, text: &str) -> Result<(), RegistryError> {
+        check_rank_keys(file, text)?;
         let parsed: File = crate::yaml::parse(file, text)?;
         let err = |path: String, message: String| RegistryError::at(file, text, &path, message);
         let d = parsed.defaults;
