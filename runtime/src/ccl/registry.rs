@@ -353,14 +353,25 @@ fn choose(into: &mut BTreeMap<Collective, String>, names: [Option<String>; 4]) {
 }
 
 /// The keys of `defaults.from_ranks` and `defaults.across_sips.from_ranks`
-/// are numbers of ranks, at least 1. Checked on the raw YAML first: a bad
-/// key failed the typed parse at `defaults.from_ranks.?` (serde's path has
-/// no name for a key it could not read), and 0 was taken.
-fn check_rank_keys(file: &str, text: &str) -> Result<(), RegistryError> {
-    // Malformed YAML is the typed parse's to report.
-    let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
-        return Ok(());
-    };
+/// are numbers of ranks, at least 1: the error about one that is not, at
+/// its own key.
+fn bad_rank_key(file: &str, text: &str, at: &str, shown: &str) -> RegistryError {
+    RegistryError::at(
+        file,
+        text,
+        &format!("{at}.{shown}"),
+        format!(
+            "a level's key is a number of ranks, at least 1 (communicators of at least that many ranks), not `{shown}`"
+        ),
+    )
+}
+
+/// The first `from_ranks` key of `text` that is not a number of ranks.
+/// For the error path of the typed parse only, which cannot name a key it
+/// could not read (`defaults.from_ranks.?`): the text has passed that
+/// parse's guards (nesting depth) by then, and is read again only here.
+fn first_bad_rank_key(file: &str, text: &str) -> Option<RegistryError> {
+    let doc = serde_yaml::from_str::<serde_yaml::Value>(text).ok()?;
     let defaults = doc.get("defaults");
     let levels = [
         ("defaults.from_ranks", defaults.and_then(|d| d.get("from_ranks"))),
@@ -376,22 +387,16 @@ fn check_rank_keys(file: &str, text: &str) -> Result<(), RegistryError> {
             continue;
         };
         for key in m.keys() {
-            let ok = key.as_u64().is_some_and(|n| (1..=u64::from(u32::MAX)).contains(&n));
-            if !ok {
+            if !key.as_u64().is_some_and(|n| (1..=u64::from(u32::MAX)).contains(&n)) {
                 let shown = match key {
                     serde_yaml::Value::String(s) => s.clone(),
                     other => serde_yaml::to_string(other).unwrap_or_default().trim().to_string(),
                 };
-                return Err(RegistryError::at(
-                    file,
-                    text,
-                    &format!("{at}.{shown}"),
-                    format!("a level's key is a number of ranks, at least 1 (communicators of at least that many ranks), not `{shown}`"),
-                ));
+                return Some(bad_rank_key(file, text, at, &shown));
             }
         }
     }
-    Ok(())
+    None
 }
 
 /// What kind of value a constexpr holds, for messages.
@@ -447,10 +452,25 @@ impl Registry {
 
     /// Merges the registry `text` (named `file`, modules relative to `dir`).
     pub fn merge_text(&mut self, file: &str, dir: &Path, text: &str) -> Result<(), RegistryError> {
-        check_rank_keys(file, text)?;
-        let parsed: File = crate::yaml::parse(file, text)?;
+        let parsed: File = crate::yaml::parse(file, text).map_err(|e| match e.path.contains("from_ranks") {
+            true => first_bad_rank_key(file, text).unwrap_or(e),
+            false => e,
+        })?;
         let err = |path: String, message: String| RegistryError::at(file, text, &path, message);
         let d = parsed.defaults;
+        // Keys that parsed as u32: 0 is no number of ranks either.
+        let rank_levels = [
+            ("defaults.from_ranks", Some(&d.from_ranks)),
+            (
+                "defaults.across_sips.from_ranks",
+                d.across_sips.as_ref().map(|a| &a.from_ranks),
+            ),
+        ];
+        for (at, levels) in rank_levels {
+            if levels.is_some_and(|l| l.contains_key(&0)) {
+                return Err(bad_rank_key(file, text, at, "0"));
+            }
+        }
         let across = d.across_sips.as_ref();
         let smalls = (d.small.as_ref().map(|s| ("defaults".to_string(), s)).into_iter())
             .chain(
