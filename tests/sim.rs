@@ -1050,11 +1050,44 @@ fn a_blocked_async_receive_shows_where_the_issue_unit_waits() {
     for b in blocked {
         assert!(matches!(b.reason, sim::WaitReason::NoData { .. }), "{b:?}");
         assert_eq!(func.inst(b.inst).op.mnemonic(), "recv_async", "{b:?}");
-        let w = b.issue_at.expect("the issue unit waits elsewhere");
+        let (w, full) = b.issue_at.expect("the issue unit waits elsewhere");
         assert_eq!(func.inst(w).op.mnemonic(), "wait", "{b:?}");
+        assert_eq!(full, None, "{b:?}");
     }
     let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
     compare_or_bless(&repo_root().join("tests/sim/deadlock-recv-async.stderr"), &text)
+        .unwrap_or_else(|d| panic!("{d}"));
+}
+
+/// More asynchronous receives than the receive engine's queue holds
+/// before any send: each issue unit stops at the receive it cannot queue,
+/// and the diagnostic shows it there with the full queue, beside the
+/// first receive (which waits for a message never sent).
+#[test]
+fn a_full_engine_queue_shows_where_the_issue_unit_stopped() {
+    let depth = Topology::default_machine().spec.pe.queue_depth.0 as usize;
+    let mut src = String::from("\n@kernel\ndef deep(buf: ptr[i32]):\n    lanes = tl.arange(0, 4)\n");
+    for k in 0..=depth {
+        src += &format!("    f{k} = tl.recv_async(tl.PREV, [4], i32)\n");
+    }
+    src += "    tl.send(tl.NEXT, tl.load(buf + lanes))\n";
+    for k in 0..=depth {
+        src += &format!("    tl.store(buf + lanes, tl.wait(f{k}))\n");
+    }
+    let (func, sources, e) = deadlock_of(&src, "deep", "4", &[4, 4]);
+    let SimError::Deadlock { ref blocked, .. } = e else {
+        panic!("expected a deadlock, got {e:?}")
+    };
+    assert_eq!(blocked.len(), 4, "{blocked:?}");
+    for b in blocked {
+        assert!(matches!(b.reason, sim::WaitReason::NoData { .. }), "{b:?}");
+        let (w, full) = b.issue_at.expect("the issue unit waits elsewhere");
+        assert_eq!(func.inst(w).op.mnemonic(), "recv_async", "{b:?}");
+        assert_ne!(w, b.inst, "{b:?}");
+        assert_eq!(full, Some((Engine::Recv, depth as u32)), "{b:?}");
+    }
+    let text = sim::render_sim_error(&func, &sources, &e, ColorMode::Never);
+    compare_or_bless(&repo_root().join("tests/sim/deadlock-engine-queue-full.stderr"), &text)
         .unwrap_or_else(|d| panic!("{d}"));
 }
 
@@ -1609,6 +1642,97 @@ def g(a: ptr[f16], b: ptr[f16], c: ptr[f32], M: i32, N: i32, K: i32, x: ptr[f32]
     );
 }
 
+/// `tl.gemm` reads A and B when its input transfers start and writes C when
+/// it ends (DESIGN §2: a load samples memory when its transfer starts, a
+/// store is visible when it ends): another PE's store into A that lands
+/// while the gemm streams does not change C; one that lands before it
+/// starts does.
+#[test]
+fn tl_gemm_reads_its_operands_when_its_transfers_start() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def g(a: ptr[f16], b: ptr[f16], c: ptr[f32], D: i32):
+    if tl.rank() == 0:
+        for i in range(D):
+            pass
+        tl.gemm(a, b, c, 32, 64, 32)
+    else:
+        offs = tl.arange(0, 1024)
+        tl.store(a + offs, tl.full((1024,), 0.0, tl.float16))
+";
+    let (func, _) = lower(src, "g", &[]);
+    let (m, n, k) = (32usize, 64usize, 32usize);
+    let a = random_tensor(DType::F16, &[m, k], 21);
+    let b = random_tensor(DType::F16, &[k, n], 22);
+    let product: Vec<f32> = (0..m * n)
+        .map(|ij| {
+            let (i, j) = (ij / n, ij % n);
+            (0..k)
+                .map(|q| {
+                    elem::to_f32(DType::F16, a.get_bits(i * k + q)) * elem::to_f32(DType::F16, b.get_bits(q * n + j))
+                })
+                .sum()
+        })
+        .collect();
+    let (mut before, mut during) = (0, 0);
+    for delay in (0..=400).step_by(25) {
+        let run = simulate(
+            &topo,
+            vec![pe(0, 0, 0), pe(0, 0, 1)],
+            &func,
+            vec![
+                tensor("a", a.clone(), &[]),
+                tensor("b", b.clone(), &[]),
+                tensor("c", Tensor::zeros(Elem::Num(DType::F32), &[m, n]), &[]),
+                scalar_i32(delay),
+            ],
+            None,
+            true,
+        )
+        .expect("runs");
+        let find = |rank: u32, engine: Engine, mnemonic: &str| {
+            run.report
+                .slices
+                .iter()
+                .find(|s| s.rank == rank && s.engine == engine && func.inst(s.inst).op.mnemonic() == mnemonic)
+                .cloned()
+                .unwrap_or_else(|| panic!("no `{mnemonic}` slice on rank {rank}"))
+        };
+        let gemm = find(0, Engine::Gemm, "gemm");
+        let store = find(1, Engine::Dma, "store");
+        let c = &run.tensors[2];
+        let got = |ij: usize| elem::to_f32(DType::F32, c.get_bits(ij));
+        // The store lands when its slice is done.
+        if store.done_ps <= gemm.start_ps {
+            before += 1;
+            assert!(
+                (0..m * n).all(|ij| got(ij) == 0.0),
+                "D = {delay}: the store landed at {} ps, before tl.gemm started at {} ps, so C is A's zeros times B",
+                store.done_ps,
+                gemm.start_ps
+            );
+        } else if store.done_ps > gemm.start_ps + ps(50.0) as u64 && store.done_ps < gemm.done_ps {
+            during += 1;
+            for (ij, want) in product.iter().enumerate() {
+                assert!(
+                    (got(ij) - want).abs() <= 1e-3 * want.abs().max(1.0),
+                    "D = {delay}: the store landed at {} ps, inside tl.gemm's [{}, {}) ps: c[{ij}] = {}, want {want} \
+                     (A as it was when the gemm's transfers started)",
+                    store.done_ps,
+                    gemm.start_ps,
+                    gemm.done_ps,
+                    got(ij)
+                );
+            }
+        }
+    }
+    assert!(
+        before > 0 && during > 0,
+        "the delays cover both cases: {before} before, {during} during"
+    );
+}
+
 const ASYNC: &str = "
 @kernel
 def two(buf: ptr[i32], out: ptr[i32], N: constexpr = 256):
@@ -1643,6 +1767,55 @@ fn recv_async_matches_messages_in_order_whatever_the_wait_order() {
     for i in 0..256 {
         assert_eq!(out.get_bits(512 + i), (256 + i) as u64, "second message first");
         assert_eq!(out.get_bits(512 + 256 + i), i as u64, "then the first");
+    }
+}
+
+/// A future of shape `()` gives a scalar: used as a scalar operand (an
+/// address offset, a stored value, arithmetic) it is the value sent, on
+/// either data path.
+#[test]
+fn scalar_recv_async_gives_the_value_sent() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def ring(out: ptr[i32], outf: ptr[f32]):
+    r = tl.rank()
+    fi = tl.recv_async(tl.PREV, (), i32)
+    ff = tl.recv_async(tl.PREV, (), tl.float32)
+    tl.send(tl.NEXT, r * 10 + 5)
+    tl.send(tl.NEXT, r.to(tl.float32) + 0.5)
+    v = tl.wait(fi)
+    tl.store(out + r, v + 1)
+    tl.store(outf + r, tl.wait(ff) * 2.0)
+";
+    let (func, _) = lower(src, "ring", &[]);
+    for interp in [false, true] {
+        let mut launch = TestLaunch::new(
+            &topo,
+            (0..4).map(|k| pe(0, 0, k)).collect(),
+            &func,
+            vec![
+                tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[4]), &[]),
+                tensor("outf", Tensor::zeros(Elem::Num(DType::F32), &[4]), &[]),
+            ],
+        );
+        if interp {
+            launch.data_path = Box::new(kernbench_compiler::datapath::interp::Interpreter);
+        }
+        let run = launch.run().expect("runs");
+        for r in 0..4u64 {
+            let prev = (r + 3) % 4;
+            assert_eq!(
+                elem::to_i64(DType::I32, run.tensors[0].get_bits(r as usize)),
+                (prev * 10 + 6) as i64,
+                "rank {r}, interp {interp}"
+            );
+            assert_eq!(
+                elem::to_f32(DType::F32, run.tensors[1].get_bits(r as usize)),
+                (prev as f32 + 0.5) * 2.0,
+                "rank {r}, interp {interp}"
+            );
+        }
     }
 }
 
@@ -2160,6 +2333,74 @@ def far(x: ptr[f32], y: ptr[f32], N: constexpr = 64):
             && text.contains("case.tl:4:"),
         "{text}"
     );
+}
+
+/// A rank of type `i64` or `u32` is taken whole: one past 2^32 is not
+/// rank 1, and the `u32` 2^32 - 1 is not rank -1 (each is an error naming
+/// the rank), for sends, receives, `tl.symm_at` and `tl.notify`; an `i64`
+/// rank in range talks to that rank.
+#[test]
+fn wide_ranks_are_not_truncated() {
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def k(buf: ptr[i32], out: ptr[i32], R: tl.int64, U: tl.uint32, WHAT: tl.constexpr):
+    lanes = tl.arange(0, 4)
+    if tl.rank() == 0:
+        if WHAT == 0:
+            tl.send(R, lanes + 7)
+        elif WHAT == 1:
+            tl.send(U, lanes + 7)
+        elif WHAT == 2:
+            tl.store(tl.symm_at(buf + lanes, R), lanes + 7)
+        else:
+            tl.notify(buf, R, 9)
+    elif WHAT < 2:
+        tl.store(out + lanes, tl.recv(0, [4], tl.int32))
+";
+    let run = |what: i64, r: i64, u: u32| {
+        let (func, sources) = lower(src, "k", &[("WHAT", Konst::Int(what))]);
+        let result = simulate(
+            &topo,
+            vec![pe(0, 0, 0), pe(0, 0, 1)],
+            &func,
+            vec![
+                tensor("buf", Tensor::zeros(Elem::Num(DType::I32), &[2, 4]), &["shard"]),
+                tensor("out", Tensor::zeros(Elem::Num(DType::I32), &[2, 4]), &["shard"]),
+                LaunchArg::Scalar(r as u64),
+                LaunchArg::Scalar(u64::from(u)),
+            ],
+            None,
+            false,
+        );
+        result.map_err(|e| sim::render_sim_error(&func, &sources, &e, ColorMode::Never))
+    };
+    // In range: rank 1 receives the block.
+    let ok = run(0, 1, 1).expect("an i64 rank of 1 is rank 1");
+    assert_eq!(
+        (0..4).map(|k| ok.tensors[1].get_bits(4 + k)).collect::<Vec<_>>(),
+        vec![7, 8, 9, 10]
+    );
+    let wide = (1i64 << 32) + 1;
+    for (what, r, u, said) in [
+        (0, wide, 1, "rank 4294967297 is outside the communicator (world size 2)"),
+        (
+            1,
+            1,
+            u32::MAX,
+            "rank 4294967295 is outside the communicator (world size 2)",
+        ),
+        (2, wide, 1, "rank 4294967297 is outside the communicator (world size 2)"),
+        (3, wide, 1, "rank 4294967297 is outside the communicator (world size 2)"),
+    ] {
+        let text = run(what, r, u)
+            .err()
+            .unwrap_or_else(|| panic!("WHAT = {what}: an error"));
+        assert!(
+            text.contains(said) && text.contains("rank 0 (sip 0"),
+            "WHAT = {what}: {text}"
+        );
+    }
 }
 
 const PUT_NOTIFY: &str = "

@@ -707,6 +707,11 @@ fn topology_summarizes_presets_and_reports_bad_files() {
     let o = tlc(&["topology", "large", "--format", "json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
     assert!(v["total_pes"].as_u64().unwrap_or(0) >= 4096);
+    // `--topology FILE`, as every other command takes it, says the same;
+    // with FILE as well it is a usage error.
+    let o = tlc(&["topology", "--topology", "tiny"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), tiny);
+    assert_eq!(tlc(&["topology", "tiny", "--topology", "large"]).status.code(), Some(2));
     let dir = temp_dir("topo");
     let bad = dir.join("topology.yaml");
     let text = std::fs::read_to_string(repo().join("stdlib/topologies/default.yaml"))

@@ -26,16 +26,27 @@ impl Checker {
         a.val(name).konst.as_ref().and_then(Konst::as_int).unwrap_or(0) as u8
     }
 
-    /// The peer of a send/recv: a direction, or a rank operand (i32).
+    /// The peer of a send/recv: a direction, or a rank operand.
     fn peer_operand(&mut self, f: &Frame, a: &Args, name: &str) -> (Peer, Vec<Option<Value>>) {
         let v = a.val(name);
         match v.konst {
             Some(Konst::Direction(d)) => (Peer::Dir(d), vec![]),
-            _ => {
-                let r = self.operand(f, &v, &Type::Scalar(Elem::Num(DType::I32)), a.span(name));
-                (Peer::Rank, vec![r])
-            }
+            _ => (Peer::Rank, vec![self.rank_operand(f, a, name)]),
         }
+    }
+
+    /// A rank operand (of a send, a receive, `tl.symm_at`, `tl.notify`):
+    /// an `i64` or `u32` rank in its own type, any other in `i32`. Cast to
+    /// `i32`, 2^32 + 1 would reach rank 1 and the `u32` 2^32 - 1 would be
+    /// reported as rank -1; the simulator reads the rank by its type and
+    /// checks it against the communicator.
+    fn rank_operand(&mut self, f: &Frame, a: &Args, name: &str) -> Option<Value> {
+        let v = a.val(name);
+        let dt = match v.ty.dtype() {
+            Some(d @ (DType::I64 | DType::U32)) => d,
+            _ => DType::I32,
+        };
+        self.operand(f, &v, &Type::Scalar(Elem::Num(dt)), a.span(name))
     }
 
     pub(super) fn lower_builtin(&mut self, f: &mut Frame, a: &Args, res: Val) -> Val {
@@ -283,8 +294,7 @@ impl Checker {
             }
             B::SymmAt => {
                 let p = self.arg_own(f, a, "pointer");
-                let r = a.val("rank");
-                let rv = self.operand(f, &r, &Type::Scalar(Elem::Num(DType::I32)), a.span("rank"));
+                let rv = self.rank_operand(f, a, "rank");
                 self.emit_value(f, Op::SymmAt, vec![p, rv], &res.ty, span)
             }
             B::Notify | B::WaitUntil => {
@@ -295,8 +305,7 @@ impl Checker {
                 };
                 let mut args = vec![self.own(f, &p, a.span("sig_ptr"))];
                 if a.builtin == B::Notify {
-                    let r = a.val("rank");
-                    args.push(self.operand(f, &r, &Type::Scalar(Elem::Num(DType::I32)), a.span("rank")));
+                    args.push(self.rank_operand(f, a, "rank"));
                 }
                 let v = a.val("value");
                 args.push(self.operand(f, &v, &Type::Scalar(Elem::Num(pointee)), a.span("value")));

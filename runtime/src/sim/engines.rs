@@ -3,15 +3,16 @@
 //!
 //! - MATH and GEMM (`dot`) compute when they start and are busy for their
 //!   cost; the results are ready when they end.
-//! - DMA: a load samples memory when its transfer starts (the DMA
-//!   operation's start: `setup_cycles` is the transfer's first part), a
-//!   store or atomic writes when it ends. The engine is
+//! - DMA: a load samples memory when its transfer starts (after the
+//!   operation's `setup_cycles`, and once the first link of its path
+//!   takes it), a store or atomic writes when it ends. The engine is
 //!   busy for the setup and until the transfer's tail has left the first
 //!   link of its path; the rest of the path overlaps with the next. The memory touched is the
 //!   one holding the first active lane's address; masked-off lanes move
 //!   no bytes.
-//! - `tl.gemm` streams through its four-stage pipeline on the GEMM engine
-//!   and writes `out` when it ends.
+//! - `tl.gemm` streams through its four-stage pipeline on the GEMM engine;
+//!   it reads A and B when the first of their transfers starts and
+//!   writes `out` when it ends.
 //! - IPCQ send: needs the message's slots as credits, captures its data
 //!   when it starts, and the message is in the receiver's slots when its
 //!   last packet arrives. IPCQ receive: starts once its message has
@@ -21,6 +22,7 @@
 use super::events::{Arrival, Cross, Ev, Handed, Sim, Then};
 use super::fabric::{Booked, Endpoint, Route};
 use super::ipcq::Half;
+use super::memory::HeldWrites;
 use super::pe::{Footprint, OpBox, OpKind, OpRec, Ranges, Stall, Val};
 use super::{cost, Engine, Placement, SimError};
 use crate::topology::{Backpressure, Topology};
@@ -660,9 +662,9 @@ impl Sim<'_> {
     /// and keeps it busy for its stages' work. Out of line: its body is
     /// large and, on the paths of loads, stores and messages, never taken.
     #[inline(never)]
-    fn start_gemm(&mut self, p: usize, op: OpBox, access: &mut Access) -> Result<(), SimError> {
+    fn start_gemm(&mut self, p: usize, mut op: OpBox, access: &mut Access) -> Result<(), SimError> {
         let now = self.now;
-        let (end, pipe) = self.gemm_composite(p, &op, access)?;
+        let (end, pipe, sample_ps) = self.gemm_composite(p, &op, access)?;
         let work = [
             (Engine::Gemm, pipe.tiles * pipe.gemm_ps),
             (Engine::Dma, pipe.tiles * (pipe.dma_in_ps + pipe.dma_wb_ps)),
@@ -671,7 +673,10 @@ impl Sim<'_> {
         for (held, busy_ps) in work {
             self.hold(p, held, (now, end), busy_ps, op.inst);
         }
-        self.finish_at(p, op, end);
+        // It reads A and B when their transfers start (see `sample`).
+        op.end_ps = end;
+        let slot = self.pes[p].park(op);
+        self.schedule(sample_ps, Ev::Sample(p as u32, slot));
         Ok(())
     }
 
@@ -834,8 +839,11 @@ impl Sim<'_> {
             OpKind::Recv { queue, msg } => {
                 let func = self.func;
                 let r = func.inst(op.inst).results[0];
-                // A future receives the block it will hold.
+                // A future receives the value `tl.wait` gives: a scalar for
+                // shape `()` (a block of no axes would reach scalar
+                // operands as a block), else the block.
                 let ty = match func.ty(r) {
+                    Type::Future(d, s) if s.is_empty() => Cow::Owned(Type::Scalar(Elem::Num(*d))),
                     Type::Future(d, s) => Cow::Owned(Type::Block(Elem::Num(*d), s.clone())),
                     t => Cow::Borrowed(t),
                 };
@@ -1197,9 +1205,15 @@ impl Sim<'_> {
 
     /// `tl.gemm`: the pipeline's closed form on idle paths, and the
     /// operands' total traffic reserved on the links (so others see the
-    /// contention, and contention slows it down). Returns when it ends and
-    /// the pipeline's stage times (the caller holds the engines).
-    fn gemm_composite(&mut self, p: usize, op: &OpRec, access: &Access) -> Result<(u64, cost::GemmPipeline), SimError> {
+    /// contention, and contention slows it down). Returns when it ends,
+    /// the pipeline's stage times (the caller holds the engines), and when
+    /// the first of its input transfers starts (it reads A and B then).
+    fn gemm_composite(
+        &mut self,
+        p: usize,
+        op: &OpRec,
+        access: &Access,
+    ) -> Result<(u64, cost::GemmPipeline, u64), SimError> {
         let func = self.func;
         let d = func.inst(op.inst);
         let now = self.now;
@@ -1216,7 +1230,7 @@ impl Sim<'_> {
         let t0 = now + self.dma_setup_ps;
         if access.parts.len() < 3 {
             // An empty product: nothing moves.
-            return Ok((t0, cost::GemmPipeline::default()));
+            return Ok((t0, cost::GemmPipeline::default(), t0));
         }
         // Idle per-tile streaming (bytes at the bottleneck) and latency of
         // each operand's path.
@@ -1251,13 +1265,17 @@ impl Sim<'_> {
             shape.m.div_ceil(tm) * access.parts[1].1,
             access.parts[2].1,
         ];
+        let mut sample_ps = u64::MAX;
         for (k, bytes) in traffic.into_iter().enumerate() {
             let (_, total, hbm, _) = &access.parts[k];
             let scale: Vec<u64> = hbm.iter().map(|b| (b * bytes).div_ceil((*total).max(1))).collect();
             let tr = self.fabric.reserve(&routes[k], bytes, &scale, t0);
             end = end.max(tr.end_ps);
+            if k < 2 {
+                sample_ps = sample_ps.min(tr.start_ps);
+            }
         }
-        Ok((end, pipe))
+        Ok((end, pipe, sample_ps.min(end)))
     }
 
     /// A load's transfer starts: it reads memory now. Its end is known
@@ -1269,6 +1287,11 @@ impl Sim<'_> {
         let Some(op) = self.pes[p].unpark(slot) else {
             return Ok(());
         };
+        if let OpKind::Group(g) = op.kind {
+            if self.groups[g].pipeline {
+                return self.sample_gemm(p, op, g);
+            }
+        }
         let end = op.end_ps;
         if let Some(id) = op.mem_id() {
             let pe = &mut self.pes[p];
@@ -1285,6 +1308,27 @@ impl Sim<'_> {
         self.op_pool.give(op);
         self.ended_at(p, end, true)?;
         self.kick_waiting(p);
+        Ok(())
+    }
+
+    /// `tl.gemm`'s input transfers start: it reads A and B now and
+    /// computes C, whose writes are held until it ends (`done` makes
+    /// them). Out of line, as [`Self::start_gemm`] is.
+    #[inline(never)]
+    fn sample_gemm(&mut self, p: usize, op: OpBox, g: usize) -> Result<(), SimError> {
+        let func = self.func;
+        const UNSET: RtValue = RtValue::Scalar(0);
+        let mut held = HeldWrites::new(&mut self.mem);
+        let r = with_fitted(
+            op.args.iter().map(|(v, x)| (func.ty(*v), x.data().unwrap_or(&UNSET))),
+            |refs| self.dp.run(func, self.plan, g, refs, &mut held),
+        );
+        let writes = held.into_writes();
+        r.map_err(|e| self.fail_in(p, op.program, e))?;
+        let end = op.end_ps;
+        let slot = self.pes[p].park(op);
+        self.held_writes.insert((p as u32, slot), writes);
+        self.schedule(end, Ev::Done(p as u32, slot));
         Ok(())
     }
 
@@ -1324,6 +1368,13 @@ impl Sim<'_> {
         };
         let now = self.now;
         match op.kind {
+            OpKind::Group(g) if self.groups[g].pipeline => {
+                // `tl.gemm`: C, computed when it read A and B, lands now.
+                let writes = self.held_writes.remove(&(p as u32, slot)).unwrap_or_default();
+                HeldWrites::apply(&mut self.mem, writes)
+                    .map_err(|f| self.op_error(p, &op, ExecErrorKind::OutOfBounds(f)))?;
+                self.wake_signal_waiters();
+            }
             OpKind::Group(g) if self.groups[g].effect_at_end => {
                 let outs = self.run_group(p, &op, g)?;
                 for (s, v) in op.results.iter().zip(outs) {

@@ -399,6 +399,9 @@ pub(super) struct Sim<'a> {
     /// holds so far, and their bytes (one SRAM holds those into every PE
     /// of its cube).
     pub slot_queues: std::collections::HashMap<super::Placement, (u32, u64)>,
+    /// The writes of each `tl.gemm` that has read its operands and not
+    /// ended, by (PE, in-flight slot): they land when it ends.
+    pub held_writes: std::collections::HashMap<(u32, u32), super::memory::Writes>,
     pub groups: &'a [GroupInfo],
     /// Per instruction (by index), its decoded form when it is pure
     /// scalar arithmetic.
@@ -559,6 +562,7 @@ impl<'a> Sim<'a> {
             tcm_base_bytes: &sh.tcm_base_bytes,
             queues_into: vec![(0, 0); sh.coords.len()],
             slot_queues: Default::default(),
+            held_writes: Default::default(),
             groups: &sh.groups,
             scalar_ops: &sh.scalar_ops,
             in_order_yields: &sh.in_order_yields,
@@ -962,6 +966,16 @@ impl Sim<'_> {
         }
     }
 
+    /// The instruction PE `p`'s issue unit is at (a group's first).
+    fn issue_inst_at(&self, p: usize) -> Option<Inst> {
+        self.issue_step(p).map(|s| match s {
+            kernbench_compiler::datapath::Step::Inst(i)
+            | kernbench_compiler::datapath::Step::Relabel(i)
+            | kernbench_compiler::datapath::Step::Control(i) => i,
+            kernbench_compiler::datapath::Step::Group(g) => self.plan.groups[g].insts[0],
+        })
+    }
+
     /// The step PE `p`'s issue unit is at (none once its program returned).
     pub(super) fn issue_step(&self, p: usize) -> Option<kernbench_compiler::datapath::Step> {
         let f = self.pes[p].frames.last()?;
@@ -1044,7 +1058,16 @@ impl Sim<'_> {
                         reason,
                         peer: Some(peer),
                         peer_finished: false,
-                        issue_at: pe.wait_inst.filter(|w| pe.wait_for.is_some() && *w != head.inst),
+                        issue_at: match pe.stall {
+                            // Stuck before queuing its next operation: the
+                            // operations that would unblock this one come
+                            // after it.
+                            Stall::QueueFull(e) => {
+                                self.issue_inst_at(p).map(|w| (w, Some((e, self.queue_depth as u32))))
+                            }
+                            _ => pe.wait_inst.filter(|_| pe.wait_for.is_some()).map(|w| (w, None)),
+                        }
+                        .filter(|(w, _)| *w != head.inst),
                     },
                 ));
             }
@@ -1077,14 +1100,7 @@ impl Sim<'_> {
             let inst = waiting_on_ops
                 .then(oldest_op)
                 .flatten()
-                .or_else(|| {
-                    self.issue_step(p).map(|s| match s {
-                        kernbench_compiler::datapath::Step::Inst(i)
-                        | kernbench_compiler::datapath::Step::Relabel(i)
-                        | kernbench_compiler::datapath::Step::Control(i) => i,
-                        kernbench_compiler::datapath::Step::Group(g) => self.plan.groups[g].insts[0],
-                    })
-                })
+                .or_else(|| self.issue_inst_at(p))
                 // Its program has returned and a time limit stopped it
                 // before it ended: at the return.
                 .or_else(|| {

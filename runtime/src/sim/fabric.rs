@@ -678,24 +678,32 @@ impl Fabric {
         let pcie = Stage::Link(self.link_index(LinkId::Pcie { sip }));
         let at = self.attach(mem);
         let mut s = Stages::new();
+        // A PE's TCM is behind its router link and its TCM port (as for
+        // a route from another PE).
         if to_device {
             s.push(pcie);
             self.router_path((sip, io, 0), at, &mut s);
-            s.push(match mem {
+            match mem {
                 Endpoint::Core(p) | Endpoint::Tcm(p) => {
-                    Stage::Link(self.link_index(LinkId::PeLink { at: p, up: false }))
+                    s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: false })));
+                    if let Endpoint::Tcm(p) = mem {
+                        s.push(Stage::Link(self.link_index(LinkId::Tcm { at: p, write: true })));
+                    }
                 }
-                Endpoint::Hbm(p) => self.hbm_stage(p),
-                Endpoint::Sram { sip, cube } => Stage::Link(self.link_index(LinkId::SramPort { sip, cube })),
-            });
+                Endpoint::Hbm(p) => s.push(self.hbm_stage(p)),
+                Endpoint::Sram { sip, cube } => s.push(Stage::Link(self.link_index(LinkId::SramPort { sip, cube }))),
+            }
         } else {
-            s.push(match mem {
+            match mem {
                 Endpoint::Core(p) | Endpoint::Tcm(p) => {
-                    Stage::Link(self.link_index(LinkId::PeLink { at: p, up: true }))
+                    if let Endpoint::Tcm(p) = mem {
+                        s.push(Stage::Link(self.link_index(LinkId::Tcm { at: p, write: false })));
+                    }
+                    s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: true })));
                 }
-                Endpoint::Hbm(p) => self.hbm_stage(p),
-                Endpoint::Sram { sip, cube } => Stage::Link(self.link_index(LinkId::SramPort { sip, cube })),
-            });
+                Endpoint::Hbm(p) => s.push(self.hbm_stage(p)),
+                Endpoint::Sram { sip, cube } => s.push(Stage::Link(self.link_index(LinkId::SramPort { sip, cube }))),
+            }
             self.router_path(at, (sip, io, 0), &mut s);
             s.push(pcie);
         }
@@ -1106,6 +1114,33 @@ mod tests {
         assert!(classes(&f, &r).contains(&"ucie"), "remote cube uses UCIe");
         let local = f.route(Endpoint::Core(pe(0, 0, 0)), Endpoint::Tcm(pe(0, 0, 7)));
         assert!(!classes(&f, &local).contains(&"ucie"), "same cube uses no UCIe");
+    }
+
+    /// The host reaches a PE's TCM as a PE does: through the PE's router
+    /// link and its TCM port (the write port on the way in, the read port
+    /// on the way out), after PCIe and the NoC from the IO cube.
+    #[test]
+    fn host_routes_into_a_tcm_pass_its_port() {
+        let topo = Topology::default_machine();
+        let mut f = Fabric::new(&topo);
+        let at = pe(0, 5, 3);
+        let into = f.host_route(0, Endpoint::Tcm(at), true);
+        let links = f.route_links(&into);
+        assert_eq!(links.first(), Some(&LinkId::Pcie { sip: 0 }));
+        assert_eq!(
+            links[links.len() - 2..],
+            [LinkId::PeLink { at, up: false }, LinkId::Tcm { at, write: true }]
+        );
+        let out = f.host_route(0, Endpoint::Tcm(at), false);
+        let links = f.route_links(&out);
+        assert_eq!(
+            links[..2],
+            [LinkId::Tcm { at, write: false }, LinkId::PeLink { at, up: true }]
+        );
+        assert_eq!(links.last(), Some(&LinkId::Pcie { sip: 0 }));
+        // The core itself has no port.
+        let core = f.host_route(0, Endpoint::Core(at), true);
+        assert_eq!(f.route_links(&core).last(), Some(&LinkId::PeLink { at, up: false }));
     }
 
     /// A route's memo of its stage costs books what working them out

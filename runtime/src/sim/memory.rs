@@ -470,6 +470,63 @@ impl Memory for MemView<'_> {
     }
 }
 
+/// A view whose writes are held back: reads see memory as it is, and each
+/// write is checked and kept, to be made later with [`HeldWrites::apply`].
+/// `tl.gemm` runs through it when its input transfers start (it reads A
+/// and B then) and its writes of C land when it ends. Only for code that
+/// writes through [`Memory::write`] (the interpreter's `tl.gemm`, which
+/// reads all of A and B before it writes): a write through
+/// [`Memory::segment`]'s slice would not be held.
+pub struct HeldWrites<'v, 'a> {
+    view: &'v mut MemView<'a>,
+    writes: Writes,
+}
+
+/// Writes held back: each run of bytes with its first address.
+pub type Writes = Vec<(u64, Vec<u8>)>;
+
+impl<'v, 'a> HeldWrites<'v, 'a> {
+    pub fn new(view: &'v mut MemView<'a>) -> Self {
+        HeldWrites {
+            view,
+            writes: Vec::new(),
+        }
+    }
+
+    /// The writes held, in the order they were made.
+    pub fn into_writes(self) -> Writes {
+        self.writes
+    }
+
+    /// Makes `writes` (from [`Self::into_writes`]; each was checked then).
+    pub fn apply(view: &mut MemView<'_>, writes: Writes) -> Result<(), MemFault> {
+        for (addr, data) in writes {
+            view.write(addr, &data)?;
+        }
+        Ok(())
+    }
+}
+
+impl Memory for HeldWrites<'_, '_> {
+    fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemFault> {
+        self.view.read(addr, out)
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), MemFault> {
+        self.view.span(addr, data.len(), true)?;
+        // Element by element in order, mostly: one run each.
+        match self.writes.last_mut() {
+            Some((at, run)) if at.checked_add(run.len() as u64) == Some(addr) => run.extend_from_slice(data),
+            _ => self.writes.push((addr, data.to_vec())),
+        }
+        Ok(())
+    }
+
+    fn segment(&mut self, addr: u64) -> Option<(u64, &mut [u8])> {
+        self.view.segment(addr)
+    }
+}
+
 impl Memory for SimMemory {
     fn read(&mut self, addr: u64, out: &mut [u8]) -> Result<(), MemFault> {
         self.flat.read(addr, out)

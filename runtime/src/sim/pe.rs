@@ -362,7 +362,9 @@ pub struct MemOp {
     /// samples memory); [`UNKNOWN`] otherwise. It counts as done from
     /// then on.
     pub done_at_ps: u64,
-    /// It reads its inputs when it ends (`tl.gemm`): a later write to them
+    /// Its inputs stream in until it ends (`tl.gemm`, which takes their
+    /// data when its first transfer starts, but whose tiles, in the
+    /// machine, keep reading them): a later write to them
     /// waits for its end, not its start.
     pub reads_at_end: bool,
 }

@@ -452,8 +452,10 @@ pub struct Blocked {
     pub peer: Option<PeCoord>,
     pub peer_finished: bool,
     /// Where its issue unit waits, when that is not `inst`: the
-    /// `tl.wait` of a `tl.recv_async` that never gets its message.
-    pub issue_at: Option<Inst>,
+    /// `tl.wait` of a `tl.recv_async` that never gets its message, or the
+    /// operation it cannot queue because that engine's queue is full
+    /// (the engine and the queue's depth).
+    pub issue_at: Option<(Inst, Option<(Engine, u32)>)>,
 }
 
 impl Blocked {
@@ -616,7 +618,7 @@ fn labels_at(func: &Function, at: &[Blocked], what: &str) -> Vec<cs::Label<kernb
         let count = at.iter().filter(|o| o.inst == inst).count();
         format!("{count} rank{} {what}", if count == 1 { "" } else { "s" })
     });
-    for w in at.iter().filter_map(|b| b.issue_at) {
+    for (w, full) in at.iter().filter_map(|b| b.issue_at) {
         let loc = func.inst(w).loc;
         if labels
             .iter()
@@ -624,11 +626,18 @@ fn labels_at(func: &Function, at: &[Blocked], what: &str) -> Vec<cs::Label<kernb
         {
             continue;
         }
-        let count = at.iter().filter(|o| o.issue_at == Some(w)).count();
+        let count = at.iter().filter(|o| o.issue_at.map(|x| x.0) == Some(w)).count();
         let (s, waits) = if count == 1 { ("", "waits") } else { ("s", "wait") };
+        let why = match full {
+            Some((e, depth)) => format!(
+                ": the {} engine's queue is full ({depth} operations, the topology's `pe.queue_depth`)",
+                e.name()
+            ),
+            None => String::new(),
+        };
         labels.push(
             cs::Label::secondary(loc.file, loc.span.range())
-                .with_message(format!("{count} issue unit{s} {waits} here")),
+                .with_message(format!("{count} issue unit{s} {waits} here{why}")),
         );
     }
     labels
@@ -854,7 +863,8 @@ pub fn error_json(
                     "rank": b.rank,
                     "pe": b.pe.to_string(),
                     "at": sources.at(func.inst(b.inst).loc),
-                    "issue_at": b.issue_at.map(|w| sources.at(func.inst(w).loc)),
+                    "issue_at": b.issue_at.map(|(w, _)| sources.at(func.inst(w).loc)),
+                    "issue_queue_full": b.issue_at.and_then(|(_, full)| full).map(|(e, depth)| json!({"engine": e.name(), "depth": depth})),
                     "op": func.inst(b.inst).op.mnemonic(),
                     "reason": reason,
                     "note": if running { running_note(b) } else { wait_note(b) },

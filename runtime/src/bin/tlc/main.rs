@@ -190,6 +190,9 @@ enum Command {
         /// A topology file, or a preset (tiny, default, large); default: the
         /// embedded default machine.
         file: Option<String>,
+        /// The same as FILE, spelt as the other commands spell it.
+        #[arg(long = "topology", value_name = "FILE", conflicts_with = "file")]
+        topology: Option<String>,
         #[arg(long, value_enum, default_value = "human")]
         format: Format,
     },
@@ -336,7 +339,11 @@ fn dispatch(command: Command) -> ExitCode {
             topology,
         } => check(&paths, &define, color, format, stdlib, topology.as_deref()),
         Command::EmitIr(a) => emit_ir(a),
-        Command::Topology { file, format } => topology(file.as_deref(), format),
+        Command::Topology {
+            file,
+            topology: flag,
+            format,
+        } => topology(file.or(flag).as_deref(), format),
         Command::Bench {
             what: BenchCommand::Ccl(args),
         } => bench::ccl(args),
