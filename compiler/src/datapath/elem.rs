@@ -469,7 +469,14 @@ pub fn reduce_lane(op: crate::ir::ReduceOp, d: DType, out: DType, lane: impl Ite
             let better = |x: Bits, best: Bits| -> bool {
                 if d.is_float() {
                     let (a, b) = (to_f32(d, x), to_f32(d, best));
-                    (b.is_nan() && !a.is_nan()) || if op == R::Argmax { a > b } else { a < b }
+                    // -0 < +0, as `min`/`max` order them (equal floats of
+                    // different signs are the two zeros).
+                    let zero_tie = a == b
+                        && match op == R::Argmax {
+                            true => b.is_sign_negative() && !a.is_sign_negative(),
+                            false => a.is_sign_negative() && !b.is_sign_negative(),
+                        };
+                    (b.is_nan() && !a.is_nan()) || zero_tie || if op == R::Argmax { a > b } else { a < b }
                 } else {
                     let (a, b) = (to_i64(d, x), to_i64(d, best));
                     if op == R::Argmax {

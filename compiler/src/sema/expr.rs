@@ -864,6 +864,36 @@ impl Checker {
                 }
             },
         };
+        // A constant divisor converted to the operation's integer dtype
+        // wraps (§12.2 of the language reference): `x_i32 // 2**32` divides
+        // by 0 wherever it runs.
+        if let (Elem::Num(d), true, Some(v)) = (
+            elem,
+            matches!(op, BinOp::FloorDiv | BinOp::Mod),
+            r.konst.as_ref().and_then(Konst::as_int),
+        ) {
+            let wrapped = match d {
+                DType::Bool => v & 1,
+                DType::I8 | DType::U8 => i64::from(v as u8),
+                DType::I32 | DType::U32 => i64::from(v as u32),
+                _ => v,
+            };
+            if d.is_int() && v != 0 && wrapped == 0 {
+                let what = if op == BinOp::Mod { "modulo" } else { "division" };
+                let d = Diagnostic::new(
+                    Code::E0315,
+                    format!("integer {what} by zero: the constant {v} is 0 as {d}"),
+                    self.loc(f, re.span),
+                    format!("0 as {d}"),
+                )
+                .with_help(format!(
+                    "the constant takes the other operand's dtype and wraps; widen that operand first, e.g. \
+                     `x.to(i64) {sym} {v}`"
+                ));
+                self.emit(f, d);
+                return Val::unknown();
+            }
+        }
         let ty = Ty::with_shape(elem, shape);
         let ir = match Self::ir_type(&ty) {
             Some(t) if self.emitting() => {

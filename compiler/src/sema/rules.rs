@@ -1036,6 +1036,35 @@ impl Checker {
                 }
             }
         }
+        // As in Triton: float inputs accumulate in f32 and give a float,
+        // integer inputs wrap and give an integer (no bool). A float result
+        // of integers, or an integer one of floats, has no one obvious
+        // rounding; convert the operands or the result instead.
+        if da.is_float() != out.is_float() || out == DType::Bool {
+            let (from, span) = match a.given("acc") {
+                true => ("`acc`", a.span("acc")),
+                false => ("`out_dtype`", a.span("out_dtype")),
+            };
+            let kind = |d: DType| if d.is_float() { "float" } else { "integer" };
+            let d = Diagnostic::new(
+                Code::E0300,
+                format!(
+                    "`tl.dot` of {da} operands gives {} results, but {from} is {out}",
+                    kind(da)
+                ),
+                self.loc(f, span),
+                format!("{out}"),
+            )
+            .with_secondary(self.loc(f, a.span("input")), format!("{da}"))
+            .with_help(match da.is_float() {
+                true => "accumulate in f32 (or f16, bf16) and convert the result with `.to(...)`".to_string(),
+                false => "accumulate in an integer dtype (i32 by default) and convert the result, or convert the \
+                          operands first, e.g. `a.to(f32)`"
+                    .to_string(),
+            });
+            self.emit(f, d);
+            return Val::unknown();
+        }
         Val::runtime(Ty::Block(Elem::Num(out), shape))
     }
 

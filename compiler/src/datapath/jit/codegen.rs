@@ -1269,7 +1269,20 @@ impl<'a, 'b> Gen<'a, 'b> {
                     let acc_nan = self.b.ins().fcmp(FloatCC::Unordered, acc, acc);
                     let v_ok = self.b.ins().fcmp(FloatCC::Ordered, v, v);
                     let replace_nan = self.b.ins().band(acc_nan, v_ok);
-                    self.b.ins().bor(strictly, replace_nan)
+                    // -0 < +0, as `min`/`max` order them: the index points
+                    // at the value they give. Equal floats of different
+                    // signs are the two zeros.
+                    let equal = self.b.ins().fcmp(FloatCC::Equal, v, acc);
+                    let vb = self.b.ins().bitcast(types::I32, MemFlagsData::new(), v);
+                    let ab = self.b.ins().bitcast(types::I32, MemFlagsData::new(), acc);
+                    // argmin takes -0 over +0, argmax +0 over -0.
+                    let (want_neg, want_pos) = if is_max { (ab, vb) } else { (vb, ab) };
+                    let neg = self.b.ins().icmp_imm_s(IntCC::SignedLessThan, want_neg, 0);
+                    let pos = self.b.ins().icmp_imm_s(IntCC::SignedGreaterThanOrEqual, want_pos, 0);
+                    let zero_tie = self.b.ins().band(neg, pos);
+                    let zero_tie = self.b.ins().band(equal, zero_tie);
+                    let better = self.b.ins().bor(strictly, replace_nan);
+                    self.b.ins().bor(better, zero_tie)
                 } else {
                     let cc = match (is_max, in_dt.is_signed()) {
                         (true, true) => IntCC::SignedGreaterThan,
