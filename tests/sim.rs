@@ -620,7 +620,7 @@ def k(x: ptr[f32], out: ptr[f32], N: constexpr = 2048):
 }
 
 #[test]
-fn n_flows_into_one_hbm_controller_take_n_times_as_long() {
+fn n_flows_into_one_hbm_controller_take_n_times_as_long_and_wait_in_turn() {
     let topo = Topology::default_machine();
     // Every rank copies its 64 KiB chunk of a tensor in rank 0's HBM.
     let src = "
@@ -630,7 +630,7 @@ def pull(src: ptr[f32], dst: ptr[f32], N: constexpr = 16384):
     tl.store(dst + tl.arange(0, N), tl.load(src + r * N + tl.arange(0, N)))
 ";
     let (func, _) = lower(src, "pull", &[]);
-    let mut times = Vec::new();
+    let (mut times, mut waits) = (Vec::new(), Vec::new());
     for n in [1usize, 2, 4, 8] {
         let pes: Vec<PeCoord> = (0..n as u32).map(|k| pe(0, 0, k)).collect();
         let run = simulate(
@@ -639,7 +639,12 @@ def pull(src: ptr[f32], dst: ptr[f32], N: constexpr = 16384):
             &func,
             vec![
                 tensor("src", random_tensor(DType::F32, &[8 * 16384], 6), &[]),
-                tensor("dst", Tensor::zeros(Elem::Num(DType::F32), &[n * 16384]), &["shard"]),
+                // In each PE's TCM: the stores stay off the controller.
+                tensor(
+                    "dst",
+                    Tensor::zeros(Elem::Num(DType::F32), &[n * 16384]),
+                    &["shard", "tcm"],
+                ),
             ],
             None,
             true,
@@ -662,17 +667,44 @@ def pull(src: ptr[f32], dst: ptr[f32], N: constexpr = 16384):
             .min()
             .unwrap();
         times.push((last - first) as f64);
+        // The controller's pseudo-channels are the most contended links:
+        // what each flow waited for them, summed (none for one flow).
+        let contended = run.report.contended_links(usize::MAX);
+        let hbm_wait = contended
+            .iter()
+            .filter(|l| matches!(l.id, sim::LinkId::HbmChannel { at, .. } if at == pe(0, 0, 0)))
+            .map(|l| l.wait_ps)
+            .max();
+        waits.push((hbm_wait.unwrap_or(0) as f64, contended.first().map(|l| l.id)));
     }
     // Beyond the fixed latency (DMA setup and the controller's), N flows
     // stream N times the bytes through one controller.
     let s = &topo.spec;
     let fixed = ps(s.pe.dma.setup_cycles.0 as f64 / s.clock_ghz.0 + s.pe.hbm_controller.latency_ns.0);
+    let one = times[0] - fixed;
     for (k, n) in [1.0, 2.0, 4.0, 8.0].iter().enumerate() {
-        let ratio = (times[k] - fixed) / (times[0] - fixed);
+        let ratio = (times[k] - fixed) / one;
         assert!(
             (ratio - n).abs() / n < 0.05,
             "{n} flows: {ratio:.2}× one flow ({times:?})"
         );
+        // A FIFO server: flow j waits for the j before it, one flow's time
+        // each, so a channel's summed wait is n (n - 1) / 2 flows' times.
+        let (wait, top) = waits[k];
+        let want = one * n * (n - 1.0) / 2.0;
+        match k {
+            0 => assert_eq!((wait, top), (0.0, None), "one flow waits for nothing"),
+            _ => {
+                assert!(
+                    (wait - want).abs() <= 0.1 * want,
+                    "{n} flows: a channel's summed wait {wait} ps, want {want} ps"
+                );
+                assert!(
+                    matches!(top, Some(sim::LinkId::HbmChannel { .. })),
+                    "{n} flows: the most contended link is {top:?}"
+                );
+            }
+        }
     }
 }
 

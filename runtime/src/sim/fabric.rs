@@ -156,6 +156,8 @@ pub struct Link {
     pub free_at_ps: u64,
     pub busy_ps: u64,
     pub bytes: u64,
+    /// How long transfers waited for it, summed (its contention).
+    pub wait_ps: u64,
 }
 
 // A field added to `Link` must keep it to one line.
@@ -416,6 +418,7 @@ impl Fabric {
         for l in &mut self.links {
             l.busy_ps = 0;
             l.bytes = 0;
+            l.wait_ps = 0;
         }
     }
 
@@ -456,6 +459,7 @@ impl Fabric {
             free_at_ps: 0,
             busy_ps: 0,
             bytes: 0,
+            wait_ps: 0,
         });
         self.index.insert(id, i);
         i
@@ -932,6 +936,7 @@ impl Fabric {
                     l.free_at_ps = e + ser;
                     l.busy_ps += ser;
                     l.bytes += bytes;
+                    l.wait_ps += e - arrive_ps;
                     if let Some(r) = &mut self.record {
                         r.push((i, e, e + ser));
                     }
@@ -947,6 +952,7 @@ impl Fabric {
                         l.free_at_ps = e + busy;
                         l.busy_ps += busy;
                         l.bytes += b;
+                        l.wait_ps += e - arrive_ps;
                         if let Some(r) = &mut self.record {
                             r.push((i, e, e + busy));
                         }

@@ -829,6 +829,7 @@ fn report(m: &Machine, sh: &Shared, mut outs: Vec<ShardOut>) -> Result<Report, (
             id: l.id,
             busy_ps: l.busy_ps,
             bytes: l.bytes,
+            wait_ps: l.wait_ps,
         })
         .collect();
     links.sort_by_key(|l| l.id);

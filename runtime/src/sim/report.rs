@@ -46,6 +46,9 @@ pub struct LinkStat {
     pub id: LinkId,
     pub busy_ps: u64,
     pub bytes: u64,
+    /// How long transfers waited for the link, summed over them: a link
+    /// no two transfers wanted at once has none, however busy.
+    pub wait_ps: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -121,9 +124,19 @@ impl Report {
     }
 
     /// The busiest links, most first (ties in link order).
-    pub fn top_links(&self, n: usize) -> Vec<&LinkStat> {
+    pub fn busiest_links(&self, n: usize) -> Vec<&LinkStat> {
         let mut v: Vec<&LinkStat> = self.links.iter().collect();
         v.sort_by_key(|l| (std::cmp::Reverse(l.busy_ps), l.id));
+        v.truncate(n);
+        v
+    }
+
+    /// The most contended links: those transfers waited for longest,
+    /// most first (ties: the busier, then link order); only links some
+    /// transfer waited for.
+    pub fn contended_links(&self, n: usize) -> Vec<&LinkStat> {
+        let mut v: Vec<&LinkStat> = self.links.iter().filter(|l| l.wait_ps > 0).collect();
+        v.sort_by_key(|l| (std::cmp::Reverse(l.wait_ps), std::cmp::Reverse(l.busy_ps), l.id));
         v.truncate(n);
         v
     }
@@ -183,8 +196,23 @@ pub fn summary_text(r: &Report) -> String {
                 gbps(*bytes, *busy)
             ));
         }
-        o.push_str("most contended links (busy % of the run)\n");
-        for l in r.top_links(5) {
+        let contended = r.contended_links(5);
+        if contended.is_empty() {
+            o.push_str("most contended links: none (no transfer waited for a link)\n");
+        } else {
+            o.push_str("most contended links (transfers' summed wait for the link; busy % of the run)\n");
+            for l in contended {
+                o.push_str(&format!(
+                    "  {:>10} us waited  {:>6.1}% busy  {} ({} bytes)\n",
+                    us(l.wait_ps),
+                    100.0 * l.busy_ps as f64 / r.elapsed_ps().max(1) as f64,
+                    l.id.describe(),
+                    l.bytes
+                ));
+            }
+        }
+        o.push_str("busiest links (busy % of the run)\n");
+        for l in r.busiest_links(5) {
             o.push_str(&format!(
                 "  {:>6.1}%  {} ({} bytes)\n",
                 100.0 * l.busy_ps as f64 / r.elapsed_ps().max(1) as f64,
@@ -212,11 +240,12 @@ pub fn summary_json(r: &Report) -> serde_json::Value {
                    "gb_per_s": gbps(bytes, r.elapsed_ps()), "gb_per_s_per_link_busy": gbps(bytes, busy)})
         })
         .collect();
-    let top: Vec<serde_json::Value> = r
-        .top_links(5)
-        .into_iter()
-        .map(|l| json!({"link": l.id.describe(), "class": l.id.class_name(), "busy_ps": l.busy_ps, "bytes": l.bytes}))
-        .collect();
+    let link = |l: &LinkStat| {
+        json!({"link": l.id.describe(), "class": l.id.class_name(), "busy_ps": l.busy_ps, "bytes": l.bytes,
+               "wait_ps": l.wait_ps})
+    };
+    let top: Vec<serde_json::Value> = r.busiest_links(5).into_iter().map(link).collect();
+    let contended: Vec<serde_json::Value> = r.contended_links(5).into_iter().map(link).collect();
     json!({
         "kernel": r.kernel,
         "time_ps": r.elapsed_ps(),
@@ -227,6 +256,7 @@ pub fn summary_json(r: &Report) -> serde_json::Value {
         "engines": engines,
         "link_classes": classes,
         "top_links": top,
+        "contended_links": contended,
         "unreceived": r.unreceived.iter().map(|u| json!({
             "from_rank": u.from_rank, "to_rank": u.to_rank, "messages": u.messages, "bytes": u.bytes,
         })).collect::<Vec<_>>(),
@@ -316,7 +346,7 @@ pub fn trace_json(r: &Report, func: &Function, sources: &SourceMap, max_links: O
     let links_pid = r.pes.len();
     events.push(json!({"ph": "M", "name": "process_name", "pid": links_pid, "args": {"name": "links"}}));
     let shown: Vec<LinkId> = r
-        .top_links(max_links.unwrap_or(usize::MAX))
+        .busiest_links(max_links.unwrap_or(usize::MAX))
         .iter()
         .filter(|l| l.busy_ps > 0)
         .map(|l| l.id)
