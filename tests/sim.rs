@@ -1528,6 +1528,78 @@ fn a_run_reports_the_simulated_time_it_has_reached() {
     }
 }
 
+/// A run stopped by its time limit reports up to the stop: a transfer
+/// still running then counts its time, bytes and trace slice only until
+/// the stop (a 512 KiB load cut after 500 ns had counted all its bytes, at
+/// five times the HBM's peak, and 514 % DMA busy).
+#[test]
+fn a_time_limit_cuts_the_report_at_the_stop() {
+    use kernbench_runtime::sim::{Communicator, Launch, Machine};
+    let topo = Topology::default_machine();
+    let src = "
+@kernel
+def big(x: ptr[f32], out: ptr[f32], N: constexpr = 131072):
+    offs = tl.arange(0, N)
+    tl.store(out + offs, tl.load(x + offs))
+";
+    let (func, _) = lower(src, "big", &[]);
+    let run = |limit_ps: Option<u64>| {
+        let comm = Communicator::new(vec![pe(0, 0, 0)]);
+        let mut machine = Machine::new(&topo);
+        let args = vec![
+            tensor("x", random_tensor(DType::F32, &[131072], 3), &[]),
+            tensor("out", Tensor::zeros(Elem::Num(DType::F32), &[131072]), &[]),
+        ];
+        let (rank_args, _) = sim::place::place_args(&mut machine, &comm, args).expect("placed");
+        let mut launch = Launch::new(&func, &comm, rank_args);
+        launch.trace = true;
+        launch.time_limit_ps = limit_ps;
+        let mut dp = kernbench_compiler::datapath::jit::Jit::new();
+        machine.run_partial(&launch, &mut dp)
+    };
+    let whole = run(None).expect("runs to the end");
+    let hbm_bytes = |r: &sim::Report| -> u64 {
+        r.links
+            .iter()
+            .filter(|l| matches!(l.id, sim::LinkId::HbmChannel { .. }))
+            .map(|l| l.bytes)
+            .sum()
+    };
+    assert_eq!(hbm_bytes(&whole), 2 * 524288, "the load and the store, whole");
+    let limit = 500_000;
+    let Err((SimError::TimeLimit { .. }, Some(cut))) = run(Some(limit)) else {
+        panic!("stopped by the time limit with a partial report")
+    };
+    let stop = cut.start_ps + limit;
+    assert_eq!(cut.end_ps, stop);
+    let elapsed = cut.elapsed_ps();
+    for p in &cut.pes {
+        for (e, busy) in p.busy_ps.iter().enumerate() {
+            assert!(*busy <= elapsed, "engine {e}: busy {busy} ps in a {elapsed} ps run");
+        }
+    }
+    for l in &cut.links {
+        assert!(
+            l.busy_ps <= elapsed,
+            "{:?}: busy {} ps in {elapsed} ps",
+            l.id,
+            l.busy_ps
+        );
+    }
+    let moved = hbm_bytes(&cut);
+    assert!(
+        moved > 0 && moved < 524288,
+        "part of the load by the stop: {moved} bytes"
+    );
+    assert!(cut
+        .slices
+        .iter()
+        .all(|s| s.end_ps <= stop && s.done_ps <= stop && s.start_ps < stop));
+    assert!(cut.link_intervals.iter().all(|&(_, a, b)| a < stop && b <= stop));
+    let dma = cut.pes[0].busy_ps[Engine::Dma.index()];
+    assert!(dma > 0, "the load was running");
+}
+
 #[test]
 fn same_inputs_give_same_bits_and_times() {
     let topo = Topology::default_machine();

@@ -553,11 +553,14 @@ impl Sim<'_> {
         (start, busy_end, done): (u64, u64, u64),
         inst: kernbench_compiler::ir::Inst,
     ) {
+        let stop = self.stop_ps;
         let pe = &mut self.pes[p];
         let eq = &mut pe.engines[e.index()];
         eq.free_at_ps = busy_end;
         eq.last_started = Some((start, busy_end, inst));
-        pe.busy_ps[e.index()] += busy_end - start;
+        // A run stopped by its time limit counts only what was done by
+        // then (`stop_ps` is `u64::MAX` without one).
+        pe.busy_ps[e.index()] += busy_end.min(stop) - start.min(stop);
         self.trace_slice(p, e, (start, busy_end, done), inst);
     }
 
@@ -570,13 +573,15 @@ impl Sim<'_> {
         (start_ps, end_ps, done_ps): (u64, u64, u64),
         inst: kernbench_compiler::ir::Inst,
     ) {
-        if self.trace {
+        if self.trace && start_ps < self.stop_ps {
+            // Up to the time limit, as the rest of the report.
+            let stop = self.stop_ps;
             self.slices.push(super::report::Slice {
                 rank: p as u32,
                 engine,
                 start_ps,
-                end_ps,
-                done_ps,
+                end_ps: end_ps.min(stop),
+                done_ps: done_ps.min(stop),
                 inst,
             });
         }
@@ -597,7 +602,10 @@ impl Sim<'_> {
         let eq = &mut pe.engines[e.index()];
         eq.free_at_ps = eq.free_at_ps.max(end);
         eq.last_started = Some((start, end, inst));
-        pe.busy_ps[e.index()] += busy_ps.min(end - start);
+        // Its work spread over its span, up to a time limit.
+        let (span, stop) = (end - start, self.stop_ps);
+        let kept = end.min(stop) - start.min(stop);
+        pe.busy_ps[e.index()] += (u128::from(busy_ps.min(span)) * u128::from(kept) / u128::from(span.max(1))) as u64;
         self.trace_slice(p, e, (start, end, end), inst);
     }
 

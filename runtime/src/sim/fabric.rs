@@ -163,6 +163,33 @@ pub struct Link {
 // A field added to `Link` must keep it to one line.
 const _: () = assert!(std::mem::size_of::<Link>() == 64);
 
+impl Link {
+    /// Counts the part before `stop` of a use that arrived at `arrive`
+    /// and held the link over `[start, end)` moving `bytes` (out of line:
+    /// only a run stopped by its time limit has uses past the stop).
+    #[cold]
+    #[inline(never)]
+    fn count_until(
+        &mut self,
+        stop: u64,
+        (arrive, start, end): (u64, u64, u64),
+        bytes: u64,
+        record: &mut Option<Vec<(u32, u64, u64)>>,
+        index: u32,
+    ) {
+        self.wait_ps += start.min(stop) - arrive.min(stop);
+        if start >= stop {
+            return;
+        }
+        let kept = stop - start;
+        self.busy_ps += kept;
+        self.bytes += (u128::from(bytes) * u128::from(kept) / u128::from(end - start)) as u64;
+        if let Some(r) = record {
+            r.push((index, start, stop));
+        }
+    }
+}
+
 /// `ceil(bytes / bandwidth)` in picoseconds.
 #[inline]
 pub fn ser_ps(bytes: u64, bw_bytes_per_us: u64) -> u64 {
@@ -315,6 +342,7 @@ pub struct FabricSeed {
     index: HashMap<LinkId, u32>,
     packet_bytes: u64,
     record: bool,
+    stats_until_ps: u64,
 }
 
 pub struct Fabric {
@@ -323,6 +351,10 @@ pub struct Fabric {
     index: HashMap<LinkId, u32>,
     routes: HashMap<(Endpoint, Endpoint), Rc<Route>>,
     pub packet_bytes: u64,
+    /// Statistics (busy time, bytes, waits, recorded intervals) count only
+    /// what happens before this time: a launch stopped by its time limit
+    /// reports up to there, not the rest of the transfers it had booked.
+    pub stats_until_ps: u64,
     channels: u32,
     /// By the channel count and by the interleave.
     channels_div: Divisor,
@@ -373,6 +405,7 @@ impl Fabric {
             index: HashMap::default(),
             routes: HashMap::default(),
             packet_bytes: topo.spec.fabric.packet_bytes.0,
+            stats_until_ps: u64::MAX,
             channels: c.pseudo_channels.0 as u32,
             channels_div: Divisor::new(c.pseudo_channels.0),
             interleave: Divisor::new(c.interleave_bytes.0),
@@ -390,6 +423,7 @@ impl Fabric {
             index: self.index.clone(),
             packet_bytes: self.packet_bytes,
             record: self.record.is_some(),
+            stats_until_ps: self.stats_until_ps,
         }
     }
 
@@ -400,6 +434,7 @@ impl Fabric {
         f.index = seed.index.clone();
         f.packet_bytes = seed.packet_bytes;
         f.record = seed.record.then(Vec::new);
+        f.stats_until_ps = seed.stats_until_ps;
         f
     }
 
@@ -932,13 +967,18 @@ impl Fabric {
                     // The link carries this transfer's packets for `ser`;
                     // when an upstream link is slower they arrive spaced
                     // out, and other transfers' packets use the gaps.
+                    let stop = self.stats_until_ps;
                     let l = &mut self.links[i as usize];
                     l.free_at_ps = e + ser;
-                    l.busy_ps += ser;
-                    l.bytes += bytes;
-                    l.wait_ps += e - arrive_ps;
-                    if let Some(r) = &mut self.record {
-                        r.push((i, e, e + ser));
+                    if e + ser <= stop {
+                        l.busy_ps += ser;
+                        l.bytes += bytes;
+                        l.wait_ps += e - arrive_ps;
+                        if let Some(r) = &mut self.record {
+                            r.push((i, e, e + ser));
+                        }
+                    } else {
+                        l.count_until(stop, (arrive_ps, e, e + ser), bytes, &mut self.record, i);
                     }
                 }
                 Stage::Hbm { first, .. } => {
@@ -948,13 +988,18 @@ impl Fabric {
                         }
                         let i = first + ch as u32;
                         let busy = self.ser.ser_ps(b, self.links[i as usize].bw_bytes_per_us);
+                        let stop = self.stats_until_ps;
                         let l = &mut self.links[i as usize];
                         l.free_at_ps = e + busy;
-                        l.busy_ps += busy;
-                        l.bytes += b;
-                        l.wait_ps += e - arrive_ps;
-                        if let Some(r) = &mut self.record {
-                            r.push((i, e, e + busy));
+                        if e + busy <= stop {
+                            l.busy_ps += busy;
+                            l.bytes += b;
+                            l.wait_ps += e - arrive_ps;
+                            if let Some(r) = &mut self.record {
+                                r.push((i, e, e + busy));
+                            }
+                        } else {
+                            l.count_until(stop, (arrive_ps, e, e + busy), b, &mut self.record, i);
                         }
                     }
                 }

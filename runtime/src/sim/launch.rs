@@ -401,6 +401,7 @@ pub(super) fn run_partial(
     if let Some(b) = l.packet_bytes {
         m.fabric.packet_bytes = b.max(1);
     }
+    m.fabric.stats_until_ps = sh.stop_ps;
     let maker = dp.maker();
     let shards = match maker {
         Some(_) => sh.shards(m.threads),
@@ -412,6 +413,7 @@ pub(super) fn run_partial(
     };
     m.fabric.packet_bytes = saved_packet;
     m.fabric.record = None;
+    m.fabric.stats_until_ps = u64::MAX;
     let report = report(m, &sh, outs).inspect_err(|_| {
         // A failed launch may have booked links up to where it stopped:
         // the clocks move past every booking, so that links stay booked
