@@ -172,7 +172,8 @@ fn broadcast_is_exact_from_every_root() {
         .filter(|a| a.collective == Collective::Broadcast)
     {
         let compiled = reg.compile_for(a, &topo, DType::I32, ReduceOp::Sum).expect("compiles");
-        for world in [2u64, 5, 8] {
+        // 3 and 4 ranks take the chain even for one chunk, 5 and 8 the trees.
+        for world in [2u64, 3, 4, 5, 8] {
             for root in 0..world {
                 let row = run_compiled(
                     &topo,
@@ -321,6 +322,40 @@ fn tree_all_gather_wins_small_on_many_ranks_and_loses_large() {
     );
     let (tree, ring) = (time("tree_all_gather", 1 << 20), time("all_gather", 1 << 20));
     assert!(ring < tree, "1 MiB: tree {tree} ps against the ring's {ring}");
+}
+
+/// The broadcast picks the chain or the trees by how many chunks it has
+/// for how many ranks, and the two meet where their times do: one element
+/// more no longer doubles the time. 256 PEs, 127 chunks of 16 KiB and 4
+/// bytes more: the switch at 2 chunks per 2 ranks gave 26.5 and 51.9 us.
+/// (On 128 PEs, 4 MiB takes the chain now: 47.93 us, the trees 50.44.)
+#[test]
+fn a_broadcast_takes_no_jump_at_its_switch() {
+    let topo = Topology::default_machine();
+    let reg = registry();
+    let a = reg.get("broadcast").expect("registered");
+    let compiled = reg.compile_for(a, &topo, DType::F32, ReduceOp::Sum).expect("compiles");
+    let time = |world: usize, bytes: u64| {
+        let row = run_compiled(
+            &topo,
+            &reg,
+            a,
+            &compiled,
+            world,
+            bytes,
+            DType::F32,
+            ReduceOp::Sum,
+            Some(0),
+        );
+        assert_eq!(row.wrong, 0, "{world} PEs, {bytes} bytes");
+        row.time_ps
+    };
+    // 127 chunks of 16 KiB, then one element into a 128th.
+    let (below, at) = (time(256, 127 << 14), time(256, (127 << 14) + 4));
+    assert!(
+        at * 100 <= below * 105,
+        "256 PEs: {at} ps for 127 chunks and an element against {below} ps for 127 chunks"
+    );
 }
 
 /// The broadcast's tree of SIP groups is exact on every world size and
