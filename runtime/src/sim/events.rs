@@ -1059,9 +1059,8 @@ impl Sim<'_> {
                         peer: Some(peer),
                         peer_finished: false,
                         issue_at: match pe.stall {
-                            // Stuck before queuing its next operation: the
-                            // operations that would unblock this one come
-                            // after it.
+                            // Stopped before queuing its next operation
+                            // (that engine's queue is full): where, and why.
                             Stall::QueueFull(e) => {
                                 self.issue_inst_at(p).map(|w| (w, Some((e, self.queue_depth as u32))))
                             }

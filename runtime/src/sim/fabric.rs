@@ -911,6 +911,26 @@ impl Fabric {
         }
     }
 
+    /// Link `i` is taken over `[start, end)` by a use that arrived at
+    /// `arrive` moving `bytes`: it is free again at `end`, and its
+    /// statistics count the use (up to `stats_until_ps`).
+    #[inline(always)]
+    fn hold_link(&mut self, i: u32, (arrive, start, end): (u64, u64, u64), bytes: u64) {
+        let stop = self.stats_until_ps;
+        let l = &mut self.links[i as usize];
+        l.free_at_ps = end;
+        if end <= stop {
+            l.busy_ps += end - start;
+            l.bytes += bytes;
+            l.wait_ps += start - arrive;
+            if let Some(r) = &mut self.record {
+                r.push((i, start, end));
+            }
+        } else {
+            l.count_until(stop, (arrive, start, end), bytes, &mut self.record, i);
+        }
+    }
+
     /// Reserves `route`'s stages from where `from` stands, while `mine`
     /// holds for the SIP of the next stage: the whole route
     /// ([`Booked::Done`]), or up to the first stage on a SIP that is not
@@ -967,19 +987,7 @@ impl Fabric {
                     // The link carries this transfer's packets for `ser`;
                     // when an upstream link is slower they arrive spaced
                     // out, and other transfers' packets use the gaps.
-                    let stop = self.stats_until_ps;
-                    let l = &mut self.links[i as usize];
-                    l.free_at_ps = e + ser;
-                    if e + ser <= stop {
-                        l.busy_ps += ser;
-                        l.bytes += bytes;
-                        l.wait_ps += e - arrive_ps;
-                        if let Some(r) = &mut self.record {
-                            r.push((i, e, e + ser));
-                        }
-                    } else {
-                        l.count_until(stop, (arrive_ps, e, e + ser), bytes, &mut self.record, i);
-                    }
+                    self.hold_link(i, (arrive_ps, e, e + ser), bytes);
                 }
                 Stage::Hbm { first, .. } => {
                     for (ch, &b) in hbm.iter().enumerate() {
@@ -988,19 +996,7 @@ impl Fabric {
                         }
                         let i = first + ch as u32;
                         let busy = self.ser.ser_ps(b, self.links[i as usize].bw_bytes_per_us);
-                        let stop = self.stats_until_ps;
-                        let l = &mut self.links[i as usize];
-                        l.free_at_ps = e + busy;
-                        if e + busy <= stop {
-                            l.busy_ps += busy;
-                            l.bytes += b;
-                            l.wait_ps += e - arrive_ps;
-                            if let Some(r) = &mut self.record {
-                                r.push((i, e, e + busy));
-                            }
-                        } else {
-                            l.count_until(stop, (arrive_ps, e, e + busy), b, &mut self.record, i);
-                        }
+                        self.hold_link(i, (arrive_ps, e, e + busy), b);
                     }
                 }
             }
