@@ -120,6 +120,24 @@ pub(super) fn with_fitted<'v, R>(
     f(&refs)
 }
 
+/// Group `g` of operation `op` on its captured operands (fitted to their
+/// types) against `mem`: the memory itself, or a view that holds writes.
+#[inline]
+fn run_captured(
+    dp: &mut dyn kernbench_compiler::datapath::DataPath,
+    func: &kernbench_compiler::ir::Function,
+    plan: &kernbench_compiler::datapath::Plan,
+    op: &OpRec,
+    g: usize,
+    mem: &mut dyn kernbench_compiler::datapath::Memory,
+) -> Result<Outputs, kernbench_compiler::datapath::ExecError> {
+    const UNSET: RtValue = RtValue::Scalar(0);
+    with_fitted(
+        op.args.iter().map(|(v, x)| (func.ty(*v), x.data().unwrap_or(&UNSET))),
+        |refs| dp.run(func, plan, g, refs, mem),
+    )
+}
+
 /// Whether two shapes are equal, compared inline: the slices' `==` calls
 /// `memcmp`, costly for the one or two axes of a block.
 #[inline]
@@ -986,12 +1004,7 @@ impl Sim<'_> {
 
     /// Runs a data-path group on the operation's captured operands.
     fn run_group(&mut self, p: usize, op: &OpRec, g: usize) -> Result<Outputs, SimError> {
-        let func = self.func;
-        const UNSET: RtValue = RtValue::Scalar(0);
-        let r = with_fitted(
-            op.args.iter().map(|(v, x)| (func.ty(*v), x.data().unwrap_or(&UNSET))),
-            |refs| self.dp.run(func, self.plan, g, refs, &mut self.mem),
-        );
+        let r = run_captured(self.dp, self.func, self.plan, op, g, &mut self.mem);
         r.map_err(|e| self.fail_in(p, op.program, e))
     }
 
@@ -1324,13 +1337,8 @@ impl Sim<'_> {
     /// them). Out of line, as [`Self::start_gemm`] is.
     #[inline(never)]
     fn sample_gemm(&mut self, p: usize, op: OpBox, g: usize) -> Result<(), SimError> {
-        let func = self.func;
-        const UNSET: RtValue = RtValue::Scalar(0);
         let mut held = HeldWrites::new(&mut self.mem);
-        let r = with_fitted(
-            op.args.iter().map(|(v, x)| (func.ty(*v), x.data().unwrap_or(&UNSET))),
-            |refs| self.dp.run(func, self.plan, g, refs, &mut held),
-        );
+        let r = run_captured(self.dp, self.func, self.plan, &op, g, &mut held);
         let writes = held.into_writes();
         r.map_err(|e| self.fail_in(p, op.program, e))?;
         let end = op.end_ps;

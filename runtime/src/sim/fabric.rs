@@ -684,7 +684,17 @@ impl Fabric {
             }
             _ => {}
         }
-        // Leaving the source.
+        self.leave(from, &mut s);
+        let (a, b) = (self.attach(from), self.attach(to));
+        self.router_path(a, b, &mut s);
+        self.enter(to, &mut s);
+        Route::new(s)
+    }
+
+    /// The stages from endpoint `from` to its router (a PE's TCM is
+    /// behind its TCM read port and its router link).
+    fn leave(&mut self, from: Endpoint, s: &mut Stages) {
+        use Endpoint as E;
         match from {
             E::Core(p) => s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: true }))),
             E::Tcm(p) => {
@@ -694,9 +704,12 @@ impl Fabric {
             E::Hbm(p) => s.push(self.hbm_stage(p)),
             E::Sram { sip, cube } => s.push(Stage::Link(self.link_index(LinkId::SramPort { sip, cube }))),
         }
-        let (a, b) = (self.attach(from), self.attach(to));
-        self.router_path(a, b, &mut s);
-        // Entering the destination.
+    }
+
+    /// The stages from its router into endpoint `to` (a PE's TCM through
+    /// its router link, then its TCM write port).
+    fn enter(&mut self, to: Endpoint, s: &mut Stages) {
+        use Endpoint as E;
         match to {
             E::Core(p) => s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: false }))),
             E::Tcm(p) => {
@@ -706,7 +719,6 @@ impl Fabric {
             E::Hbm(p) => s.push(self.hbm_stage(p)),
             E::Sram { sip, cube } => s.push(Stage::Link(self.link_index(LinkId::SramPort { sip, cube }))),
         }
-        Route::new(s)
     }
 
     /// The route between the host and a memory of SIP `sip`: PCIe to the
@@ -717,32 +729,13 @@ impl Fabric {
         let pcie = Stage::Link(self.link_index(LinkId::Pcie { sip }));
         let at = self.attach(mem);
         let mut s = Stages::new();
-        // A PE's TCM is behind its router link and its TCM port (as for
-        // a route from another PE).
+        // Into and out of the memory as from any other router.
         if to_device {
             s.push(pcie);
             self.router_path((sip, io, 0), at, &mut s);
-            match mem {
-                Endpoint::Core(p) | Endpoint::Tcm(p) => {
-                    s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: false })));
-                    if let Endpoint::Tcm(p) = mem {
-                        s.push(Stage::Link(self.link_index(LinkId::Tcm { at: p, write: true })));
-                    }
-                }
-                Endpoint::Hbm(p) => s.push(self.hbm_stage(p)),
-                Endpoint::Sram { sip, cube } => s.push(Stage::Link(self.link_index(LinkId::SramPort { sip, cube }))),
-            }
+            self.enter(mem, &mut s);
         } else {
-            match mem {
-                Endpoint::Core(p) | Endpoint::Tcm(p) => {
-                    if let Endpoint::Tcm(p) = mem {
-                        s.push(Stage::Link(self.link_index(LinkId::Tcm { at: p, write: false })));
-                    }
-                    s.push(Stage::Link(self.link_index(LinkId::PeLink { at: p, up: true })));
-                }
-                Endpoint::Hbm(p) => s.push(self.hbm_stage(p)),
-                Endpoint::Sram { sip, cube } => s.push(Stage::Link(self.link_index(LinkId::SramPort { sip, cube }))),
-            }
+            self.leave(mem, &mut s);
             self.router_path(at, (sip, io, 0), &mut s);
             s.push(pcie);
         }
