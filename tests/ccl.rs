@@ -782,6 +782,100 @@ algorithms:
     );
 }
 
+/// A failure at run time is reported inside the kernel, but the key to
+/// change is in a ccl.yaml: the error names each registry setting the run
+/// had, with its value and its file, line and key path; a constexpr that
+/// makes the kernel fail to compile is the error's place.
+#[test]
+fn registry_settings_behind_a_failure_are_named_with_their_keys() {
+    let topo = Topology::default_machine();
+    let mut reg = registry();
+    let yaml = "\
+defaults:
+  slot_size_bytes: 100
+algorithms:
+  ring_big_chunks:
+    collective: all_reduce
+    module: ring_allreduce.tl
+    kernel: ring_allreduce
+    topology: ring
+    slot_size_bytes: 16384
+    constexprs:
+      CHUNK: 100000
+  ring_no_chunks:
+    collective: all_reduce
+    module: ring_allreduce.tl
+    kernel: ring_allreduce
+    topology: ring
+    constexprs:
+      CHUNK: 0
+";
+    reg.merge_text("user.yaml", &repo_root().join("stdlib/ccl"), yaml)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let run_on = |name: &str| {
+        let a = reg.get(name).expect("registered");
+        let (func, sources) = reg.compile_for(a, &topo, DType::I32, ReduceOp::Sum)?;
+        let pes = sim::select_pes(&topo, "4").expect("PEs");
+        let case = Case {
+            topo: &topo,
+            reg: &reg,
+            algorithm: a,
+            func: &func,
+            sources: &sources,
+            pes: &pes,
+            dtype: DType::I32,
+            op: ReduceOp::Sum,
+            threads: 1,
+            time_limit_ps: None,
+            root: None,
+        };
+        bench::run_one(&case, &mut Jit::new(), &mut bench::DataCache::default(), 4096).map(|row| row.wrong)
+    };
+    // 4 KiB messages in slots of 100 bytes, from the user's defaults.
+    let e = run_on("ring_allreduce").expect_err("a 4 KiB message in 4 slots of 100 bytes");
+    assert!(e.contains("a queue has 4 slots of 100 bytes"), "{e}");
+    assert!(
+        e.contains("= note: algorithm `ring_allreduce` runs with these registry settings:"),
+        "{e}"
+    );
+    assert!(
+        e.contains("slot_size_bytes = 100 (user.yaml:2: defaults.slot_size_bytes)"),
+        "{e}"
+    );
+    // The stdlib's defaults the user did not replace, at their own lines.
+    let n_slots_line = std::fs::read_to_string(repo_root().join("stdlib/ccl/ccl.yaml"))
+        .expect("the stdlib registry")
+        .lines()
+        .position(|l| l.starts_with("  n_slots: 4"))
+        .expect("the stdlib sets n_slots")
+        + 1;
+    assert!(
+        e.contains("n_slots = 4 (") && e.contains(&format!("ccl.yaml:{n_slots_line}: defaults.n_slots)")),
+        "{e}"
+    );
+    // The entry's own slot size wins over the defaults'; its constexpr
+    // overflows the TCM.
+    let e = run_on("ring_big_chunks").expect_err("blocks of 100000 elements in a TCM");
+    assert!(e.contains("bytes of TCM on (sip 0, cube 0, pe "), "{e}");
+    assert!(
+        e.contains("slot_size_bytes = 16384 (user.yaml:9: algorithms.ring_big_chunks.slot_size_bytes)"),
+        "{e}"
+    );
+    assert!(
+        e.contains("CHUNK = 100000 (user.yaml:11: algorithms.ring_big_chunks.constexprs.CHUNK)"),
+        "{e}"
+    );
+    // A kernel that does not compile with its one constexpr: at that key.
+    let e = run_on("ring_no_chunks").expect_err("CHUNK = 0");
+    assert!(
+        e.starts_with(
+            "user.yaml:18: algorithms.ring_no_chunks.constexprs.CHUNK: kernel `ring_allreduce` does not compile with CHUNK=0: "
+        ),
+        "{e}"
+    );
+    assert!(e.contains("E0315"), "{e}");
+}
+
 /// On both SIPs of the default machine a small ring all-reduce is bound by
 /// the SIP link's credit round trip over its queue's slots, not by its
 /// hops' latency: it takes at least the reference's credit floor, and

@@ -508,7 +508,11 @@ fn run_size(case: &Case, jit: &mut Jit, cache: &mut DataCache, size_bytes: u64) 
         // it; its own "error: " would follow the caller's.
         let shown = crate::sim::render_sim_error_in(&m.mem, func, sources, &e, ColorMode::Never);
         let shown = shown.trim_end();
-        format!("failed on {n} PEs: {}", shown.strip_prefix("error: ").unwrap_or(shown))
+        let note = (reg.settings_note(a)).map_or(String::new(), |n| format!("\n  = note: {n}"));
+        format!(
+            "failed on {n} PEs: {}{note}",
+            shown.strip_prefix("error: ").unwrap_or(shown)
+        )
     })?;
     // A collective that leaves messages behind is wrong even when its
     // data is right (a later collective would receive them).

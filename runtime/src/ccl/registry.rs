@@ -156,6 +156,8 @@ pub struct Algorithm {
     /// The lines of the `module` and `kernel` keys (for errors).
     module_line: Option<usize>,
     kernel_line: Option<usize>,
+    /// The IPCQ and packet keys this entry sets, as written and where.
+    settings: BTreeMap<&'static str, Written>,
     /// Run on this many PEs (the first of the PE set) instead of all.
     pub world_size: Option<u32>,
     /// Where the entry is defined (for errors).
@@ -189,6 +191,62 @@ impl Algorithm {
             self.name
         )
     }
+}
+
+/// An IPCQ or packet setting of the registry as its file has it: the
+/// value, and `file:line: key.path` (what a run-time failure of an
+/// algorithm points the user to).
+#[derive(Clone, Debug)]
+struct Written {
+    value: String,
+    at: String,
+}
+
+/// The IPCQ and packet keys a `defaults` or an `algorithms` entry may set,
+/// in the order the files document them.
+const SETTING_KEYS: [&str; 7] = [
+    "buffer_space",
+    "backpressure",
+    "n_slots",
+    "n_slots_across_sips",
+    "slot_size_bytes",
+    "poll_interval_ns",
+    "packet_bytes",
+];
+
+/// The settings `$level` (a `DefaultsFile` or an `AlgorithmFile`, which
+/// name them alike) gives, as written, in the order of [`SETTING_KEYS`].
+macro_rules! settings_of {
+    ($level:expr) => {{
+        fn shown<T: serde::Serialize>(v: &T) -> String {
+            serde_yaml::to_string(v)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        }
+        let l = &$level;
+        [
+            l.buffer_space.as_ref().map(shown),
+            l.backpressure.as_ref().map(shown),
+            l.n_slots.as_ref().map(shown),
+            l.n_slots_across_sips.as_ref().map(shown),
+            l.slot_size_bytes.as_ref().map(shown),
+            l.poll_interval_ns.as_ref().map(shown),
+            l.packet_bytes.as_ref().map(shown),
+        ]
+    }};
+}
+
+/// Where each setting of `values` (in the order of [`SETTING_KEYS`]) is
+/// written: in `file`, under `at`.
+fn written(file: &str, text: &str, at: &str, values: [Option<String>; 7]) -> BTreeMap<&'static str, Written> {
+    (SETTING_KEYS.into_iter().zip(values))
+        .filter_map(|(key, value)| {
+            let path = format!("{at}.{key}");
+            let line = crate::yaml::key_or_parent_line(text, &path);
+            let at = format!("{file}{}: {path}", line.map(|l| format!(":{l}")).unwrap_or_default());
+            Some((key, Written { value: value?, at }))
+        })
+        .collect()
 }
 
 /// One level of `defaults`: an algorithm per collective, and others for
@@ -326,6 +384,8 @@ pub struct Defaults {
     pub slot_size_bytes: Option<Bytes>,
     pub packet_bytes: Option<Bytes>,
     pub poll_interval_ns: Option<IntervalNs>,
+    /// Where the settings above are written (the latest file's).
+    settings: BTreeMap<&'static str, Written>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -491,6 +551,7 @@ impl Registry {
             }
         }
         let f = &mut self.defaults;
+        f.settings.extend(written(file, text, "defaults", settings_of!(d)));
         // A collective this file's plain defaults name is this file's to
         // decide: the earlier files' levels (the stdlib's `from_ranks`,
         // `across_sips`) no longer name it, or they would hide it on large
@@ -566,6 +627,7 @@ impl Registry {
             let origin = (file.to_string(), key_line(text, &format!("algorithms.{name}")));
             let line_of = |key: &str| crate::yaml::key_or_parent_line(text, &format!("algorithms.{name}.{key}"));
             let (module_line, kernel_line) = (line_of("module"), line_of("kernel"));
+            let settings = written(file, text, &format!("algorithms.{name}"), settings_of!(a));
             self.algorithms.insert(
                 name.clone(),
                 Algorithm {
@@ -585,6 +647,7 @@ impl Registry {
                     constexpr_lines,
                     module_line,
                     kernel_line,
+                    settings,
                     world_size: a.world_size.map(|x| x.0 as u32),
                     origin,
                 },
@@ -732,6 +795,32 @@ impl Registry {
             q.poll_interval_ns = p;
         }
         q
+    }
+
+    /// The registry's keys that shape a run of `a` (its IPCQ and packet
+    /// settings, its own or the defaults', and its constexprs), each with
+    /// its value and where it is written; `None` when there are none. A
+    /// failure at run time (a message too large for its slots, a TCM
+    /// overflow) is reported inside the kernel, but the key to change is
+    /// one of these.
+    pub fn settings_note(&self, a: &Algorithm) -> Option<String> {
+        let settings = (SETTING_KEYS.iter())
+            .filter_map(|k| {
+                a.settings
+                    .get(k)
+                    .or_else(|| self.defaults.settings.get(k))
+                    .map(|w| (k, w))
+            })
+            .map(|(k, w)| format!("{k} = {} ({})", w.value, w.at));
+        let constexprs = (a.constexprs.iter()).map(|(k, v)| format!("{k} = {v} ({})", a.constexpr_at(k)));
+        let lines: Vec<String> = settings.chain(constexprs).collect();
+        (!lines.is_empty()).then(|| {
+            format!(
+                "algorithm `{}` runs with these registry settings:\n      {}",
+                a.name,
+                lines.join("\n      ")
+            )
+        })
     }
 
     /// The fabric packet size an algorithm runs with: its own, else the
@@ -883,11 +972,13 @@ impl Registry {
                 } else {
                     format!(" with {}", bound.join(", "))
                 };
-                return Err(format!(
-                    "{}: kernel `{}` does not compile{with}: {first}",
-                    entry(),
-                    a.kernel
-                ));
+                // With one bound, the error is at its key: the likely
+                // cause, and the place a user edits.
+                let at = match a.constexprs.keys().collect::<Vec<_>>()[..] {
+                    [only] => a.constexpr_at(only),
+                    _ => entry(),
+                };
+                return Err(format!("{at}: kernel `{}` does not compile{with}: {first}", a.kernel));
             }
         };
         check_signature(a, &func, dtype).map_err(|m| format!("{}: {m}", entry()))?;

@@ -46,7 +46,7 @@ pub use fabric::{Endpoint, Fabric, LinkId, PathCost, Transfer, LINK_CLASSES};
 pub use memory::{symm_at_origin, MemView, OutOfMemory, Placement, SimMemory};
 pub use report::{
     error_json, first_line, ranks_in, render_deadlock, render_sim_error, render_sim_error_in, render_unreceived,
-    summary_json, summary_text, trace_json, Blocked, LinkStat, PeStat, Report, Slice, Unreceived, WaitReason,
+    summary_json, summary_text, write_trace_json, Blocked, LinkStat, PeStat, Report, Slice, Unreceived, WaitReason,
 };
 
 use crate::topology::schema::Ipcq;

@@ -275,9 +275,12 @@ fn write_trace(
     links: Option<usize>,
     what: &str,
 ) -> Result<(), String> {
-    let trace = sim::trace_json(report, func, sources, links);
     file.set_len(0)
-        .and_then(|()| file.write_all(trace.to_string().as_bytes()))
+        .and_then(|()| {
+            let mut out = std::io::BufWriter::new(&mut file);
+            sim::write_trace_json(report, func, sources, links, &mut out)?;
+            out.flush()
+        })
         .map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
     errln!(
         "wrote {}: {what} (open it in https://ui.perfetto.dev or chrome://tracing)",
