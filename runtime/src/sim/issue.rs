@@ -136,6 +136,9 @@ impl Sim<'_> {
         // other stall for data waits for a value (a recv's peer rank, say).
         let why = match (blocking, &self.func.inst(inst).op) {
             (true, Op::Barrier) => "waits for a barrier token",
+            (true, Op::Recv { is_async: false, .. }) if self.received_message_is_in(p, inst) => {
+                "waits for its receive to copy the message out of its slot"
+            }
             (true, _) => "waits for the message it receives",
             (false, _) => why.describe(),
         };
@@ -150,6 +153,22 @@ impl Sim<'_> {
             }
         }
         stalls.push((pe.issue_ps, inst, why));
+    }
+
+    /// Whether the message PE `p`'s blocking receive `inst` takes is in
+    /// its slots by the issue unit's clock: the receive engine has it
+    /// queued with its arrival known by then, or has started it (a
+    /// receive starts only once its message is in).
+    fn received_message_is_in(&self, p: usize, inst: Inst) -> bool {
+        let pe = &self.pes[p];
+        let queued = pe.engines[Engine::Recv.index()].queue.iter().find(|op| op.inst == inst);
+        match queued.map(|op| op.kind) {
+            Some(OpKind::Recv { queue, msg }) => {
+                (self.queues.queues[queue as usize].arrival_ps(msg)).is_some_and(|a| a <= pe.issue_ps)
+            }
+            Some(_) => false,
+            None => true,
+        }
     }
 
     fn advance(&mut self, p: usize) {

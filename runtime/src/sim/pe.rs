@@ -281,6 +281,13 @@ impl OpFifo {
         self.len
     }
 
+    /// The operations from the head on.
+    pub fn iter(&self) -> impl Iterator<Item = &OpRec> {
+        // SAFETY: as in `front`: every linked record is owned by the
+        // queue borrowed here.
+        std::iter::successors(self.front(), |op| op.next.map(|next| unsafe { next.as_ref() }))
+    }
+
     pub fn push_back(&mut self, mut op: OpBox) {
         op.next = None;
         let op = NonNull::from(Box::leak(op));
@@ -316,15 +323,9 @@ impl Drop for OpFifo {
 
 impl std::fmt::Debug for OpFifo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut list = f.debug_list();
-        let mut at = self.front();
-        while let Some(op) = at {
-            list.entry(&(op.inst, op.kind));
-            // SAFETY: as in `front`: every linked record is owned by the
-            // queue borrowed here.
-            at = op.next.map(|next| unsafe { next.as_ref() });
-        }
-        list.finish()
+        f.debug_list()
+            .entries(self.iter().map(|op| (op.inst, op.kind)))
+            .finish()
     }
 }
 
