@@ -518,36 +518,64 @@ fn misplaced_key_line(text: &str, path: &str, field: &str) -> Option<usize> {
 }
 
 /// The 1-based line where a dotted key path is defined, by following the
-/// YAML's indentation (for errors found after parsing).
+/// YAML's indentation (for errors found after parsing). A key may have
+/// dots of its own (`algorithms.my.ring.kernel` for the key `my.ring`,
+/// plain or quoted): at each level the longest run of the path's
+/// segments that is a key there is taken.
 pub fn key_line(text: &str, path: &str) -> Option<usize> {
-    let mut from = 0usize;
-    let mut parent_indent: i64 = -1;
     let lines: Vec<&str> = text.lines().collect();
+    let segs: Vec<&str> = path.split('.').collect();
+    let (mut from, mut parent_indent, mut k) = (0usize, -1i64, 0usize);
     let mut found = None;
-    for seg in path.split('.') {
-        found = None;
-        for (i, line) in lines.iter().enumerate().skip(from) {
-            let Some((indent, trimmed)) = content(line) else {
-                continue;
-            };
-            if i > from && indent <= parent_indent {
-                break;
-            }
-            if indent > parent_indent && trimmed.starts_with(&format!("{seg}:")) {
-                found = Some(i);
-                parent_indent = indent;
-                from = i + 1;
-                break;
-            }
-        }
-        found?;
+    while k < segs.len() {
+        // The key at this level, longest first, and the segments it takes.
+        let (i, indent, taken) = (k + 1..=segs.len()).rev().find_map(|end| {
+            let key = segs[k..end].join(".");
+            let (i, indent) = key_under(&lines, from, parent_indent, &key)?;
+            Some((i, indent, end - k))
+        })?;
+        found = Some(i);
+        parent_indent = indent;
+        from = i + 1;
+        k += taken;
     }
     found.map(|i| i + 1)
+}
+
+/// The 0-based line and indentation of `key` in the block from line
+/// `from` on, indented past `parent_indent` (the block ends at a line
+/// indented no more than that).
+fn key_under(lines: &[&str], from: usize, parent_indent: i64, key: &str) -> Option<(usize, i64)> {
+    let forms = [format!("{key}:"), format!("\"{key}\":"), format!("'{key}':")];
+    for (i, line) in lines.iter().enumerate().skip(from) {
+        let Some((indent, trimmed)) = content(line) else {
+            continue;
+        };
+        if i > from && indent <= parent_indent {
+            return None;
+        }
+        if indent > parent_indent && forms.iter().any(|f| trimmed.starts_with(f.as_str())) {
+            return Some((i, indent));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key with dots of its own is found as a whole, plain or quoted,
+    /// and a path through it goes on below it.
+    #[test]
+    fn a_key_with_dots_is_found_at_its_own_line() {
+        let text = "algorithms:\n  my:\n    kernel: a\n  my.ring:\n    kernel: b\n  \"v1.2\":\n    kernel: c\n";
+        assert_eq!(key_line(text, "algorithms.my.kernel"), Some(3));
+        assert_eq!(key_line(text, "algorithms.my.ring"), Some(4));
+        assert_eq!(key_line(text, "algorithms.my.ring.kernel"), Some(5));
+        assert_eq!(key_line(text, "algorithms.v1.2.kernel"), Some(7));
+        assert_eq!(key_line(text, "algorithms.my.ring.module"), None);
+    }
 
     /// A missing key that sits just after its mapping, indented as the
     /// mapping's sibling, is pointed at; one elsewhere is not.
