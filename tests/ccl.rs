@@ -59,7 +59,35 @@ fn run_compiled(
     op: ReduceOp,
     root: Option<u64>,
 ) -> bench::Row {
-    let pes = sim::select_pes(topo, &world.to_string()).expect("enough PEs");
+    run_compiled_on(
+        topo,
+        reg,
+        a,
+        (func, sources),
+        &world.to_string(),
+        bytes,
+        dtype,
+        op,
+        root,
+    )
+}
+
+/// Runs algorithm `a` as [`run_compiled`] does, on the PEs `pes` (as
+/// `--pes` takes them).
+#[allow(clippy::too_many_arguments)]
+fn run_compiled_on(
+    topo: &Topology,
+    reg: &Registry,
+    a: &Algorithm,
+    (func, sources): (&kernbench_compiler::ir::Function, &kernbench_compiler::diag::SourceMap),
+    pes: &str,
+    bytes: u64,
+    dtype: DType,
+    op: ReduceOp,
+    root: Option<u64>,
+) -> bench::Row {
+    let pes = sim::select_pes(topo, pes).expect("enough PEs");
+    let world = pes.len();
     let case = Case {
         topo,
         reg,
@@ -780,6 +808,37 @@ algorithms:
         e.contains("bytes of TCM on (sip 1, cube 0, pe 0)") || e.contains("bytes of TCM on (sip 0, cube 0, pe 0)"),
         "{e}"
     );
+}
+
+/// Recursive doubling over both SIPs with many ranks on each: a rank has
+/// queues from several partners on the other SIP into its TCM, which
+/// must hold their slots (68 + 68 ranks overflowed it with 16 slots each
+/// across SIPs). Exact, on splits that overflowed and one that did not.
+#[test]
+fn recursive_doubling_fits_its_queues_across_sips() {
+    let topo = Topology::default_machine();
+    let reg = registry();
+    let a = reg.get("rd_allreduce").expect("registered");
+    let compiled = reg
+        .compile_for(a, &topo, DType::I32, ReduceOp::Sum)
+        .unwrap_or_else(|e| panic!("{e}"));
+    for per_sip in [68, 88, 96] {
+        let pes: Vec<String> = (0..2)
+            .flat_map(|sip| (0..per_sip).map(move |i| format!("{sip}.{}.{}", i / 8, i % 8)))
+            .collect();
+        let row = run_compiled_on(
+            &topo,
+            &reg,
+            a,
+            (&compiled.0, &compiled.1),
+            &pes.join(","),
+            1 << 10,
+            DType::I32,
+            ReduceOp::Sum,
+            None,
+        );
+        assert_eq!(row.wrong, 0, "{per_sip} + {per_sip} ranks");
+    }
 }
 
 /// A failure at run time is reported inside the kernel, but the key to

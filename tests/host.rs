@@ -419,15 +419,32 @@ fn registry_errors_name_the_entry() {
             (65536, World { ranks: 32, sips: 1 }, "ring_allreduce"),
             (16383, World { ranks: 16, sips: 2 }, "rd_allreduce"),
             (16384, World { ranks: 16, sips: 2 }, "tree_allreduce"),
+            // Levels one above a power of two leave recursive doubling to
+            // the power of two: 17 to 31 ranks below 8 KiB, 33 to 63 below
+            // 2 KiB, then the tree; over SIPs, 6 ranks take the tree.
+            (8191, World { ranks: 24, sips: 1 }, "rd_allreduce"),
+            (16384, World { ranks: 24, sips: 1 }, "tree_allreduce"),
+            (2047, World { ranks: 48, sips: 1 }, "rd_allreduce"),
+            (4096, World { ranks: 48, sips: 1 }, "tree_allreduce"),
+            (32768, World { ranks: 6, sips: 2 }, "tree_allreduce"),
+            (262144, World { ranks: 6, sips: 2 }, "ring_allreduce"),
+            // 129 to 255 ranks over SIPs: the tree to 2 MiB, the mesh from
+            // 48 KiB on 146 to 203.
+            (262144, World { ranks: 129, sips: 2 }, "tree_allreduce"),
+            (49151, World { ranks: 192, sips: 2 }, "tree_allreduce"),
+            (49152, World { ranks: 192, sips: 2 }, "mesh_allreduce"),
+            (2 << 20, World { ranks: 192, sips: 2 }, "ring_allreduce"),
+            (65536, World { ranks: 240, sips: 2 }, "tree_allreduce"),
         ],
     );
     // Reduce-scatter (bytes: a rank's whole input): the tree on many ranks
-    // and small buffers, the ring otherwise; over SIPs from 32 ranks the
+    // and small buffers (from 8 ranks below 8 KiB), the ring otherwise; over SIPs from 32 ranks the
     // one-SIP levels' wider tree bands do not apply.
     expect(
         Collective::ReduceScatter,
         &[
-            (4096, cube, "reduce_scatter"),
+            (4095, cube, "tree_reduce_scatter"),
+            (8192, cube, "reduce_scatter"),
             (16383, World { ranks: 16, sips: 1 }, "tree_reduce_scatter"),
             (16384, World { ranks: 16, sips: 1 }, "reduce_scatter"),
             (65535, World { ranks: 64, sips: 1 }, "tree_reduce_scatter"),
