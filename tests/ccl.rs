@@ -933,6 +933,31 @@ algorithms:
         "{e}"
     );
     assert!(e.contains("E0315"), "{e}");
+    // A kernel that does not compile with its own default either: at the
+    // entry, the constexpr named but not blamed.
+    let dir = std::env::temp_dir().join(format!("kernbench-ccl-broken-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::write(
+        dir.join("broken.tl"),
+        "@kernel\ndef broken(buf: ptr[T], n_elem: i32, T: constexpr = f32, OP: constexpr = 0, CH: constexpr = 64):\n    \
+         tl.store(buf + tl.arange(0, CH), tl.load(buf + tl.arange(0, CH)) + no_such_name)\n",
+    )
+    .expect("write the module");
+    let mut reg = registry();
+    reg.merge_text(
+        "user.yaml",
+        &dir,
+        "algorithms:\n  broken:\n    collective: all_reduce\n    module: broken.tl\n    kernel: broken\n    topology: ring\n    constexprs: {CH: 32}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let a = reg.get("broken").expect("registered");
+    let Err(e) = reg.compile_for(a, &topo, DType::I32, ReduceOp::Sum) else {
+        panic!("an undefined name compiles")
+    };
+    assert!(
+        e.starts_with("user.yaml:2: algorithm `broken`: kernel `broken` does not compile with CH=32: "),
+        "{e}"
+    );
 }
 
 /// On both SIPs of the default machine a small ring all-reduce is bound by

@@ -419,9 +419,9 @@ fn registry_errors_name_the_entry() {
             (65536, World { ranks: 32, sips: 1 }, "ring_allreduce"),
             (16383, World { ranks: 16, sips: 2 }, "rd_allreduce"),
             (16384, World { ranks: 16, sips: 2 }, "tree_allreduce"),
-            // Levels one above a power of two leave recursive doubling to
-            // the power of two: 17 to 31 ranks below 8 KiB, 33 to 63 below
-            // 2 KiB, then the tree; over SIPs, 6 ranks take the tree.
+            // Levels one above a power of two start bands of their own:
+            // recursive doubling on 17 to 31 ranks below 8 KiB, on 33 to 63
+            // below 2 KiB, then the tree; over SIPs, 6 ranks take the tree.
             (8191, World { ranks: 24, sips: 1 }, "rd_allreduce"),
             (16384, World { ranks: 24, sips: 1 }, "tree_allreduce"),
             (2047, World { ranks: 48, sips: 1 }, "rd_allreduce"),

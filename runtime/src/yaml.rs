@@ -521,25 +521,38 @@ fn misplaced_key_line(text: &str, path: &str, field: &str) -> Option<usize> {
 /// YAML's indentation (for errors found after parsing). A key may have
 /// dots of its own (`algorithms.my.ring.kernel` for the key `my.ring`,
 /// plain or quoted): at each level the longest run of the path's
-/// segments that is a key there is taken.
+/// segments that is a key there and leads to the rest of the path wins.
 pub fn key_line(text: &str, path: &str) -> Option<usize> {
     let lines: Vec<&str> = text.lines().collect();
     let segs: Vec<&str> = path.split('.').collect();
-    let (mut from, mut parent_indent, mut k) = (0usize, -1i64, 0usize);
-    let mut found = None;
-    while k < segs.len() {
-        // The key at this level, longest first, and the segments it takes.
-        let (i, indent, taken) = (k + 1..=segs.len()).rev().find_map(|end| {
-            let key = segs[k..end].join(".");
-            let (i, indent) = key_under(&lines, from, parent_indent, &key)?;
-            Some((i, indent, end - k))
-        })?;
-        found = Some(i);
-        parent_indent = indent;
-        from = i + 1;
-        k += taken;
+    let mut memo = std::collections::HashMap::new();
+    key_line_from(&lines, &segs, 0, (0, -1), &mut memo).map(|i| i + 1)
+}
+
+/// The 0-based line of the path's segments from `k` on, in the block from
+/// line `from` on below a mapping indented `parent_indent`. Memoized by
+/// `(k, from)` (`from` is one past the parent key's line, so it fixes the
+/// indentation): a file of keys that are each other's dotted prefixes
+/// would otherwise take time exponential in the path's length.
+fn key_line_from(
+    lines: &[&str],
+    segs: &[&str],
+    k: usize,
+    (from, parent_indent): (usize, i64),
+    memo: &mut std::collections::HashMap<(usize, usize), Option<usize>>,
+) -> Option<usize> {
+    if let Some(known) = memo.get(&(k, from)) {
+        return *known;
     }
-    found.map(|i| i + 1)
+    let found = (k + 1..=segs.len()).rev().find_map(|end| {
+        let (i, indent) = key_under(lines, from, parent_indent, &segs[k..end].join("."))?;
+        match end == segs.len() {
+            true => Some(i),
+            false => key_line_from(lines, segs, end, (i + 1, indent), memo),
+        }
+    });
+    memo.insert((k, from), found);
+    found
 }
 
 /// The 0-based line and indentation of `key` in the block from line
@@ -575,6 +588,10 @@ mod tests {
         assert_eq!(key_line(text, "algorithms.my.ring.kernel"), Some(5));
         assert_eq!(key_line(text, "algorithms.v1.2.kernel"), Some(7));
         assert_eq!(key_line(text, "algorithms.my.ring.module"), None);
+        // `my.ring` and `my` with a `ring` under it: the path that goes on.
+        let both = "a:\n  my.ring:\n    x: 1\n  my:\n    ring:\n      y: 2\n";
+        assert_eq!(key_line(both, "a.my.ring.x"), Some(3));
+        assert_eq!(key_line(both, "a.my.ring.y"), Some(6));
     }
 
     /// A missing key that sits just after its mapping, indented as the

@@ -741,17 +741,20 @@ fn read_i32_npy(path: &Path) -> Vec<i32> {
         .collect()
 }
 
-/// A blocking receive whose message is already in its slots when the
-/// issue unit reaches it stalls only while the receive engine copies it
-/// out, and the trace says so; one that arrives later is a wait for the
-/// message.
+/// A blocking receive whose message (and that of every receive queued
+/// ahead of it) is already in its slots when the issue unit reaches it
+/// stalls only while the receive engine copies it out, and the trace says
+/// so; one that waits for a message still on its way, its own or an
+/// earlier receive's, is a wait for the message.
 #[test]
 fn a_receive_s_stall_says_whether_its_message_is_in() {
     let dir = temp_dir("copy-out");
     let kernel = dir.join("k.tl");
     // Rank 1 reaches its receive only after a chain of MATH work on a
     // loaded block (its `if` needs the sum): rank 0's message is in by
-    // then. Rank 0 receives a reply at once, before it can have come.
+    // then. Rank 0 reaches its receive from rank 2 after a shorter chain:
+    // rank 2's message is in, but an asynchronous receive of rank 1's
+    // reply, which comes after rank 1's longer chain, is ahead of it.
     std::fs::write(
         &kernel,
         r#"@kernel
@@ -760,8 +763,14 @@ def k(x: ptr[i32]):
     o8 = tl.arange(0, 8)
     if tl.rank() == 0:
         tl.send(1, tl.load(x + offs, mask=offs < 1024))
-        tl.store(x + o8, tl.recv(1, [8], i32) + 1, mask=o8 < 8)
-    else:
+        reply = tl.recv_async(1, [8], i32)
+        s = tl.sum(tl.load(x + o8, mask=o8 < 8))
+        for i in range(3):
+            s = tl.sum(tl.load(x + o8, mask=o8 < 8) + s)
+        if s > -1:
+            early = tl.recv(2, [8], i32)
+            tl.store(x + o8, tl.wait(reply) + early, mask=o8 < 8)
+    elif tl.rank() == 1:
         big = tl.load(x + offs, mask=offs < 1024)
         s = tl.sum(big)
         for i in range(10):
@@ -771,6 +780,8 @@ def k(x: ptr[i32]):
             got = tl.recv(0, [1024], i32)
             tl.store(x + offs, got + big, mask=offs < 1024)
             tl.send(0, tl.load(x + o8, mask=o8 < 8))
+    else:
+        tl.send(0, tl.load(x + o8, mask=o8 < 8))
 "#,
     )
     .expect("write the kernel");
@@ -779,9 +790,9 @@ def k(x: ptr[i32]):
         "run",
         &kernel.to_string_lossy(),
         "--pes",
-        "2",
+        "3",
         "--arg",
-        "x=zeros((2,1024),i32):shard",
+        "x=zeros((3,1024),i32):shard",
         "--trace",
         &trace.to_string_lossy(),
         "--out",
@@ -802,11 +813,20 @@ def k(x: ptr[i32]):
     // 4 KiB from the TCM's slots: a few ns, against the ~0.5 us rank 1
     // spent getting there.
     assert!(end - ts < 0.02 && *ts > 0.3, "{ts}..{end}");
-    let [(ts, end, _, why)] = &recv_stalls(0)[..] else {
-        panic!("one receive stall on rank 0: {:?}", recv_stalls(0))
+    // Rank 0's receive from rank 2 waits behind the one of rank 1's
+    // reply: until that has come (then, at most, for its own copy-out).
+    let stalls = recv_stalls(0);
+    let Some(((ts, end, name, why), copy_out)) = stalls.split_first() else {
+        panic!("no receive stall on rank 0")
     };
+    assert!(name.starts_with("recv k.tl:12:"), "{name}");
     assert_eq!(why, "waits for the message it receives");
-    assert!(end - ts > 0.3, "{ts}..{end}");
+    assert!(end - ts > 0.1, "{ts}..{end}");
+    for (ts, end, name, why) in copy_out {
+        assert!(name.starts_with("recv k.tl:12:"), "{name}");
+        assert_eq!(why, "waits for its receive to copy the message out of its slot");
+        assert!(end - ts < 0.02, "{ts}..{end}");
+    }
 }
 
 #[test]

@@ -241,10 +241,11 @@ macro_rules! settings_of {
 fn written(file: &str, text: &str, at: &str, values: [Option<String>; 7]) -> BTreeMap<&'static str, Written> {
     (SETTING_KEYS.into_iter().zip(values))
         .filter_map(|(key, value)| {
+            let value = value?;
             let path = format!("{at}.{key}");
             let line = crate::yaml::key_or_parent_line(text, &path);
             let at = format!("{file}{}: {path}", line.map(|l| format!(":{l}")).unwrap_or_default());
-            Some((key, Written { value: value?, at }))
+            Some((key, Written { value, at }))
         })
         .collect()
 }
@@ -940,21 +941,25 @@ impl Registry {
                 op.name()
             ));
         }
-        let mut defines = a.constexprs.clone();
-        defines.insert("T".into(), Konst::DType(dtype));
-        defines.insert("OP".into(), Konst::Int(op.code()));
+        // The runtime's bindings, then the entry's constexprs over them.
+        let mut runtime = BTreeMap::new();
+        runtime.insert("T".to_string(), Konst::DType(dtype));
+        runtime.insert("OP".to_string(), Konst::Int(op.code()));
         for (n, v) in layout {
-            if declared.contains(n) {
-                defines.insert(n.to_string(), Konst::Int(*v));
-            }
+            runtime.insert(n.to_string(), Konst::Int(*v));
         }
-        defines.retain(|n, _| declared.contains(&n.as_str()));
-        let mut s = sema::Session::new(sema::Options {
-            defines,
-            stdlib_root: self.stdlib_root.clone(),
-        });
-        s.add_file(&a.module.display().to_string(), Some(a.module.clone()), source);
-        let (out, ir) = s.lower(&a.kernel);
+        let lower = |mut defines: BTreeMap<String, Konst>| {
+            defines.retain(|n, _| declared.contains(&n.as_str()));
+            let mut s = sema::Session::new(sema::Options {
+                defines,
+                stdlib_root: self.stdlib_root.clone(),
+            });
+            s.add_file(&a.module.display().to_string(), Some(a.module.clone()), source.clone());
+            s.lower(&a.kernel)
+        };
+        let mut defines = a.constexprs.clone();
+        defines.extend(runtime.clone());
+        let (out, ir) = lower(defines);
         let func = match ir {
             Ok(f) => f,
             Err(e) => {
@@ -964,18 +969,18 @@ impl Registry {
                     .find(|d| d.is_error())
                     .map(|d| format!("{}: {}: {}", out.sources.at(d.primary.loc), d.code.as_str(), d.message))
                     .unwrap_or(e);
-                // The registry's constexprs are the likely cause when the
-                // kernel compiles on its own.
                 let bound: Vec<String> = a.constexprs.iter().map(|(n, v)| format!("{n}={v}")).collect();
                 let with = if bound.is_empty() {
                     String::new()
                 } else {
                     format!(" with {}", bound.join(", "))
                 };
-                // With one bound, the error is at its key: the likely
-                // cause, and the place a user edits.
-                let at = match a.constexprs.keys().collect::<Vec<_>>()[..] {
-                    [only] => a.constexpr_at(only),
+                // The error is at the one constexpr the entry binds when
+                // the kernel compiles with its own default instead (the
+                // place a user edits); else at the entry.
+                let mut only = a.constexprs.keys();
+                let at = match (only.next(), only.next()) {
+                    (Some(key), None) if lower(runtime).1.is_ok() => a.constexpr_at(key),
                     _ => entry(),
                 };
                 return Err(format!("{at}: kernel `{}` does not compile{with}: {first}", a.kernel));

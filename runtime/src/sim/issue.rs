@@ -155,20 +155,27 @@ impl Sim<'_> {
         stalls.push((pe.issue_ps, inst, why));
     }
 
-    /// Whether the message PE `p`'s blocking receive `inst` takes is in
-    /// its slots by the issue unit's clock: the receive engine has it
-    /// queued with its arrival known by then, or has started it (a
-    /// receive starts only once its message is in).
+    /// Whether PE `p`'s blocking receive `inst` waits only for its own
+    /// copy-out: by the issue unit's clock its message is in, and so is
+    /// that of every receive queued ahead of it (the engine takes them in
+    /// order), or the engine has started it (it starts only once its
+    /// message is in).
     fn received_message_is_in(&self, p: usize, inst: Inst) -> bool {
         let pe = &self.pes[p];
-        let queued = pe.engines[Engine::Recv.index()].queue.iter().find(|op| op.inst == inst);
-        match queued.map(|op| op.kind) {
-            Some(OpKind::Recv { queue, msg }) => {
+        let arrived = |kind: OpKind| match kind {
+            OpKind::Recv { queue, msg } => {
                 (self.queues.queues[queue as usize].arrival_ps(msg)).is_some_and(|a| a <= pe.issue_ps)
             }
-            Some(_) => false,
-            None => true,
+            _ => false,
+        };
+        let mut ahead_arrived = true;
+        for op in pe.engines[Engine::Recv.index()].queue.iter() {
+            ahead_arrived &= arrived(op.kind);
+            if op.inst == inst {
+                return ahead_arrived;
+            }
         }
+        true
     }
 
     fn advance(&mut self, p: usize) {
