@@ -305,6 +305,31 @@ fn queue_out_of_bounds_add(ctx: &Ctx) -> kernbench_runtime::host::Result<Tensor>
     Ok(x)
 }
 
+/// A collective that fails at run time on a registry setting says which
+/// settings it ran with and where each is written, as `tlc bench ccl`
+/// does.
+#[test]
+fn a_failed_collective_names_its_registry_settings() {
+    let dir = std::env::temp_dir().join(format!("kernbench-host-note-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let yaml = dir.join("small_slots.yaml");
+    std::fs::write(&yaml, "defaults:\n  slot_size_bytes: 100\n").expect("write the registry");
+    let mut rt = Runtime::new(&machine(2));
+    rt.load_registry(Some(&yaml)).expect("a valid registry");
+    let e = spawn(&mut rt, 2, |_, ctx| {
+        let t = ctx.full(&[4096], 1.0f32, DpPolicy::default())?;
+        ctx.all_reduce(&t, ReduceOp::Sum)?;
+        let _: ArrayD<f32> = ctx.to_ndarray(&t)?;
+        Ok(())
+    })
+    .expect_err("messages of KiB in slots of 100 bytes");
+    let text = e.to_string();
+    assert!(text.contains("slots of 100 bytes"), "{text}");
+    assert!(text.contains("= note: algorithm `"), "{text}");
+    let at = format!("slot_size_bytes = 100 ({}:2: defaults.slot_size_bytes)", yaml.display());
+    assert!(text.contains(&at), "{text}");
+}
+
 #[test]
 fn spawn_reports_root_causes_and_stops_the_others() {
     let mut rt = Runtime::new(&machine(4));

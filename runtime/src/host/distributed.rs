@@ -252,6 +252,7 @@ impl Runtime {
             touches,
             owner: None,
             device,
+            note: reg.settings_note(&alg),
         });
         Ok(())
     }
@@ -283,6 +284,7 @@ impl Runtime {
             touches: vec![from.id, to.id],
             owner: None,
             device,
+            note: None,
         });
         Ok(())
     }
@@ -318,6 +320,7 @@ impl Runtime {
             touches: Vec::new(),
             owner: None,
             device,
+            note: None,
         });
         Ok(())
     }

@@ -294,6 +294,9 @@ struct Pending {
     owner: Option<u32>,
     /// The one SIP it uses, if one (see [`one_device`]).
     device: Option<u32>,
+    /// What a failure adds: a collective's registry settings (see
+    /// [`crate::ccl::Registry::settings_note`]).
+    note: Option<String>,
 }
 
 /// The IPCQ slots of a launch across ranks (buffer space and backpressure
@@ -798,13 +801,17 @@ impl Runtime {
         launch.time_limit_ps = self.time_limit_ps;
         launch.device = p.device;
         let report = self.machine.run(&launch, &mut self.jit).map_err(|e| {
-            HostError::new(sim::render_sim_error_in(
+            let shown = sim::render_sim_error_in(
                 &self.machine.mem,
                 &p.kernel.func,
                 &p.kernel.sources,
                 &e,
                 ColorMode::Never,
-            ))
+            );
+            match &p.note {
+                Some(note) => HostError::new(format!("{}\n  = note: {note}", shown.trim_end())),
+                None => HostError::new(shown),
+            }
         })?;
         // Queues do not outlive a launch: what no receive took is lost,
         // which no caller of a kernel expects.
@@ -953,6 +960,7 @@ impl Runtime {
             touches,
             owner: self.serving_rank,
             device,
+            note: None,
         });
         Ok(())
     }
@@ -1071,6 +1079,7 @@ impl Runtime {
             touches: ranks.iter().flat_map(|a| a.touches.iter().copied()).collect(),
             owner: None,
             device,
+            note: None,
         });
         Ok(())
     }
