@@ -107,6 +107,29 @@ fn run_compiled_on(
         .unwrap_or_else(|e| panic!("{} on {world} PEs, {bytes} B: {e}", a.name))
 }
 
+/// Compiles and runs registered algorithm `name` as an i32 sum on the PEs
+/// `pes` (as `--pes` takes them), on one thread, with `bytes` per rank: a
+/// failure to compile or to run is the error.
+fn try_sum_i32(topo: &Topology, reg: &Registry, name: &str, pes: &str, bytes: u64) -> Result<bench::Row, String> {
+    let a = reg.get(name)?;
+    let (func, sources) = reg.compile_for(a, topo, DType::I32, ReduceOp::Sum)?;
+    let pes = sim::select_pes(topo, pes)?;
+    let case = Case {
+        topo,
+        reg,
+        algorithm: a,
+        func: &func,
+        sources: &sources,
+        pes: &pes,
+        dtype: DType::I32,
+        op: ReduceOp::Sum,
+        threads: 1,
+        time_limit_ps: None,
+        root: None,
+    };
+    bench::run_one(&case, &mut Jit::new(), &mut bench::DataCache::default(), bytes)
+}
+
 /// Recursive doubling exists for small buffers: log2(p) steps against the
 /// ring's 2(p - 1), so below a few KiB it finishes first; at 1 MiB the
 /// ring's p-th-sized steps win. (Both are exact; see above.)
@@ -776,27 +799,7 @@ algorithms:
 ";
     reg.merge_text("user.yaml", &repo_root().join("stdlib/ccl"), yaml)
         .unwrap_or_else(|e| panic!("{e}"));
-    let run_on = |name: &str, pes: &str| {
-        let a = reg.get(name).expect("registered");
-        let (func, sources) = reg
-            .compile_for(a, &topo, DType::I32, ReduceOp::Sum)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let pes = sim::select_pes(&topo, pes).expect("PEs");
-        let case = Case {
-            topo: &topo,
-            reg: &reg,
-            algorithm: a,
-            func: &func,
-            sources: &sources,
-            pes: &pes,
-            dtype: DType::I32,
-            op: ReduceOp::Sum,
-            threads: 1,
-            time_limit_ps: None,
-            root: None,
-        };
-        bench::run_one(&case, &mut Jit::new(), &mut bench::DataCache::default(), 1 << 16)
-    };
+    let run_on = |name: &str, pes: &str| try_sum_i32(&topo, &reg, name, pes, 1 << 16);
     let within = run_on("ring_wide_slots", "0.0.0,0.0.1").unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(within.wrong, 0);
     let across = run_on("ring_wide_slots_4", "0.0.0,1.0.0").unwrap_or_else(|e| panic!("{e}"));
@@ -871,25 +874,7 @@ algorithms:
 ";
     reg.merge_text("user.yaml", &repo_root().join("stdlib/ccl"), yaml)
         .unwrap_or_else(|e| panic!("{e}"));
-    let run_on = |name: &str| {
-        let a = reg.get(name).expect("registered");
-        let (func, sources) = reg.compile_for(a, &topo, DType::I32, ReduceOp::Sum)?;
-        let pes = sim::select_pes(&topo, "4").expect("PEs");
-        let case = Case {
-            topo: &topo,
-            reg: &reg,
-            algorithm: a,
-            func: &func,
-            sources: &sources,
-            pes: &pes,
-            dtype: DType::I32,
-            op: ReduceOp::Sum,
-            threads: 1,
-            time_limit_ps: None,
-            root: None,
-        };
-        bench::run_one(&case, &mut Jit::new(), &mut bench::DataCache::default(), 4096).map(|row| row.wrong)
-    };
+    let run_on = |name: &str| try_sum_i32(&topo, &reg, name, "4", 4096).map(|row| row.wrong);
     // 4 KiB messages in slots of 100 bytes, from the user's defaults.
     let e = run_on("ring_allreduce").expect_err("a 4 KiB message in 4 slots of 100 bytes");
     assert!(e.contains("a queue has 4 slots of 100 bytes"), "{e}");
