@@ -130,6 +130,33 @@ fn try_sum_i32(topo: &Topology, reg: &Registry, name: &str, pes: &str, bytes: u6
     bench::run_one(&case, &mut Jit::new(), &mut bench::DataCache::default(), bytes)
 }
 
+/// The simulated time of the stdlib's broadcast (as `compiled`, f32) of
+/// `bytes` from `root` on the first `world` PEs, after checking that every
+/// rank has the root's data.
+fn exact_broadcast_time(
+    topo: &Topology,
+    reg: &Registry,
+    compiled: &(kernbench_compiler::ir::Function, kernbench_compiler::diag::SourceMap),
+    world: usize,
+    root: u64,
+    bytes: u64,
+) -> u64 {
+    let a = reg.get("broadcast").expect("registered");
+    let row = run_compiled(
+        topo,
+        reg,
+        a,
+        compiled,
+        world,
+        bytes,
+        DType::F32,
+        ReduceOp::Sum,
+        Some(root),
+    );
+    assert_eq!(row.wrong, 0, "{world} PEs from root {root}, {bytes} bytes");
+    row.time_ps
+}
+
 /// Recursive doubling exists for small buffers: log2(p) steps against the
 /// ring's 2(p - 1), so below a few KiB it finishes first; at 1 MiB the
 /// ring's p-th-sized steps win. (Both are exact; see above.)
@@ -261,21 +288,7 @@ fn a_broadcast_over_both_sips_crosses_their_link_once() {
     let reg = registry();
     let a = reg.get("broadcast").expect("registered");
     let compiled = reg.compile_for(a, &topo, DType::F32, ReduceOp::Sum).expect("compiles");
-    let time = |root: u64, bytes: u64| {
-        let row = run_compiled(
-            &topo,
-            &reg,
-            a,
-            &compiled,
-            256,
-            bytes,
-            DType::F32,
-            ReduceOp::Sum,
-            Some(root),
-        );
-        assert_eq!(row.wrong, 0, "from root {root}, {bytes} bytes");
-        row.time_ps
-    };
+    let time = |root: u64, bytes: u64| exact_broadcast_time(&topo, &reg, &compiled, 256, root, bytes);
     // 1 MiB at the SIP link's bytes per ns, in ps.
     let floor_ps = (1u64 << 20) * 1000 / topo.spec.system.sip_link.bandwidth_bytes_per_ns.0 as u64;
     for root in [0, 1, 44, 85, 255] {
@@ -386,21 +399,7 @@ fn a_broadcast_takes_no_jump_at_its_switch() {
     let reg = registry();
     let a = reg.get("broadcast").expect("registered");
     let compiled = reg.compile_for(a, &topo, DType::F32, ReduceOp::Sum).expect("compiles");
-    let time = |world: usize, bytes: u64| {
-        let row = run_compiled(
-            &topo,
-            &reg,
-            a,
-            &compiled,
-            world,
-            bytes,
-            DType::F32,
-            ReduceOp::Sum,
-            Some(0),
-        );
-        assert_eq!(row.wrong, 0, "{world} PEs, {bytes} bytes");
-        row.time_ps
-    };
+    let time = |world: usize, bytes: u64| exact_broadcast_time(&topo, &reg, &compiled, world, 0, bytes);
     // 127 chunks of 16 KiB, then one element into a 128th.
     let (below, at) = (time(256, 127 << 14), time(256, (127 << 14) + 4));
     assert!(
